@@ -1,0 +1,34 @@
+# Two commands for a new user (see README.md):
+#   make demo   -> sets up .venv and runs the main job on the embedded default
+#   make test   -> sets up .venv (with test extras) and runs the test suite
+PY ?= python3
+VENV ?= .venv
+# torch is installed first so pip keeps it; here that is the CPU build on disk.
+# On a GPU machine: make demo TORCH_SPEC=torch (or pre-install your own torch in .venv).
+TORCH_SPEC ?= torch==2.13.0
+PIP := $(VENV)/bin/pip
+export OMP_NUM_THREADS ?= 1
+
+.PHONY: setup setup-test demo test
+
+$(VENV)/bin/python:
+	$(PY) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(VENV)/.core: pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -c "import torch" 2>/dev/null || $(PIP) install -q "$(TORCH_SPEC)"
+	$(PIP) install -q -e .
+	touch $@
+
+$(VENV)/.test: $(VENV)/.core
+	$(PIP) install -q -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.core
+setup-test: $(VENV)/.test
+
+demo: setup
+	$(VENV)/bin/slca demo
+
+test: setup-test
+	$(VENV)/bin/python -m pytest -q

@@ -1,0 +1,67 @@
+"""slca: Segment-Locked Credit Assignment for tool-calling RL.
+
+Public API; everything not re-exported here may change.
+"""
+
+from slca.advantages import (
+    AdvantageInputs,
+    compute_advantages,
+    gdpo_advantages,
+    get_estimator,
+    group_normalize,
+    grpo_advantages,
+    list_estimators,
+    register_estimator,
+    slca_advantages,
+)
+from slca.losses import aggregate, clipped_surrogate, kl_penalty, masked_mean
+from slca.segments import environment_mask, segment_masks
+from slca.types import (
+    ParsedTurn,
+    ParseError,
+    RewardBreakdown,
+    Task,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    Trajectory,
+    Turn,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AdvantageInputs",
+    "ParseError",
+    "ParsedTurn",
+    "RewardBreakdown",
+    "Task",
+    "ToolCall",
+    "ToolResult",
+    "ToolSpec",
+    "Trajectory",
+    "Turn",
+    "aggregate",
+    "clipped_surrogate",
+    "compute_advantages",
+    "environment_mask",
+    "gdpo_advantages",
+    "get_estimator",
+    "group_normalize",
+    "grpo_advantages",
+    "kl_penalty",
+    "list_estimators",
+    "masked_mean",
+    "register_estimator",
+    "segment_masks",
+    "slca_advantages",
+]
+
+
+def __getattr__(name: str):
+    # Lazily exposed parts that pull heavier imports (transformers).
+    if name == "encode_conversation":
+        from slca.chat import encode_conversation
+
+        return encode_conversation
+    raise AttributeError(f"module 'slca' has no attribute {name!r}")

@@ -1,0 +1,78 @@
+"""Execution / summary segments from the environment-boundary mask.
+
+SLCA-GRPO (arXiv 2609.29050, Sec. 3.3): the *execution segment* is every policy
+token before the last environment (tool-response) token; the *summary segment* is
+every policy token after it. The split is deterministic: no learned segmenter.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from slca._checks import as_2d, check_mask, check_same_shape
+
+__all__ = ["segment_masks", "environment_mask"]
+
+
+def environment_mask(model_mask: torch.Tensor, valid_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Environment (tool-response) tokens of each response.
+
+    Args:
+        model_mask: (B, T) 0/1, 1 where the policy generated the token.
+        valid_mask: (B, T) 0/1 or None, 1 on every real (non-padding) token.
+            Without it, zeros after the last policy token are taken as padding
+            and every other zero is an environment token.
+
+    Returns:
+        (B, T) bool, True on environment tokens.
+    """
+    model = check_mask("model_mask", as_2d("model_mask", model_mask))
+    if valid_mask is None:
+        pos = torch.arange(model.shape[1], device=model.device)
+        # index of the last policy token per row (-1 when none)
+        last = torch.where(model, pos, torch.full_like(pos, -1)).amax(dim=1, keepdim=True)
+        valid = pos.unsqueeze(0) <= last
+    else:
+        valid = check_mask("valid_mask", as_2d("valid_mask", valid_mask))
+        check_same_shape(model_mask=model, valid_mask=valid)
+        if (model & ~valid).any():
+            raise ValueError("model_mask has 1 where valid_mask has 0: policy tokens must be valid tokens")
+    return valid & ~model
+
+
+def segment_masks(
+    model_mask: torch.Tensor, valid_mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split policy tokens into the execution (tool) and summary segments.
+
+    The boundary ``b`` of row ``i`` is the position of its last environment token.
+    ``tool[i, t] = model[i, t] and t < b``; ``summary[i, t] = model[i, t] and t > b``.
+    A row with no environment token is all summary (the rollout made no call,
+    or its call was never answered).
+
+    Args:
+        model_mask: (B, T) 0/1 (bool, int or float), 1 where the policy generated
+            response token ``t``; 0 for environment tokens and padding.
+        valid_mask: (B, T) 0/1 or None, 1 on every real token, so that
+            environment tokens (``valid & ~model``) can be told from padding.
+            Without it, trailing zeros are padding.
+
+    Returns:
+        ``(tool_mask, summary_mask)``, each (B, T) in ``model_mask``'s dtype;
+        disjoint, and their sum equals ``model_mask``.
+
+    Example:
+        >>> import torch
+        >>> m = torch.tensor([[1, 1, 0, 0, 1, 1, 0]])   # call, tool reply, answer, pad
+        >>> tool, summ = segment_masks(m)
+        >>> tool.tolist(), summ.tolist()
+        ([[1, 1, 0, 0, 0, 0, 0]], [[0, 0, 0, 0, 1, 1, 0]])
+    """
+    mm = as_2d("model_mask", model_mask)
+    env = environment_mask(mm, valid_mask)
+    model = mm.bool() if mm.dtype != torch.bool else mm
+    pos = torch.arange(model.shape[1], device=model.device).unsqueeze(0)
+    last_env = torch.where(env, pos, torch.full_like(pos, -1)).amax(dim=1, keepdim=True)  # (B, 1)
+    tool = model & (pos < last_env)
+    summary = model & (pos > last_env)
+    return tool.to(mm.dtype), summary.to(mm.dtype)
