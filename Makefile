@@ -21,7 +21,7 @@ $(VENV)/.core: pyproject.toml | $(VENV)/bin/python
 	touch $@
 
 $(VENV)/.test: $(VENV)/.core
-	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q -e ".[dev,trl]"
 	touch $@
 
 setup: $(VENV)/.core
