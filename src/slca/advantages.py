@@ -160,12 +160,14 @@ def slca_advantages(
     (it made no call, so ``tool_mask`` is all 0 on its row):
 
     * ``"response"`` (default): its tool reward takes part in the tool group's
-      statistics and its tool advantage goes to its policy tokens (its summary
-      mask). Why the default: the only tool decision such a rollout made was *not
-      to call*, and that decision lives in those tokens. Without it, answering
-      without a tool when one was needed would get no execution signal on its own
-      tokens, and correctly abstaining on a no-tool task no credit; on every
-      rollout that has a tool segment, locking is unchanged.
+      statistics, and its policy tokens (all in its summary mask) get the mean of
+      its two advantages, ``(A^tool_i + A^sum_i) / 2``. Why the default: the only
+      tool decision such a rollout made was *not to call*, and that decision lives
+      in those tokens. Without it, answering without a tool when one was needed
+      would get no execution signal on its own tokens, and correctly abstaining on
+      a no-tool task no credit. The mean (not the sum) keeps its per-token scale
+      equal to the other rollouts', so with equal rewards SLCA still equals GRPO.
+      On every rollout that has a tool segment, locking is unchanged.
     * ``"include"``: its tool reward takes part in the statistics (so it still
       moves the baseline of the others) but its tool advantage has no token to go
       to and is dropped (the paper's literal rule).
@@ -202,7 +204,8 @@ def slca_advantages(
     a_sum = group_normalize(rs, group_ids, scale=scale, eps=eps)  # (B,)
     adv = a_tool.unsqueeze(1) * tm.float() + a_sum.unsqueeze(1) * sm.float()
     if empty_tool == "response":
-        adv = adv + (a_tool * (~has_tool).float()).unsqueeze(1) * sm.float()
+        mixed = 0.5 * (a_tool + a_sum)  # (B,)
+        adv = torch.where(has_tool.unsqueeze(1), adv, mixed.unsqueeze(1) * sm.float())
     return adv
 
 
