@@ -1,0 +1,35 @@
+"""Chat formats: tool-call parsing / rendering and conversation encoding with policy masks."""
+
+from slca.chat.encoding import (
+    ChatRenderer,
+    EncodedConversation,
+    TemplateNotPrefixPreserving,
+    encode_conversation,
+    find_training_template,
+)
+from slca.chat.formats import (
+    ERROR_KINDS,
+    HermesFormat,
+    JsonListFormat,
+    Llama3JsonFormat,
+    OpenAIFormat,
+    ToolCallFormat,
+    get_format,
+    list_formats,
+)
+
+__all__ = [
+    "ChatRenderer",
+    "ERROR_KINDS",
+    "EncodedConversation",
+    "HermesFormat",
+    "JsonListFormat",
+    "Llama3JsonFormat",
+    "OpenAIFormat",
+    "TemplateNotPrefixPreserving",
+    "ToolCallFormat",
+    "encode_conversation",
+    "find_training_template",
+    "get_format",
+    "list_formats",
+]

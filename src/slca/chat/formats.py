@@ -1,0 +1,410 @@
+"""Tool-call formats: parse model output into calls, render calls as model output.
+
+Four formats behind one interface (:class:`ToolCallFormat`):
+
+* ``hermes`` -- Qwen2.5 / Qwen3 / Hermes: one ``<tool_call>{"name", "arguments"}</tool_call>``
+  per call; several tags in one turn are parallel calls; Qwen3's leading
+  ``<think>...</think>`` is the turn's reasoning.
+* ``json_list`` -- the SLCA paper's format (arXiv 2609.29050, App. B): one
+  ``<tool_call>`` holding a JSON list of ``{"name", "arguments"}`` objects.
+* ``llama3_json`` -- Llama 3.1 JSON tool calling: the turn is
+  ``{"name": ..., "parameters": {...}}`` (optionally after ``<|python_tag|>``);
+  several calls are separated by ``;`` (as vLLM's ``llama3_json`` parser reads them).
+* ``openai`` -- an OpenAI assistant message object (``tool_calls`` with
+  JSON-string ``arguments``), as datasets and servers exchange them.
+
+``parse`` never raises on model output: every malformed part becomes a
+:class:`~slca.types.ParseError` kept with the turn (so the environment can answer
+it and the execution reward can score it), and no call is dropped silently.
+``render`` produces exactly the text the chat templates of those models render
+for an assistant turn (after the generation prompt, before the end-of-turn token).
+
+Error kinds (``ParseError.kind``): ``invalid_json``, ``unclosed_tag``,
+``unmatched_tag``, ``empty_call``, ``call_not_object``, ``not_a_list``,
+``missing_name``, ``missing_arguments``, ``arguments_not_object``,
+``unclosed_think``, ``text_around_calls`` (the only one that does not make the
+turn a tool turn: the calls around it still run).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from abc import ABC, abstractmethod
+from typing import Any
+
+from slca.types import ParsedTurn, ParseError, ToolCall
+
+__all__ = [
+    "ToolCallFormat",
+    "HermesFormat",
+    "JsonListFormat",
+    "Llama3JsonFormat",
+    "OpenAIFormat",
+    "get_format",
+    "list_formats",
+    "ERROR_KINDS",
+]
+
+ERROR_KINDS = (
+    "invalid_json",
+    "unclosed_tag",
+    "unmatched_tag",
+    "empty_call",
+    "call_not_object",
+    "not_a_list",
+    "missing_name",
+    "missing_arguments",
+    "arguments_not_object",
+    "unclosed_think",
+    "text_around_calls",
+)
+
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+def _dumps(obj: Any) -> str:
+    # What transformers' ``tojson`` filter writes (json.dumps, ensure_ascii=False).
+    return json.dumps(obj, ensure_ascii=False)
+
+
+def _short(text: str, n: int = 80) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def call_from_object(
+    obj: Any, *, args_keys: tuple[str, ...] = ("arguments",), fragment: str = ""
+) -> ToolCall | ParseError:
+    """A :class:`ToolCall` from a decoded ``{"name": ..., <args_key>: {...}}`` object.
+
+    Returns a :class:`ParseError` (``call_not_object``, ``missing_name``,
+    ``missing_arguments``, ``arguments_not_object``) instead of raising.
+    """
+    frag = fragment or _short(_dumps(obj) if not isinstance(obj, str) else obj, 200)
+    if not isinstance(obj, dict):
+        return ParseError("call_not_object", f"a tool call must be a JSON object, got {type(obj).__name__}", frag)
+    name = obj.get("name")
+    if not isinstance(name, str) or not name.strip():
+        return ParseError("missing_name", "the tool call has no \"name\" string", frag)
+    key = next((k for k in args_keys if k in obj), None)
+    if key is None:
+        return ParseError(
+            "missing_arguments", f"the call to {name!r} has no \"{args_keys[0]}\" object", frag
+        )
+    args = obj[key]
+    if not isinstance(args, dict):
+        return ParseError(
+            "arguments_not_object",
+            f"\"{key}\" of the call to {name!r} must be a JSON object, got {type(args).__name__}",
+            frag,
+        )
+    return ToolCall(name=name, arguments=args)
+
+
+def _split_think(text: str) -> tuple[str | None, str, list[ParseError]]:
+    """Leading ``<think>...</think>`` -> (reasoning, rest, errors)."""
+    stripped = text.lstrip()
+    if not stripped.startswith(_THINK_OPEN):
+        return None, text, []
+    body = stripped[len(_THINK_OPEN):]
+    end = body.find(_THINK_CLOSE)
+    if end < 0:
+        err = ParseError("unclosed_think", "<think> is never closed with </think>", _short(stripped, 200))
+        return body.strip("\n"), "", [err]
+    return body[:end].strip("\n"), body[end + len(_THINK_CLOSE):].lstrip("\n"), []
+
+
+def _tag_blocks(text: str) -> tuple[str, list[str], list[ParseError]]:
+    """Split text on ``<tool_call>`` tags.
+
+    Returns ``(content, bodies, errors)``: ``content`` is the text before the
+    first tag; ``bodies`` the text inside each closed tag; errors for unclosed
+    tags, stray closing tags and text between or after the tags.
+    """
+    errors: list[ParseError] = []
+    first = text.find(_OPEN)
+    head = text if first < 0 else text[:first]
+    if _CLOSE in head:
+        errors.append(ParseError("unmatched_tag", "</tool_call> without an opening <tool_call>", _short(head, 200)))
+    if first < 0:
+        return head.strip(), [], errors
+    bodies: list[str] = []
+    pos = first
+    while pos < len(text):
+        nxt_open = text.find(_OPEN, pos)
+        if nxt_open < 0:
+            tail = text[pos:]
+            if tail.strip():
+                if _CLOSE in tail:
+                    errors.append(ParseError("unmatched_tag", "</tool_call> without an opening <tool_call>", _short(tail, 200)))
+                else:
+                    errors.append(ParseError("text_around_calls", "text after the tool calls is ignored", _short(tail.strip(), 200)))
+            break
+        between = text[pos:nxt_open]
+        if between.strip() and pos != first:
+            errors.append(ParseError("text_around_calls", "text between tool calls is ignored", _short(between.strip(), 200)))
+        start = nxt_open + len(_OPEN)
+        close = text.find(_CLOSE, start)
+        reopen = text.find(_OPEN, start)
+        if close < 0 or (0 <= reopen < close):
+            stop = len(text) if reopen < 0 else reopen
+            errors.append(ParseError("unclosed_tag", "<tool_call> is never closed with </tool_call>", _short(text[nxt_open:stop], 200)))
+            pos = stop
+            continue
+        bodies.append(text[start:close])
+        pos = close + len(_CLOSE)
+    return head.strip(), bodies, errors
+
+
+def _loads(body: str) -> tuple[Any, ParseError | None]:
+    src = body.strip()
+    if not src:
+        return None, ParseError("empty_call", "empty <tool_call></tool_call>", body)
+    try:
+        return json.loads(src), None
+    except json.JSONDecodeError as e:
+        return None, ParseError("invalid_json", f"tool call is not valid JSON: {e.msg} at char {e.pos}", _short(src, 200))
+
+
+class ToolCallFormat(ABC):
+    """How a model writes tool calls in an assistant turn."""
+
+    name: str = ""
+
+    @abstractmethod
+    def parse(self, text: str) -> ParsedTurn:
+        """Parse one assistant turn's text (no end-of-turn token). Never raises."""
+
+    @abstractmethod
+    def render(self, calls: list[ToolCall], content: str = "", reasoning: str | None = None) -> str:
+        """The assistant text a model should generate for these calls."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+def _think_prefix(reasoning: str | None) -> str:
+    # Qwen3's template: '<think>\n' + reasoning.strip('\n') + '\n</think>\n\n' + content.lstrip('\n')
+    return "" if reasoning is None else f"{_THINK_OPEN}\n{reasoning.strip(chr(10))}\n{_THINK_CLOSE}\n\n"
+
+
+class HermesFormat(ToolCallFormat):
+    """Qwen2.5 / Qwen3 / Hermes: ``<tool_call>\\n{"name": .., "arguments": {..}}\\n</tool_call>`` per call.
+
+    Rendering matches the Qwen2.5 and Qwen3 chat templates: content, then each
+    call on its own line (``"\\n".join``), reasoning first as ``<think>\\n..\\n</think>\\n\\n``.
+    """
+
+    name = "hermes"
+
+    def parse(self, text: str) -> ParsedTurn:
+        reasoning, rest, errors = _split_think(text)
+        content, bodies, tag_errors = _tag_blocks(rest)
+        errors += tag_errors
+        calls: list[ToolCall] = []
+        for body in bodies:
+            obj, err = _loads(body)
+            if err is None and isinstance(obj, list):
+                err = ParseError(
+                    "call_not_object", "one JSON object per <tool_call> (got a list; use one tag per call)", _short(body.strip(), 200)
+                )
+            if err is None:
+                res = call_from_object(obj, fragment=_short(body.strip(), 200))
+                if isinstance(res, ParseError):
+                    err = res
+                else:
+                    calls.append(res)
+            if err is not None:
+                errors.append(err)
+        return ParsedTurn(content=content, calls=calls, errors=errors, reasoning=reasoning)
+
+    def render(self, calls: list[ToolCall], content: str = "", reasoning: str | None = None) -> str:
+        parts = [content] if content else []
+        parts += [f'{_OPEN}\n{{"name": "{c.name}", "arguments": {_dumps(c.arguments)}}}\n{_CLOSE}' for c in calls]
+        return _think_prefix(reasoning) + "\n".join(parts)
+
+
+class JsonListFormat(ToolCallFormat):
+    """The SLCA paper's format: ``<tool_call>\\n[{"name": .., "arguments": {..}}, ...]\\n</tool_call>``.
+
+    All parallel calls of a turn sit in one JSON list. Several tags are read in
+    order (their calls concatenated).
+    """
+
+    name = "json_list"
+
+    def parse(self, text: str) -> ParsedTurn:
+        reasoning, rest, errors = _split_think(text)
+        content, bodies, tag_errors = _tag_blocks(rest)
+        errors += tag_errors
+        calls: list[ToolCall] = []
+        for body in bodies:
+            obj, err = _loads(body)
+            if err is None and not isinstance(obj, list):
+                err = ParseError("not_a_list", f"<tool_call> must hold a JSON list of calls, got {type(obj).__name__}", _short(body.strip(), 200))
+            if err is None and not obj:
+                err = ParseError("empty_call", "<tool_call> holds an empty list", body.strip())
+            if err is not None:
+                errors.append(err)
+                continue
+            for item in obj:
+                res = call_from_object(item)
+                (errors if isinstance(res, ParseError) else calls).append(res)  # type: ignore[arg-type]
+        return ParsedTurn(content=content, calls=calls, errors=errors, reasoning=reasoning)
+
+    def render(self, calls: list[ToolCall], content: str = "", reasoning: str | None = None) -> str:
+        parts = [content] if content else []
+        if calls:
+            body = _dumps([{"name": c.name, "arguments": c.arguments} for c in calls])
+            parts.append(f"{_OPEN}\n{body}\n{_CLOSE}")
+        return _think_prefix(reasoning) + "\n".join(parts)
+
+
+_PY_TAG = "<|python_tag|>"
+_LLAMA_START = re.compile(r'\{\s*"name"\s*:')
+
+
+class Llama3JsonFormat(ToolCallFormat):
+    """Llama 3.1 JSON tool calling: ``{"name": .., "parameters": {..}}`` (``; ``-separated when parallel).
+
+    A turn is a tool turn when, after an optional ``<|python_tag|>``, it starts
+    with a JSON object, or when it contains ``{"name":`` (then the text before it
+    is a ``text_around_calls`` error; nothing is dropped). ``"arguments"`` is
+    accepted for ``"parameters"``.
+    """
+
+    name = "llama3_json"
+
+    def parse(self, text: str) -> ParsedTurn:
+        reasoning, rest, errors = _split_think(text)
+        body = rest.strip()
+        had_tag = body.startswith(_PY_TAG)
+        if had_tag:
+            body = body[len(_PY_TAG):].lstrip()
+        if not body.startswith("{"):
+            m = _LLAMA_START.search(body)
+            if m is None:
+                if had_tag:
+                    errors.append(ParseError("empty_call" if not body else "invalid_json", "<|python_tag|> is not followed by a JSON call", _short(body, 200)))
+                return ParsedTurn(content=body, errors=errors, reasoning=reasoning)
+            errors.append(ParseError("text_around_calls", "text before the tool call is ignored", _short(body[: m.start()].strip(), 200)))
+            body = body[m.start():]
+        calls: list[ToolCall] = []
+        dec = json.JSONDecoder()
+        pos = 0
+        while pos < len(body):
+            try:
+                obj, end = dec.raw_decode(body, pos)
+            except json.JSONDecodeError as e:
+                errors.append(ParseError("invalid_json", f"tool call is not valid JSON: {e.msg} at char {e.pos}", _short(body[pos:], 200)))
+                break
+            res = call_from_object(obj, args_keys=("parameters", "arguments"), fragment=_short(body[pos:end], 200))
+            (errors if isinstance(res, ParseError) else calls).append(res)  # type: ignore[arg-type]
+            rest_text = body[end:].lstrip()
+            if rest_text.startswith(";"):
+                pos = len(body) - len(rest_text) + 1
+                while pos < len(body) and body[pos].isspace():
+                    pos += 1
+                if pos >= len(body):
+                    break
+                continue
+            if rest_text:
+                errors.append(ParseError("text_around_calls", "text after the tool calls is ignored", _short(rest_text, 200)))
+            break
+        return ParsedTurn(content="", calls=calls, errors=errors, reasoning=reasoning)
+
+    def render(self, calls: list[ToolCall], content: str = "", reasoning: str | None = None) -> str:
+        if calls and content:
+            raise ValueError("llama3_json: a turn with calls cannot carry content (got both `calls` and `content`)")
+        if not calls:
+            return _think_prefix(reasoning) + content
+        return _think_prefix(reasoning) + "; ".join(_dumps({"name": c.name, "parameters": c.arguments}) for c in calls)
+
+
+class OpenAIFormat(ToolCallFormat):
+    """OpenAI assistant message objects.
+
+    ``{"role": "assistant", "content": .., "tool_calls": [{"id": .., "type": "function",
+    "function": {"name": .., "arguments": "<JSON string>"}}]}``; ``reasoning_content``
+    carries reasoning. Text that does not start with ``{`` is plain content.
+    ``arguments`` may also be an object (some datasets store it so).
+    """
+
+    name = "openai"
+
+    def parse(self, text: str) -> ParsedTurn:
+        src = text.strip()
+        if not src.startswith("{"):
+            return ParsedTurn(content=src)
+        try:
+            msg = json.loads(src)
+        except json.JSONDecodeError as e:
+            return ParsedTurn(errors=[ParseError("invalid_json", f"message is not valid JSON: {e.msg} at char {e.pos}", _short(src, 200))])
+        return self.parse_message(msg)
+
+    def parse_message(self, msg: Any) -> ParsedTurn:
+        """Parse a decoded OpenAI assistant message (a dict). Never raises."""
+        if not isinstance(msg, dict):
+            return ParsedTurn(errors=[ParseError("call_not_object", f"message must be a JSON object, got {type(msg).__name__}", _short(_dumps(msg), 200))])
+        content = msg.get("content") or ""
+        if not isinstance(content, str):
+            content = _dumps(content)
+        reasoning = msg.get("reasoning_content")
+        out = ParsedTurn(content=content, reasoning=reasoning if isinstance(reasoning, str) else None)
+        raw_calls = msg.get("tool_calls") or []
+        if not isinstance(raw_calls, list):
+            out.errors.append(ParseError("not_a_list", f"\"tool_calls\" must be a list, got {type(raw_calls).__name__}", _short(_dumps(raw_calls), 200)))
+            return out
+        for i, tc in enumerate(raw_calls):
+            if not isinstance(tc, dict) or not isinstance(tc.get("function"), dict):
+                out.errors.append(ParseError("call_not_object", f"tool_calls[{i}] needs a \"function\" object", _short(_dumps(tc), 200)))
+                continue
+            fn = dict(tc["function"])
+            args = fn.get("arguments")
+            if isinstance(args, str):
+                try:
+                    fn["arguments"] = json.loads(args) if args.strip() else {}
+                except json.JSONDecodeError as e:
+                    out.errors.append(ParseError("invalid_json", f"tool_calls[{i}] arguments are not valid JSON: {e.msg}", _short(args, 200)))
+                    continue
+            res = call_from_object(fn, fragment=_short(_dumps(tc), 200))
+            if isinstance(res, ParseError):
+                out.errors.append(res)
+            else:
+                cid = tc.get("id")
+                out.calls.append(ToolCall(res.name, res.arguments, id=cid if isinstance(cid, str) else None))
+        return out
+
+    def render(self, calls: list[ToolCall], content: str = "", reasoning: str | None = None) -> str:
+        msg: dict[str, Any] = {"role": "assistant", "content": content or None}
+        if reasoning is not None:
+            msg["reasoning_content"] = reasoning
+        if calls:
+            msg["tool_calls"] = [c.to_openai(i) for i, c in enumerate(calls)]
+        return _dumps(msg)
+
+
+_FORMATS: dict[str, type[ToolCallFormat]] = {
+    "hermes": HermesFormat,
+    "json_list": JsonListFormat,
+    "llama3_json": Llama3JsonFormat,
+    "openai": OpenAIFormat,
+}
+
+
+def list_formats() -> list[str]:
+    """Names accepted by :func:`get_format`."""
+    return sorted(_FORMATS)
+
+
+def get_format(name: str | ToolCallFormat) -> ToolCallFormat:
+    """The tool-call format called ``name`` (``hermes``, ``json_list``, ``llama3_json``, ``openai``).
+
+    A :class:`ToolCallFormat` instance is returned as is.
+    """
+    if isinstance(name, ToolCallFormat):
+        return name
+    if name not in _FORMATS:
+        raise ValueError(f"unknown tool-call format {name!r}; choose one of {list_formats()}")
+    return _FORMATS[name]()

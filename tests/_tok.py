@@ -1,0 +1,93 @@
+"""A small local tokenizer with Qwen2.5/Qwen3's special tokens, for tests.
+
+Built with the ``tokenizers`` library (byte-level BPE with Qwen2's
+pre-tokenizer regex, trained on a few lines of text), so no hub download is
+needed. Special tokens follow Qwen: ``<|endoftext|>`` (pad), ``<|im_start|>``,
+``<|im_end|>`` (eos / end of turn) are special; ``<tool_call>``,
+``</tool_call>``, ``<tool_response>``, ``</tool_response>``, ``<think>``,
+``</think>`` are added non-special tokens, as in Qwen's own tokenizer.json.
+
+Qwen's chat templates are read from where TRL ships them
+(``trl/chat_templates/``); :func:`trl_template` returns one by name.
+"""
+
+from __future__ import annotations
+
+import functools
+import pathlib
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken
+
+QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+QWEN_ADDED = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
+# Qwen2's pre-tokenizer split pattern (tokenizer.json of Qwen2.5).
+QWEN_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+DEFAULT_CORPUS = [
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+    "# Tools\n\nYou may call one or more functions to assist with the user query.",
+    'You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{"type": "function"}',
+    'For each function call, return a json object with function name and arguments within XML tags:',
+    '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}',
+    '{"temperature": 21, "condition": "sunny", "error": "unknown tool"}',
+    "The weather in Paris is sunny and 21 degrees. What is the weather like in Berlin and Rome?",
+    "user assistant system tool function description parameters properties type object string number",
+]
+
+
+def trl_template_dir() -> pathlib.Path:
+    """Folder where the installed TRL ships its chat templates."""
+    import trl
+
+    return pathlib.Path(trl.__file__).parent / "chat_templates"
+
+
+def trl_template(name: str) -> str:
+    """The text of ``trl/chat_templates/<name>.jinja`` (e.g. ``qwen2_5``, ``qwen3``)."""
+    return (trl_template_dir() / f"{name}.jinja").read_text()
+
+
+@functools.lru_cache(maxsize=8)
+def _build(corpus: tuple[str, ...], vocab_size: int) -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=QWEN_SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(list(corpus), trainer=trainer)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in QWEN_SPECIAL])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in QWEN_ADDED])
+    return tok
+
+
+def make_qwen_tokenizer(chat_template: str | None = None, corpus: list[str] | None = None, vocab_size: int = 600):
+    """A ``transformers`` fast tokenizer with Qwen's special tokens.
+
+    Args:
+        chat_template: Jinja chat template text; defaults to TRL's ``qwen2_5.jinja``.
+        corpus: lines to train the BPE merges on (defaults to a few tool-use lines).
+        vocab_size: BPE vocabulary size before the special / added tokens.
+    """
+    from transformers import PreTrainedTokenizerFast
+
+    tok = _build(tuple(corpus or DEFAULT_CORPUS), vocab_size)
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(tok.to_str()),
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+    )
+    hf.chat_template = chat_template if chat_template is not None else trl_template("qwen2_5")
+    return hf
