@@ -1,10 +1,18 @@
-"""The `slca` command line."""
+"""The `slca` command line: demo, train, report, compare (and eval)."""
 
 from __future__ import annotations
 
+import json
+import time
+from pathlib import Path
+from typing import Any, Optional
+
 import typer
+from rich.console import Console
+from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Segment-Locked Credit Assignment for tool-calling RL.")
+console = Console()
 
 
 @app.callback()
@@ -12,29 +20,142 @@ def _root() -> None:
     """Segment-Locked Credit Assignment for tool-calling RL."""
 
 
+def _fail(msg: str) -> None:
+    console.print(f"[red]error:[/red] {msg}")
+    raise typer.Exit(2)
+
+
+def _run_with_progress(cfg, label: str, **kw: Any):
+    """Train one run with a rich progress bar showing live metrics."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from slca.trainer import train
+
+    with Progress(
+        TextColumn(f"[bold]{label}[/bold]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"),
+        console=console,
+    ) as prog:
+        task = prog.add_task("", total=cfg.steps)
+
+        def on_step(m: dict[str, Any]) -> None:
+            desc = f"tool {m.get('reward/tool', float('nan')):.2f}  summary {m.get('reward/summary', float('nan')):.2f}"
+            if "eval/success" in m:
+                desc += f"  eval success {m['eval/success']:.2f}"
+            prog.update(task, completed=m["step"] + 1, description=desc)
+
+        return train(cfg, on_step=on_step, **kw)
+
+
+def _load_cfg(config: Optional[Path], overrides: list[str]):
+    from slca.config import load_config
+
+    try:
+        return load_config(config, overrides)
+    except ValueError as e:
+        _fail(str(e))
+
+
+DEMO_OVERRIDES = {
+    # sized for about 10 minutes on 2 CPU cores, the first build of the model included
+    "full": dict(steps=24, tasks_per_step=8, group_size=4, eval_every=8, eval_tasks=48, save_every=0, sample_html_every=8),
+    "quick": dict(steps=6, tasks_per_step=6, group_size=4, eval_every=6, eval_tasks=24, save_every=0, sample_html_every=3),
+}
+
+
+def _compare_table(runs: dict[str, Path], title: str) -> Table:
+    from slca.report import final_eval, read_metrics
+
+    keys = ["eval/success", "eval/name_f1", "eval/arg_match", "eval/process", "eval/reward_summary"]
+    t = Table(title=title)
+    t.add_column("estimator")
+    for k in keys:
+        t.add_column(k.split("/")[1], justify="right")
+    t.add_column("contamination", justify="right")
+    t.add_column("grad cos", justify="right")
+    for label, d in runs.items():
+        rows = read_metrics(d)
+        ev = final_eval(rows)
+        cont = [r["adv/contamination"] for r in rows if isinstance(r.get("adv/contamination"), float)]
+        cos = [r["grad/cosine_tool_summary"] for r in rows if isinstance(r.get("grad/cosine_tool_summary"), float)]
+        t.add_row(
+            label,
+            *[f"{ev.get(k, float('nan')):.3f}" for k in keys],
+            f"{sum(cont) / max(len(cont), 1):.3f}",
+            f"{sum(cos) / max(len(cos), 1):+.3f}",
+        )
+    return t
+
+
 @app.command()
-def demo() -> None:
-    """Show GRPO and SLCA advantages on the paper's diagnostic group."""
-    import torch
-    from rich.console import Console
-    from rich.table import Table
+def demo(
+    quick: bool = typer.Option(False, "--quick", help="A run of a few minutes that still trains and compares."),
+    out: Path = typer.Option(Path("runs/demo"), help="Folder for both runs and the report."),
+    seed: int = typer.Option(0, help="Seed shared by both runs."),
+) -> None:
+    """Train GRPO and SLCA on toolworld side by side (same seed, same budget) and compare."""
+    from slca.config import TrainConfig, validate
+    from slca.models import load_default
+    from slca.report import write_report, write_token_html
 
-    from slca import grpo_advantages, segment_masks, slca_advantages
+    t0 = time.time()
+    console.print("[bold]slca demo[/bold]: embedded tiny model, toolworld, GRPO vs SLCA")
+    model, tok = load_default(progress=True)
+    init_state = {k: v.clone() for k, v in model.state_dict().items()}
+    runs: dict[str, Path] = {}
+    for est in ("grpo", "slca"):
+        cfg = validate(TrainConfig(run_dir=str(out / est), estimator=est, seed=seed, **DEMO_OVERRIDES["quick" if quick else "full"]))
+        model.load_state_dict(init_state)  # both runs start from the same weights
+        tr = _run_with_progress(cfg, est.upper(), model=model, tokenizer=tok)
+        runs[est.upper()] = out / est
+        write_token_html(tr.samples, out / est / "tokens.html", title=f"{est.upper()} run: token-level advantages")
+    wall = time.time() - t0
+    md = write_report(runs, out, title="slca demo: GRPO vs SLCA on toolworld", extra_md=f"Wall time: {wall / 60:.1f} min (seed {seed}, {'quick' if quick else 'full'} budget).")
+    console.print(_compare_table(runs, "held-out toolworld test split (final)"))
+    console.print(f"report: [bold]{md}[/bold]  plots: {out / 'curves.png'}  token view: {out / 'slca' / 'tokens.html'}  ({wall / 60:.1f} min)")
 
-    # Four rollouts of one task: tool tokens, an environment token, summary tokens.
-    # Rollout 0 makes redundant sequential calls but writes the best summary.
-    model_mask = torch.tensor([[1, 1, 1, 0, 1, 1]] * 4)
-    tool_r = torch.tensor([0.2, 1.0, 1.0, 0.6])
-    sum_r = torch.tensor([1.0, 0.3, 0.5, 0.4])
-    tool_m, sum_m = segment_masks(model_mask)
-    g = grpo_advantages(tool_r + sum_r, [0] * 4, model_mask)
-    s = slca_advantages(tool_r, sum_r, [0] * 4, tool_m, sum_m)
-    t = Table(title="diagnostic group: advantage on tool tokens / summary tokens")
-    for c in ("rollout", "tool reward", "summary reward", "GRPO tool", "SLCA tool", "GRPO summary", "SLCA summary"):
-        t.add_column(c)
-    for i in range(4):
-        t.add_row(str(i), f"{tool_r[i]:.2f}", f"{sum_r[i]:.2f}", f"{g[i, 0]:+.3f}", f"{s[i, 0]:+.3f}", f"{g[i, -1]:+.3f}", f"{s[i, -1]:+.3f}")
-    Console().print(t)
+
+@app.command()
+def train(
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML/JSON file of config fields."),
+    set_: list[str] = typer.Option([], "--set", "-s", help="Override a field: --set estimator=grpo (repeatable)."),
+    resume: bool = typer.Option(False, help="Resume the run in run_dir from its newest checkpoint."),
+    help_config: bool = typer.Option(False, "--help-config", help="List every config field with its doc and default."),
+) -> None:
+    """Train one run (GRPO, SLCA or any registered estimator)."""
+    from slca.config import TrainConfig, field_docs
+    from slca.report import write_report, write_token_html
+
+    if help_config:
+        d = TrainConfig()
+        for k, doc in field_docs().items():
+            console.print(f"[bold]{k}[/bold] = {getattr(d, k)!r}\n    {doc}")
+        return
+    cfg = _load_cfg(config, set_)
+    tr = _run_with_progress(cfg, cfg.estimator.upper(), resume=resume)
+    write_token_html(tr.samples, Path(cfg.run_dir) / "tokens.html")
+    md = write_report({cfg.estimator: cfg.run_dir}, cfg.run_dir)
+    console.print(f"run: {cfg.run_dir}  report: {md}")
+
+
+@app.command()
+def report(
+    run_dirs: list[Path] = typer.Argument(..., help="One or more run folders (each with metrics.jsonl)."),
+    out: Optional[Path] = typer.Option(None, help="Where to write report.md and curves.png (default: the first run)."),
+) -> None:
+    """Write the markdown + PNG report for one or more runs."""
+    from slca.report import write_report, write_token_html
+
+    for d in run_dirs:
+        if not (d / "metrics.jsonl").exists():
+            _fail(f"{d} is not a run folder (no metrics.jsonl)")
+    runs = {d.name: d for d in run_dirs}
+    md = write_report(runs, out or run_dirs[0])
+    for d in run_dirs:
+        s = d / "samples.json"
+        if s.exists():
+            write_token_html(json.loads(s.read_text()), d / "tokens.html")
+    console.print(_compare_table(runs, "final held-out metrics"))
+    console.print(f"report: {md}")
 
 
 def main() -> None:  # pragma: no cover
