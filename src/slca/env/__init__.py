@@ -1,0 +1,16 @@
+"""Tool environment: simulators, the built-in ``toolworld`` suite and dataset loaders."""
+
+from slca.env.schema import ToolBox, as_tool_specs, check_calls, check_tool_schema
+from slca.env.simulators import BaseSimulator, PythonSimulator, SchemaSimulator, Simulator, ToolError
+
+__all__ = [
+    "BaseSimulator",
+    "PythonSimulator",
+    "SchemaSimulator",
+    "Simulator",
+    "ToolBox",
+    "ToolError",
+    "as_tool_specs",
+    "check_calls",
+    "check_tool_schema",
+]

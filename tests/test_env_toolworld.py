@@ -1,0 +1,163 @@
+"""The built-in toolworld suite: tools, generator, splits, and the world it runs in."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from slca.env import PythonSimulator, check_calls, toolworld as tw
+from slca.types import Task
+
+
+@pytest.fixture(scope="module")
+def train():
+    return tw.make_tasks("train", n=1500, seed=0)
+
+
+@pytest.fixture(scope="module")
+def test():
+    return tw.make_tasks("test", n=600, seed=0)
+
+
+@pytest.fixture(scope="module")
+def heldout():
+    return tw.make_tasks("heldout_tools", n=200, seed=0)
+
+
+def _names(tools):
+    return {t["function"]["name"] for t in tools}
+
+
+def test_tool_inventory():
+    domains = Counter(t["function"]["x-domain"] for t in tw.TOOLS)
+    assert len(tw.TOOLS) >= 10 and len(domains) >= 4
+    assert not _names(tw.TOOLS) & _names(tw.HELDOUT_TOOLS)
+    assert not {t["function"]["x-domain"] for t in tw.HELDOUT_TOOLS} & set(domains)
+
+
+def test_generator_is_deterministic_and_seeded():
+    a, b = tw.make_tasks("train", n=50, seed=3), tw.make_tasks("train", n=50, seed=3)
+    assert [(t.messages, t.gold, t.answer_facts) for t in a] == [(t.messages, t.gold, t.answer_facts) for t in b]
+    c = tw.make_tasks("train", n=50, seed=4)
+    assert [t.messages for t in a] != [t.messages for t in c]
+    assert len({t.id for t in a + c}) == 100
+
+
+def test_every_kind_present_and_parallel_most_common(train, test):
+    for tasks in (train, test):
+        counts = Counter(t.kind for t in tasks)
+        assert set(counts) == set(tw.KINDS)
+        assert counts.most_common(1)[0][0] == "parallel"
+    for t in train:
+        if t.kind == "parallel":
+            assert len(t.gold) == 1 and len(t.gold[0]) >= 2
+        elif t.kind == "chain":
+            assert len(t.gold) >= 2 and all(len(s) == 1 for s in t.gold)
+        elif t.kind == "single":
+            assert len(t.gold) == 1 and len(t.gold[0]) == 1
+        else:
+            assert t.gold == []
+
+
+def _slot_values(t: Task) -> set[str]:
+    return set(t.meta["entities"])
+
+
+def test_train_and_test_disjoint_in_entities_and_phrasing(train, test):
+    train_ents = set().union(*map(_slot_values, train))
+    test_ents = set().union(*map(_slot_values, test))
+    assert train_ents and test_ents and not train_ents & test_ents
+    train_tpl = {t.meta["template"] for t in train}
+    test_tpl = {t.meta["template"] for t in test}
+    assert not train_tpl & test_tpl
+    assert not {t.messages[0]["content"] for t in train} & {t.messages[0]["content"] for t in test}
+    # every template of either split is used, so the disjointness is not vacuous
+    assert len(train_tpl) >= 60 and len(test_tpl) >= 30
+
+
+def test_heldout_uses_only_heldout_tools(train, test, heldout):
+    held = _names(tw.HELDOUT_TOOLS)
+    for t in train + test:
+        assert not _names(t.tools) & held
+    for t in heldout:
+        assert _names(t.tools) <= held
+        assert {c.name for s in t.gold for c in s} <= held
+    assert {t.kind for t in heldout} >= {"single", "parallel"}
+
+
+def test_gold_is_schema_valid_and_offered(train, test, heldout):
+    for t in train + test + heldout:
+        check_calls(t.tools, t.gold, where=t.id)
+        offered = _names(t.tools)
+        assert {c.name for s in t.gold for c in s} <= offered
+        assert len(t.tools) <= 4
+        if t.kind == "unservable":
+            assert t.meta["refusal"] is True
+
+
+def test_answer_facts_come_from_the_env_results(train):
+    for t in train[:400]:
+        results = tw.run_gold(t)
+        assert all(r.ok for step in results for r in step)
+        text = json.dumps([r.content for step in results for r in step])
+        for fact in t.answer_facts:
+            assert fact in t.meta["reference_answer"]
+            if t.kind != "no_tool":
+                assert fact in text, (t.id, fact, text)
+
+
+def test_chain_feeds_results_forward(train):
+    chains = [t for t in train if t.kind == "chain"]
+    assert chains
+    for t in chains:
+        env = tw.make_env(t)
+        (a,), (b,) = t.gold
+        if t.meta["task_type"] == "event_list":  # a state dependency: the listing must come after the creation
+            before = env.call(b.name, b.arguments, episode="early").content["events"]
+            env.call(a.name, a.arguments, episode="late")
+            after = env.call(b.name, b.arguments, episode="late").content["events"]
+            assert a.arguments["title"] in after and a.arguments["title"] not in before
+            continue
+        first = env.call(a.name, a.arguments, episode=1)
+        assert any(v in b.arguments.values() for v in first.content.values())
+
+
+def test_make_env_state_is_per_episode():
+    t = next(t for t in tw.make_tasks("train", n=300) if t.meta["task_type"] == "flight_book")
+    tools = t.tools + [x for x in tw.TOOLS if x["function"]["name"] == "get_booking"]
+    env = tw.make_env(Task(id="x", messages=t.messages, tools=tools, gold=t.gold))
+    assert isinstance(env, PythonSimulator)
+    flight = env.call("search_flights", t.gold[0][0].arguments, episode="a").content
+    booked = env.call("book_flight", {"flight_id": flight["flight_id"], "passenger": "Ann"}, episode="a")
+    look = env.call("get_booking", {"booking_id": booked.content["booking_id"]}, episode="a")
+    assert look.ok and look.content["passenger"] == "Ann" and look.content["flight_id"] == flight["flight_id"]
+    other = env.call("get_booking", {"booking_id": booked.content["booking_id"]}, episode="b")
+    assert not other.ok and "no booking" in other.error
+
+
+def test_make_env_rejects_bad_calls_readably(train):
+    env = tw.make_env(train[0])
+    r = env.call("get_weather", {"city": "Paris"})
+    assert not r.ok and "date" in r.error and "required" in r.error
+    r = env.call("get_weather", {"city": "Paris", "date": "tomorrow"})
+    assert not r.ok and "date" in r.error
+    r = env.call("teleport", {})
+    assert not r.ok and "unknown tool" in r.error
+
+
+def test_make_env_falls_back_to_schema_simulator_for_foreign_tools():
+    from slca.env import SchemaSimulator
+
+    foreign = {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}}
+    env = tw.make_env(Task(id="f", messages=[], tools=[foreign]), seed=5)
+    assert isinstance(env, SchemaSimulator) and env.seed == 5
+    assert env.call("ping", {}).ok
+
+
+def test_bad_split_and_n():
+    with pytest.raises(ValueError, match="split"):
+        tw.make_tasks("dev")
+    with pytest.raises(ValueError, match="n must"):
+        tw.make_tasks("train", n=-1)
