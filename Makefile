@@ -22,6 +22,8 @@ $(VENV)/.core: pyproject.toml | $(VENV)/bin/python
 
 $(VENV)/.test: $(VENV)/.core
 	$(PIP) install -q -e ".[dev,trl]"
+	@# headless Chromium renders the token-level HTML page in a test (Debian package; needs root)
+	command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get install -y -q chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium >/dev/null)); } || echo "chromium not installed: the browser test will be skipped"
 	touch $@
 
 setup: $(VENV)/.core
