@@ -1,0 +1,106 @@
+"""Build configuration of the embedded default model (flat dataclasses).
+
+:class:`BuildConfig` fixes everything that determines the built model: the
+demonstration data and its quality mix, the tokenizer, the architecture and the
+warm-start optimisation. Its :meth:`BuildConfig.fingerprint` names the cache
+entry, so a changed config builds a new model instead of loading a stale one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+from slca.models.sft import SFTConfig
+
+__all__ = ["ModelSize", "DemoMix", "BuildConfig", "RECIPE_VERSION"]
+
+#: Bump when the build code changes what a given config produces.
+RECIPE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """Qwen2 architecture of the default model (see docs/warmstart.md for the measurements)."""
+
+    hidden_size: int = 192
+    """Width of the residual stream."""
+    num_hidden_layers: int = 4
+    """Decoder layers."""
+    num_attention_heads: int = 6
+    """Query heads (head dim = hidden_size / heads)."""
+    num_key_value_heads: int = 2
+    """Key/value heads (grouped-query attention, as Qwen2)."""
+    intermediate_size: int = 512
+    """SwiGLU hidden width."""
+    max_position_embeddings: int = 1024
+    """Context length (prompts + responses are kept under ~512 tokens)."""
+    rope_theta: float = 10000.0
+    """RoPE base."""
+
+
+@dataclass(frozen=True)
+class DemoMix:
+    """Quality mix of the warm-start demonstrations (probabilities, independent per demo).
+
+    Each flaw hits one segment, so the warm-started policy is imperfect on both
+    and RL has something to fix in each (the paper's diagnostic case is
+    ``sequential`` + a good summary vs. a parallel turn + a poor summary).
+    """
+
+    sequential: float = 0.35
+    """Parallel gold step made as one call per turn (execution: inefficient)."""
+    redundant: float = 0.15
+    """One call repeated in an extra turn (execution: redundant)."""
+    wrong_argument: float = 0.1
+    """One argument value replaced by another entity's (execution: wrong args)."""
+    unfaithful: float = 0.15
+    """A value in the summary differs from the tool result (summary: unfaithful)."""
+    incomplete: float = 0.15
+    """The summary leaves out part of the answer (summary: incomplete)."""
+    verbose: float = 0.15
+    """The summary is padded with filler (summary: not concise)."""
+
+    def __post_init__(self) -> None:
+        for name, p in asdict(self).items():
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"DemoMix.{name} must be a probability in [0, 1], got {p}")
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """Everything that determines the built default model."""
+
+    n_tasks: int = 3000
+    """Toolworld train-split tasks turned into demonstrations."""
+    data_seed: int = 0
+    """Seeds task generation, the simulator and the demo flaws."""
+    vocab_size: int = 1536
+    """BPE vocabulary, special tokens included."""
+    model: ModelSize = field(default_factory=ModelSize)
+    """Architecture."""
+    mix: DemoMix = field(default_factory=DemoMix)
+    """Demonstration quality mix."""
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    """Warm-start optimisation."""
+    model_seed: int = 0
+    """Seeds the weight initialisation."""
+
+    def fingerprint(self, extra: str = "") -> str:
+        """Hex digest of the config, the recipe version and ``extra`` (e.g. template text)."""
+        blob = json.dumps({"recipe": RECIPE_VERSION, "config": asdict(self), "extra": extra}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "BuildConfig":
+        d = dict(d)
+        return cls(
+            model=ModelSize(**d.pop("model", {})),
+            mix=DemoMix(**d.pop("mix", {})),
+            sft=SFTConfig(**d.pop("sft", {})),
+            **d,
+        )

@@ -1,0 +1,198 @@
+"""Build, cache and load the embedded default policy.
+
+``load_default()`` gives a small Qwen2 model and its tokenizer, built by the
+project from nothing (no hub download):
+
+1. demonstrations: toolworld train tasks played against the toolworld
+   environment (real tool results), with a configurable quality mix
+   (:mod:`slca.models.demos`);
+2. tokenizer: byte-level BPE trained on the rendered demonstrations, Qwen2.5
+   special tokens and the project's chat template (:mod:`slca.models.tokenizer`);
+3. model: ``Qwen2ForCausalLM`` at :class:`~slca.models.config.ModelSize`,
+   randomly initialised and warm-started by SFT on the demonstrations,
+   loss on assistant tokens only (:mod:`slca.models.sft`);
+4. cache: ``save_pretrained`` of both into
+   ``<root>/default-model/<fingerprint[:16]>``, where ``<root>`` is
+   ``$SLCA_CACHE`` or ``~/.cache/slca``; later calls load it with
+   ``AutoModelForCausalLM`` / ``AutoTokenizer``. The fingerprint covers the
+   build config, the recipe version, the chat template and the toolworld
+   source, so a change to any of them builds a new model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+from slca.models.config import BuildConfig, ModelSize
+from slca.models.tokenizer import chat_template, train_tokenizer
+
+__all__ = ["BuildReport", "build_default", "default_cache_root", "default_model_dir", "load_default", "make_model"]
+
+_INFO = "slca_build.json"
+
+
+def default_cache_root() -> Path:
+    """``$SLCA_CACHE`` or ``~/.cache/slca``."""
+    env = os.environ.get("SLCA_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "slca"
+
+
+def _source_digest() -> str:
+    # What else decides the built model: the chat template and the task suite's code.
+    h = hashlib.sha256(chat_template().encode())
+    env = resources.files("slca.env")
+    for name in sorted(p.name for p in env.iterdir() if p.name.startswith("toolworld") and p.name.endswith(".py")):
+        h.update(env.joinpath(name).read_bytes())
+    return h.hexdigest()
+
+
+def default_model_dir(cache_dir: str | Path | None = None, config: BuildConfig | None = None) -> Path:
+    """Where the model for ``config`` is (or will be) cached.
+
+    ``cache_dir`` (default ``default_cache_root() / "default-model"``) holds one
+    sub-folder per config fingerprint.
+    """
+    cfg = config or BuildConfig()
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root() / "default-model"
+    return root / cfg.fingerprint(_source_digest())[:16]
+
+
+def make_model(size: ModelSize, tokenizer, seed: int = 0):
+    """A randomly initialised ``Qwen2ForCausalLM`` of ``size`` for ``tokenizer`` (tied embeddings)."""
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    if size.hidden_size % size.num_attention_heads:
+        raise ValueError(
+            f"size.hidden_size ({size.hidden_size}) must be divisible by num_attention_heads ({size.num_attention_heads})"
+        )
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    pad = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    cfg = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=size.hidden_size,
+        intermediate_size=size.intermediate_size,
+        num_hidden_layers=size.num_hidden_layers,
+        num_attention_heads=size.num_attention_heads,
+        num_key_value_heads=size.num_key_value_heads,
+        max_position_embeddings=size.max_position_embeddings,
+        rope_theta=size.rope_theta,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=eos,
+        pad_token_id=pad,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(cfg)
+    model.generation_config = GenerationConfig(eos_token_id=[eos, pad], pad_token_id=pad, do_sample=True, temperature=1.0, top_p=1.0)
+    return model
+
+
+@dataclass
+class BuildReport:
+    """What a build did (also written to ``slca_build.json`` in the cache entry)."""
+
+    n_demos: int
+    n_params: int
+    vocab_size: int
+    sft_steps: int
+    first_loss: float
+    last_loss: float
+    sft_tokens: int
+    sft_seconds: float
+    total_seconds: float
+    dropped: int
+    mean_length: float
+    max_length: int
+
+
+def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, progress: bool = True) -> BuildReport:
+    """Build tokenizer + model + warm start for ``config`` and ``save_pretrained`` both to ``out_dir``.
+
+    Writes to a temporary sibling folder and renames it into place at the end,
+    so an interrupted build never leaves a half-written cache entry.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from slca.models.demos import make_demonstrations, render_texts
+    from slca.models.sft import encode_examples, sft_train
+
+    cfg = config or BuildConfig()
+    out = Path(out_dir)
+    console = Console(stderr=True, quiet=not progress)
+    t0 = time.perf_counter()
+    with console.status("toolworld demonstrations"):
+        demos = make_demonstrations(cfg.n_tasks, cfg.mix, seed=cfg.data_seed)
+    console.log(f"{len(demos)} demonstrations from toolworld train tasks")
+    with console.status("training the tokenizer"):
+        tokenizer = train_tokenizer(render_texts(demos), vocab_size=cfg.vocab_size, model_max_length=cfg.model.max_position_embeddings)
+    console.log(f"tokenizer: {len(tokenizer)} tokens")
+    with console.status("encoding demonstrations"):
+        examples, dropped = encode_examples(tokenizer, [(d.messages, d.tools) for d in demos], cfg.sft.max_length)
+    lengths = [len(e.input_ids) for e in examples]
+    console.log(f"encoded: mean {sum(lengths) / len(lengths):.0f} tokens, max {max(lengths)}, dropped {dropped} over {cfg.sft.max_length}")
+    model = make_model(cfg.model, tokenizer, seed=cfg.model_seed)
+    n_params = sum(p.numel() for p in model.parameters())
+    console.log(f"Qwen2ForCausalLM: {n_params / 1e6:.2f}M parameters")
+    columns = [TextColumn("SFT warm start"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]:.3f}"),
+               TimeElapsedColumn(), TimeRemainingColumn()]
+    with Progress(*columns, console=console, disable=not progress) as bar:
+        job = bar.add_task("sft", total=cfg.sft.steps, loss=float("nan"))
+        stats = sft_train(model, examples, cfg.sft, pad_id=tokenizer.pad_token_id,
+                          progress=lambda step, loss: bar.update(job, advance=1, loss=loss))
+    report = BuildReport(
+        n_demos=len(demos), n_params=n_params, vocab_size=len(tokenizer), sft_steps=cfg.sft.steps,
+        first_loss=stats.losses[0], last_loss=stats.losses[-1], sft_tokens=stats.tokens, sft_seconds=stats.seconds,
+        total_seconds=time.perf_counter() - t0, dropped=dropped,
+        mean_length=sum(lengths) / len(lengths), max_length=max(lengths),
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    info = {"fingerprint": out.name, "config": cfg.to_dict(), "report": report.__dict__, "losses": stats.losses}
+    (tmp / _INFO).write_text(json.dumps(info, indent=1))
+    if out.exists():
+        shutil.rmtree(tmp)  # another process finished the same build first
+    else:
+        os.replace(tmp, out)
+    console.log(f"built in {report.total_seconds:.0f}s (SFT {report.sft_seconds:.0f}s), saved to {out}")
+    return report
+
+
+def load_default(cache_dir: str | Path | None = None, *, rebuild: bool = False, progress: bool = True,
+                 config: BuildConfig | None = None):
+    """The embedded default policy: ``(model, tokenizer)``, built and cached on first use.
+
+    Args:
+        cache_dir: folder of cache entries (default ``$SLCA_CACHE/default-model``
+            or ``~/.cache/slca/default-model``).
+        rebuild: build again even if a cache entry exists.
+        progress: show rich progress while building.
+        config: the build config (default :class:`BuildConfig()`).
+
+    Returns:
+        ``(Qwen2ForCausalLM in eval mode, PreTrainedTokenizerFast)`` loaded with
+        ``AutoModelForCausalLM`` / ``AutoTokenizer`` from the cache entry.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = default_model_dir(cache_dir, config)
+    if rebuild and path.exists():
+        shutil.rmtree(path)
+    if not (path / _INFO).exists():
+        build_default(path, config, progress=progress)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model.eval()
+    return model, tokenizer

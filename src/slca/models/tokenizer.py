@@ -1,0 +1,117 @@
+"""The embedded default model's tokenizer: byte-level BPE trained by the project.
+
+Same conventions as Qwen2.5's tokenizer, so one code path serves the tiny model
+and real Qwen models:
+
+* byte-level BPE behind Qwen2's pre-tokenizer split (the GPT-4-style regex), so
+  any text encodes and nothing maps to an unknown token;
+* special tokens ``<|endoftext|>`` (padding), ``<|im_start|>``, ``<|im_end|>``
+  (end of turn, the eos token) and the non-special added tokens
+  ``<tool_call>``, ``</tool_call>``, ``<tool_response>``, ``</tool_response>``,
+  ``<think>``, ``</think>`` -- each a single id, never split by BPE;
+* the project's Qwen2.5-style chat template (``chat_template.jinja`` beside this
+  module).
+
+Training uses the ``tokenizers`` library; the result is wrapped as a
+:class:`transformers.PreTrainedTokenizerFast` so that ``save_pretrained`` /
+``AutoTokenizer.from_pretrained`` round-trip it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from importlib import resources
+
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+__all__ = [
+    "SPECIAL_TOKENS",
+    "ADDED_TOKENS",
+    "QWEN2_PRETOKENIZE_REGEX",
+    "chat_template",
+    "train_tokenizer",
+]
+
+#: ChatML control tokens, as in Qwen2.5 (``special=True``: dropped by ``skip_special_tokens``).
+SPECIAL_TOKENS: tuple[str, ...] = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+#: Tool and reasoning tags, as in Qwen2.5/Qwen3 (added tokens, ``special=False``: kept when decoding).
+ADDED_TOKENS: tuple[str, ...] = (
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+)
+#: Qwen2's pre-tokenizer split (from its tokenizer.json).
+QWEN2_PRETOKENIZE_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+_ALL_ADDED = re.compile("|".join(re.escape(t) for t in SPECIAL_TOKENS + ADDED_TOKENS))
+
+
+def chat_template() -> str:
+    """The project's Qwen2.5-style chat template (``src/slca/models/chat_template.jinja``)."""
+    return resources.files("slca.models").joinpath("chat_template.jinja").read_text(encoding="utf-8")
+
+
+def _without_added_tokens(texts: Iterable[str]) -> Iterator[str]:
+    # BPE training does not know the added tokens; feed only the text between them
+    # so that no merge learns pieces of "<|im_start|>" and the like.
+    for text in texts:
+        for piece in _ALL_ADDED.split(text):
+            if piece:
+                yield piece
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 1536, *, min_frequency: int = 2, model_max_length: int = 1024):
+    """Train a byte-level BPE tokenizer on ``texts`` and wrap it for transformers.
+
+    Args:
+        texts: training text, e.g. rendered chat conversations; occurrences of the
+            special / added tokens are cut out before training.
+        vocab_size: total vocabulary size including the 256 byte symbols and the
+            9 special / added tokens.
+        min_frequency: a pair must occur this often to be merged.
+        model_max_length: stored on the tokenizer (the model's context length).
+
+    Returns:
+        A ``PreTrainedTokenizerFast`` with eos ``<|im_end|>``, pad
+        ``<|endoftext|>``, no bos, and the project's chat template.
+    """
+    from transformers import PreTrainedTokenizerFast
+
+    n_fixed = 256 + len(SPECIAL_TOKENS) + len(ADDED_TOKENS)
+    if vocab_size <= n_fixed:
+        raise ValueError(f"vocab_size must exceed the {n_fixed} byte and special symbols, got {vocab_size}")
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size - len(SPECIAL_TOKENS) - len(ADDED_TOKENS),
+        min_frequency=min_frequency,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_without_added_tokens(texts), trainer)
+    # Added after training so they sit at the end of the vocabulary, as in Qwen2.5.
+    from tokenizers import AddedToken
+
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED_TOKENS])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        model_max_length=model_max_length,
+        chat_template=chat_template(),
+        clean_up_tokenization_spaces=False,
+    )

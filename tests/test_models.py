@@ -1,0 +1,194 @@
+"""Embedded default model: tokenizer, chat template, SFT loop, build cache.
+
+The tokenizer here is trained in the test on a few conversations (no hub);
+the build test runs the whole pipeline (toolworld demos -> tokenizer -> Qwen2 ->
+SFT -> save_pretrained -> AutoModelForCausalLM) at a tiny size.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from slca.chat import encode_conversation, get_format
+from slca.models.sft import SFTConfig, SFTExample, make_batches, sft_train
+from slca.models.tokenizer import ADDED_TOKENS, SPECIAL_TOKENS, chat_template, train_tokenizer
+from slca.types import ToolCall
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather for a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "description": "City name"}, "unit": {"type": "string", "enum": ["c", "f"]}},
+                "required": ["city"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {"name": "get_time", "description": "Local time.", "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}}},
+    },
+]
+
+
+def _call(name, args):
+    return {"type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+# Parallel calls in one turn, their two results, a second (chained) tool turn, then the answer.
+CONVERSATION = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Weather in Paris and Rome, then the time in Rome?"},
+    {"role": "assistant", "content": "", "tool_calls": [_call("get_weather", {"city": "Paris"}), _call("get_weather", {"city": "Rome"})]},
+    {"role": "tool", "content": '{"temp": 21}'},
+    {"role": "tool", "content": '{"temp": 25}'},
+    {"role": "assistant", "content": "", "tool_calls": [_call("get_time", {"tz": "Europe/Rome"})]},
+    {"role": "tool", "content": '{"time": "14:05"}'},
+    {"role": "assistant", "content": "Paris is 21, Rome is 25; it is 14:05 in Rome."},
+]
+NO_CALL = [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "Hi!"}]
+
+EXPECTED = (
+    "<|im_start|>system\nBe brief.\n\n# Tools\nYou may call one or more functions. Signatures are within <tools></tools>:\n<tools>\n"
+    '{"name": "get_weather", "description": "Current weather for a city.", "parameters": {"city": "string", "unit": ["c", "f"]}, "required": ["city"]}\n'
+    '{"name": "get_time", "description": "Local time.", "parameters": {"tz": "string"}}\n'
+    "</tools>\nFor each call, return a JSON object within <tool_call></tool_call> tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
+    "<|im_start|>user\nWeather in Paris and Rome, then the time in Rome?<|im_end|>\n"
+    '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call><|im_end|>\n'
+    '<|im_start|>user\n<tool_response>\n{"temp": 21}\n</tool_response>\n<tool_response>\n{"temp": 25}\n</tool_response><|im_end|>\n'
+    '<|im_start|>assistant\n<tool_call>\n{"name": "get_time", "arguments": {"tz": "Europe/Rome"}}\n</tool_call><|im_end|>\n'
+    '<|im_start|>user\n<tool_response>\n{"time": "14:05"}\n</tool_response><|im_end|>\n'
+    "<|im_start|>assistant\nParis is 21, Rome is 25; it is 14:05 in Rome.<|im_end|>\n"
+)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    texts = [EXPECTED, "The weather is sunny today in many cities, and the time is late."] * 5
+    return train_tokenizer(texts, vocab_size=400)
+
+
+def test_tokenizer_round_trips_any_text_and_keeps_special_tokens_whole(tok):
+    for text in ["héllo wörld ✓ 🙂 \t\n  spaces", "{\"a\": [1, 2.5e-3]}", "", "Ünïcode 中文 ok"]:
+        assert tok.decode(tok.encode(text)) == text
+    for t in SPECIAL_TOKENS + ADDED_TOKENS:
+        ids = tok.encode(t)
+        assert len(ids) == 1 and tok.convert_ids_to_tokens(ids[0]) == t
+        assert tok.encode(f"x{t}y")[1] == ids[0]
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>" and tok.bos_token is None
+    ids = tok.encode("<|im_start|>assistant\n<tool_call>\n{}\n</tool_call><|im_end|>")
+    # Like Qwen: ChatML tokens are special (dropped), tool tags are not (kept for the parser).
+    assert tok.decode(ids, skip_special_tokens=True) == "assistant\n<tool_call>\n{}\n</tool_call>"
+    assert len(tok) == 400
+
+
+def test_vocab_size_too_small_is_rejected():
+    with pytest.raises(ValueError, match="vocab_size"):
+        train_tokenizer(["abc"], vocab_size=200)
+
+
+def test_template_renders_tools_calls_and_merged_tool_responses(tok):
+    assert tok.apply_chat_template(CONVERSATION, tools=TOOLS, tokenize=False) == EXPECTED
+    prompt = tok.apply_chat_template(CONVERSATION[:2], tools=TOOLS, tokenize=False, add_generation_prompt=True)
+    assert prompt == EXPECTED[: EXPECTED.index("<|im_start|>assistant\n") + len("<|im_start|>assistant\n")]
+    # No tools: no tool preamble; default system prompt when none is given.
+    plain = tok.apply_chat_template(NO_CALL, tokenize=False)
+    assert plain == "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\nHi!<|im_end|>\n"
+
+
+def test_template_tool_calls_equal_hermes_render(tok):
+    """A tool_calls message renders exactly as the text the hermes format tells the model to generate."""
+    hermes = get_format("hermes")
+    calls = [ToolCall("get_weather", {"city": "Paris"}), ToolCall("get_weather", {"city": "Rome", "unit": "c"})]
+    for content in ("", "Checking both."):
+        as_calls = [CONVERSATION[1], {"role": "assistant", "content": content, "tool_calls": [c.to_openai(i) for i, c in enumerate(calls)]}]
+        as_text = [CONVERSATION[1], {"role": "assistant", "content": hermes.render(calls, content)}]
+        a = tok.apply_chat_template(as_calls, tools=TOOLS, tokenize=False)
+        assert a == tok.apply_chat_template(as_text, tools=TOOLS, tokenize=False)
+        assert hermes.parse(a.split("<|im_start|>assistant\n")[-1].removesuffix("<|im_end|>\n")).calls == calls
+
+
+def test_template_is_prefix_preserving_and_masks_exactly_the_assistant_text(tok):
+    for conv, tools in ((CONVERSATION, TOOLS), (NO_CALL, None), (CONVERSATION[1:], TOOLS)):
+        full = tok.apply_chat_template(conv, tools=tools, tokenize=False)
+        for k in range(1, len(conv) + 1):
+            if conv[k - 1]["role"] == "tool" and k < len(conv) and conv[k]["role"] == "tool":
+                continue  # mid-way through a merged block of tool responses
+            gen = k < len(conv) and conv[k]["role"] == "assistant"
+            assert full.startswith(tok.apply_chat_template(conv[:k], tools=tools, tokenize=False, add_generation_prompt=gen))
+        enc = encode_conversation(tok, conv, tools)
+        assert enc.input_ids == tok.encode(full)
+        spans, cur = [], []
+        for i, m in zip(enc.input_ids, enc.model_mask):
+            if m:
+                cur.append(i)
+            elif cur:
+                spans.append(tok.decode(cur))
+                cur = []
+        hermes = get_format("hermes")
+        want = []
+        for m in conv:
+            if m["role"] == "assistant":
+                calls = [ToolCall(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in m.get("tool_calls", [])]
+                want.append(hermes.render(calls, m["content"]) + "<|im_end|>")
+        assert spans == want
+
+
+def test_tokenizer_save_load_round_trip(tok, tmp_path):
+    from transformers import AutoTokenizer
+
+    tok.save_pretrained(tmp_path)
+    back = AutoTokenizer.from_pretrained(tmp_path)
+    assert back.chat_template == chat_template()
+    assert back.encode(EXPECTED) == tok.encode(EXPECTED)
+    assert back.apply_chat_template(CONVERSATION, tools=TOOLS, tokenize=False) == EXPECTED
+    assert (back.eos_token, back.pad_token) == ("<|im_end|>", "<|endoftext|>")
+
+
+def test_make_batches_uses_every_example_once_within_the_token_budget():
+    rng = random.Random(0)
+    lengths = [rng.randint(5, 60) for _ in range(200)]
+    batches = make_batches(lengths, 128, random.Random(1))
+    assert sorted(i for b in batches for i in b) == list(range(200))
+    for b in batches:
+        assert len(b) * max(lengths[i] for i in b) <= 128 or len(b) == 1
+    with pytest.raises(ValueError, match="batch_tokens"):
+        make_batches(lengths, 0, rng)
+
+
+def test_sft_loss_decreases_and_ignores_non_assistant_tokens(tok):
+    from slca.models.config import ModelSize
+    from slca.models.default import make_model
+
+    enc = encode_conversation(tok, CONVERSATION, TOOLS)
+    ex = SFTExample(enc.input_ids, enc.model_mask)
+    size = ModelSize(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64)
+    model = make_model(size, tok, seed=0)
+    before = [p.detach().clone() for p in model.parameters()]
+    stats = sft_train(model, [ex] * 4, SFTConfig(steps=30, batch_tokens=4096, lr=1e-2, warmup_steps=3), pad_id=tok.pad_token_id)
+    assert stats.losses[-1] < 0.5 * stats.losses[0]
+    assert stats.assistant_tokens == 30 * 4 * sum(ex.model_mask)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    # The loss is the mean cross-entropy of the assistant tokens only (next-token shift).
+    from slca.models.sft import _collate
+
+    ids, att, labels = _collate([ex], tok.pad_token_id)
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=att, labels=labels)
+        logp = torch.log_softmax(out.logits[0, :-1], dim=-1)
+        targets = ids[0, 1:]
+        nll = -logp[torch.arange(len(targets)), targets]
+        on = torch.tensor(ex.model_mask[1:], dtype=torch.bool)
+    assert 0 < on.sum() < len(on)
+    assert float(out.loss) == pytest.approx(float(nll[on].mean()), rel=1e-5)
+    with pytest.raises(ValueError, match="examples"):
+        sft_train(model, [], SFTConfig(), pad_id=0)
