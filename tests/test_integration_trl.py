@@ -1,0 +1,348 @@
+"""SLCA inside TRL's real GRPOTrainer, on CPU (extra ``slca[trl]``).
+
+The policy is a real ``Qwen2ForCausalLM`` whose weights are set by hand so that it
+is a bigram sampler: after the assistant header's ``\\n`` it opens a tool call with
+probability 1/2 and otherwise answers; a call always reads
+``<tool_call>{get_weather(Paris)}</tool_call><|im_end|>``. A randomly initialised
+model never emits a parseable call, so this is the smallest real model that drives
+TRL's own tool loop. The tokenizer is byte-level BPE built locally, with Qwen's
+special tokens and TRL's Qwen2.5 chat template (so TRL attaches its own response
+parser). Expected advantages are computed here by hand, not with slca.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+pytest.importorskip("datasets")
+
+from datasets import Dataset  # noqa: E402
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # noqa: E402
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+from trl.chat_template_utils import qwen2_5_chat_template  # noqa: E402
+
+from slca.integrations.trl import (  # noqa: E402
+    SLCAGRPOConfig,
+    SLCAGRPOTrainer,
+    check_trl_contract,
+    tier_rewards,
+    trl_batch_advantages,
+)
+
+CALL = '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+ANSWER = "It is sunny in Paris."
+EPS = 1e-4  # TRL's constant, and SLCAGRPOConfig's default
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    vocab = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>", additional_special_tokens=["<|im_start|>"]
+    )
+    tok.add_tokens(["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", CALL, ANSWER])
+    tok.chat_template = qwen2_5_chat_template
+    return tok
+
+
+def build_policy(tok: PreTrainedTokenizerFast, p_call: float = 0.5, sharp: float = 30.0) -> Qwen2ForCausalLM:
+    """A Qwen2 whose next-token logits depend only on the current token (see module docstring)."""
+    V = len(tok)
+    H = 8 * math.ceil(V / 8)
+    cfg = Qwen2Config(
+        vocab_size=V, hidden_size=H, intermediate_size=16, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=1, max_position_embeddings=4096, tie_word_embeddings=False,
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
+    )
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(cfg)
+    ids = tok.convert_tokens_to_ids
+    nl = tok.encode("\n")[0]
+    L = torch.zeros(V, V)  # L[x, y]: logit of y after x; by default end the turn
+    L[:, tok.eos_token_id] = sharp
+    for x, y in [("<tool_call>", CALL), (CALL, "</tool_call>"), ("</tool_call>", "<|im_end|>"), (ANSWER, "<|im_end|>")]:
+        L[ids(x)] = 0.0
+        L[ids(x), ids(y)] = sharp
+    L[nl] = 0.0
+    L[nl, ids("<tool_call>")] = sharp + math.log(p_call)
+    L[nl, ids(ANSWER)] = sharp + math.log(1 - p_call)
+    with torch.no_grad():
+        # residual stream = one-hot of the current token; the layer adds nothing
+        model.model.embed_tokens.weight.zero_()
+        model.model.embed_tokens.weight[:, :V] = torch.eye(V)
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.lm_head.weight.zero_()
+        model.lm_head.weight[:, :V] = L.T / math.sqrt(H)  # final RMSNorm scales the one-hot by sqrt(H)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    return model
+
+
+def get_weather(city: str) -> str:
+    """Get the current weather of a city.
+
+    Args:
+        city: The city name.
+    """
+    return f'{{"city": "{city}", "condition": "sunny", "temperature": 21}}'
+
+
+def execution_reward(completions, **_):
+    """1 / number of calls (one call is enough), 0 without a call."""
+    out = []
+    for msgs in completions:
+        n = sum(len(m.get("tool_calls") or []) for m in msgs if m["role"] == "assistant")
+        out.append(1.0 / n if n else 0.0)
+    return out
+
+
+def summary_reward(completions, **_):
+    """1 for the answer grounded in a tool response, 0.5 for the same answer unsupported."""
+    out = []
+    for msgs in completions:
+        final = msgs[-1]
+        grounded = any(m["role"] == "tool" for m in msgs)
+        said = final["role"] == "assistant" and "sunny" in (final.get("content") or "")
+        out.append((1.0 if grounded else 0.5) if said else 0.0)
+    return out
+
+
+def group_norm(r: np.ndarray, G: int) -> np.ndarray:
+    g = r.reshape(-1, G)
+    return ((g - g.mean(1, keepdims=True)) / (g.std(1, ddof=1, keepdims=True) + EPS)).reshape(-1)
+
+
+def dataset(n: int) -> Dataset:
+    return Dataset.from_list([{"prompt": [{"role": "user", "content": f"Weather in Paris? ({i})"}]} for i in range(n)])
+
+
+def base_args(tmp_path, cls=SLCAGRPOConfig, **kw):
+    common = dict(
+        output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, max_completion_length=96,
+        max_steps=1, learning_rate=5e-2, beta=0.0, logging_steps=1, report_to="none", use_cpu=True,
+        save_strategy="no", seed=3, temperature=1.0, dataloader_num_workers=0,
+    )
+    common.update(kw)
+    return cls(**common)
+
+
+def recording(cls):
+    class Recording(cls):
+        recorded: list[dict] = []
+
+        def _generate_and_score_completions(self, inputs):
+            out = super()._generate_and_score_completions(inputs)
+            self.recorded.append({k: (v.detach().clone() if torch.is_tensor(v) else v) for k, v in out.items()})
+            return out
+
+    Recording.recorded = []
+    return Recording
+
+
+def params(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def test_contract_holds_and_detects_a_change():
+    check_trl_contract()
+
+    class Changed(GRPOTrainer):
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids):  # renamed argument
+            return None
+
+    with pytest.raises(RuntimeError, match="_calculate_rewards"):
+        check_trl_contract(Changed)
+
+
+@pytest.mark.slow
+def test_tool_loop_step_routes_each_advantage_to_its_segment(tmp_path):
+    tok = build_tokenizer()
+    model = build_policy(tok)
+    before = params(model)
+    Trainer = recording(SLCAGRPOTrainer)
+    trainer = Trainer(
+        model=model,
+        processing_class=tok,
+        reward_funcs=[execution_reward, summary_reward],
+        args=base_args(tmp_path, reward_tiers=["tool", "summary"], max_tool_calling_iterations=3),
+        train_dataset=dataset(8),
+        tools=[get_weather],
+    )
+    trainer.train()
+
+    out = Trainer.recorded[0]
+    ids, cm, tm, adv = out["completion_ids"], out["completion_mask"], out["tool_mask"], out["advantages"]
+    assert adv.shape == ids.shape
+    # rewards recomputed from the decoded completions, in row order
+    texts = [tok.decode(r[m.bool()]) for r, m in zip(ids, cm)]
+    n_calls = np.array([t.count("<tool_call>") for t in texts])
+    n_resp = np.array([t.count("<tool_response>") for t in texts])
+    answered = np.array(["sunny in Paris" in t.split("<tool_response>")[-1].split("</tool_response>")[-1] for t in texts])
+    r_tool = np.where(n_calls > 0, 1.0 / np.maximum(n_calls, 1), 0.0)
+    r_sum = np.where(answered, np.where(n_resp > 0, 1.0, 0.5), 0.0)
+    a_tool, a_sum = group_norm(r_tool, 4), group_norm(r_sum, 4)
+    assert (n_resp > 0).any() and (n_calls == 0).any(), texts  # both behaviours in the batch (seeded)
+
+    call_id = tok.convert_tokens_to_ids("<tool_call>")
+    for i in range(ids.shape[0]):
+        valid, model_tok = cm[i].bool(), (cm[i] * tm[i]).bool()
+        env = valid & ~model_tok
+        a = adv[i]
+        assert torch.all(a[env] == 0), "tool-response tokens must get no advantage"
+        assert torch.all(a[~valid] == 0)
+        if env.any():
+            b = int(env.nonzero().max())
+            pos = torch.arange(len(a))
+            tool_tok = model_tok & (pos < b)
+            summ_tok = model_tok & (pos > b)
+            assert (ids[i][tool_tok] == call_id).any()
+            torch.testing.assert_close(a[tool_tok], torch.full_like(a[tool_tok], a_tool[i]), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(a[summ_tok], torch.full_like(a[summ_tok], a_sum[i]), atol=1e-5, rtol=1e-5)
+        else:  # no call: default empty_tool="response" gives the mean of both advantages
+            expect = (a_tool[i] + a_sum[i]) / 2
+            torch.testing.assert_close(a[model_tok], torch.full_like(a[model_tok], expect), atol=1e-5, rtol=1e-5)
+
+    logged = trainer.state.log_history[0]
+    assert "slca/tool_adv_abs_mean" in logged and logged["slca/tool_token_frac"] > 0
+    after = params(trainer.model)
+    assert any(not torch.equal(before[n], after[n]) for n in before), "the optimizer step did not move the policy"
+
+
+def scripted_rollout_func(tok):
+    """``rollout_func`` with fixed completions: call / env / answer, with known token spans."""
+    call = tok.encode("<tool_call>" + CALL + "</tool_call>") + [tok.eos_token_id]
+    env = tok.encode("\n<tool_response>\nsunny\n</tool_response>\nassistant\n")
+    answer = tok.encode(ANSWER) + [tok.eos_token_id]
+    shapes = [("call", "env", "answer"), ("call", "env", "answer", "answer"), ("answer",), ("call", "env", "call", "env", "answer")]
+    parts = {"call": call, "env": env, "answer": answer}
+
+    def rollout_func(prompts, trainer):
+        prompt_ids, completion_ids, env_mask, logprobs = [], [], [], []
+        for i, p in enumerate(prompts):
+            pids = tok.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=False)
+            seq, mask = [], []
+            for part in shapes[i % len(shapes)]:
+                seq += parts[part]
+                mask += [0 if part == "env" else 1] * len(parts[part])
+            prompt_ids.append(pids)
+            completion_ids.append(seq)
+            env_mask.append(mask)
+            logprobs.append([0.0] * len(seq))
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs, "env_mask": env_mask}
+
+    return rollout_func, parts, shapes
+
+
+@pytest.mark.slow
+def test_rollout_func_env_mask_exact_positions(tmp_path):
+    tok = build_tokenizer()
+    rollout_func, parts, shapes = scripted_rollout_func(tok)
+    r_tool = np.array([1.0, 0.0, 0.5, 0.25, 0.0, 1.0, 1.0, 0.5])
+    r_sum = np.array([0.0, 1.0, 1.0, 0.5, 1.0, 0.0, 0.2, 0.9])
+
+    def tool_r(completions, **_):
+        return r_tool.tolist()
+
+    def sum_r(completions, **_):
+        return r_sum.tolist()
+
+    Trainer = recording(SLCAGRPOTrainer)
+    trainer = Trainer(
+        model=build_policy(tok),
+        processing_class=tok,
+        reward_funcs=[sum_r, tool_r],  # order given by reward_tiers
+        args=base_args(tmp_path, reward_tiers=["summary", "tool"], shuffle_dataset=False),
+        train_dataset=dataset(8),
+        rollout_func=rollout_func,
+    )
+    trainer.train()
+    out = Trainer.recorded[0]
+    adv = out["advantages"]
+    a_tool, a_sum = group_norm(r_tool, 4), group_norm(r_sum, 4)
+    for i in range(8):
+        expect = []
+        shape = shapes[i % 4]
+        last_env = max((k for k, p in enumerate(shape) if p == "env"), default=-1)
+        for k, part in enumerate(shape):
+            n = len(parts[part])
+            if part == "env":
+                expect += [0.0] * n
+            elif last_env < 0:
+                expect += [(a_tool[i] + a_sum[i]) / 2] * n
+            else:
+                expect += [a_tool[i] if k < last_env else a_sum[i]] * n
+        got = adv[i, : len(expect)]
+        torch.testing.assert_close(got, torch.tensor(expect, dtype=got.dtype), atol=1e-5, rtol=1e-5)
+        assert torch.all(adv[i, len(expect):] == 0)
+
+
+def test_grpo_estimator_through_the_trainer_matches_trl_on_policy_tokens(tmp_path):
+    """estimator="grpo" reproduces TRL's own advantage on model tokens (tool-result tokens get 0)."""
+    tok = build_tokenizer()
+    rollout_func, _, _ = scripted_rollout_func(tok)
+    rng = np.random.default_rng(0)
+    r1, r2 = rng.random(8), rng.random(8)
+    funcs = [lambda completions, **_: r1.tolist(), lambda completions, **_: r2.tolist()]
+    for f, name in zip(funcs, ["r1", "r2"]):
+        f.__name__ = name
+    results = {}
+    for cls, extra in [(GRPOTrainer, {}), (SLCAGRPOTrainer, {"advantage_estimator": "grpo"})]:
+        Trainer = recording(cls)
+        t = Trainer(
+            model=build_policy(tok), processing_class=tok, reward_funcs=funcs,
+            args=base_args(tmp_path, cls=GRPOConfig if cls is GRPOTrainer else SLCAGRPOConfig, shuffle_dataset=False, **extra),
+            train_dataset=dataset(8), rollout_func=rollout_func,
+        )
+        results[cls.__name__] = t._generate_and_score_completions([dict(x) for x in t.train_dataset])
+    trl_out, slca_out = results["GRPOTrainer"], results["SLCAGRPOTrainer"]
+    model_tok = (trl_out["completion_mask"] * trl_out["tool_mask"]).float()
+    torch.testing.assert_close(slca_out["advantages"], trl_out["advantages"].unsqueeze(1) * model_tok, atol=1e-5, rtol=1e-5)
+
+
+def test_gathered_batch_then_local_slice_equals_per_process_padding():
+    """Two "processes" with different padding: normalising the gathered batch and slicing keeps each row's values."""
+    g = torch.Generator().manual_seed(0)
+    B, G = 8, 4
+    rpf = torch.rand(B, 2, generator=g)
+    lens = [9, 7, 12, 5, 6, 11, 8, 10]
+    T = max(lens)
+    cm = torch.zeros(B, T, dtype=torch.long)
+    tm = torch.ones(B, T, dtype=torch.long)
+    for i, n in enumerate(lens):
+        cm[i, :n] = 1
+        tm[i, 2:4] = 0 if i % 3 else 1  # every third row made no call
+    full, _ = trl_batch_advantages(rpf, ["tool", "summary"], torch.ones(2), cm, tm, G)
+    # process 1 holds rows 4..7 padded only to its own max length
+    T1 = max(lens[4:])
+    local = full[4:8, :T1]
+    assert torch.all(full[4:8, T1:] == 0)
+    single, _ = trl_batch_advantages(rpf[4:8], ["tool", "summary"], torch.ones(2), cm[4:8, :T1], tm[4:8, :T1], G)
+    torch.testing.assert_close(local, single)  # rows 4..7 are one whole group
+
+
+def test_tier_rewards_weights_and_nan():
+    r = torch.tensor([[1.0, 2.0, float("nan")], [float("nan"), 1.0, float("nan")]])
+    tool, summ = tier_rewards(r, ["tool", "summary", "tool"], torch.tensor([2.0, 1.0, 1.0]))
+    assert tool[0].item() == 2.0 and math.isnan(tool[1].item())
+    assert summ.tolist() == [2.0, 1.0]
+    with pytest.raises(ValueError, match="reward_tiers"):
+        tier_rewards(r, ["tool", "summary"], torch.ones(2))
+
+
+def test_bad_tiers_are_rejected(tmp_path):
+    tok = build_tokenizer()
+    with pytest.raises(ValueError, match="reward_tiers"):
+        SLCAGRPOTrainer(
+            model=build_policy(tok), processing_class=tok, reward_funcs=[execution_reward],
+            args=base_args(tmp_path, reward_tiers=["tool", "summary"]), train_dataset=dataset(8),
+        )
