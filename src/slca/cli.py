@@ -158,6 +158,57 @@ def report(
     console.print(f"report: {md}")
 
 
+@app.command()
+def compare(
+    estimators: str = typer.Option("grpo,slca,gdpo", help="Comma-separated registered estimators; the first is the baseline of paired differences."),
+    seeds: str = typer.Option("0,1,2,3,4", help="Comma-separated seeds; every estimator runs every seed."),
+    out: Path = typer.Option(Path("runs/compare"), help="Folder for all runs and the report."),
+    set_: list[str] = typer.Option([], "--set", "-s", help="Override a config field for every run (repeatable)."),
+    jobs: int = typer.Option(2, help="Runs trained at once (one torch thread each)."),
+    level: float = typer.Option(0.5, help="Tool-success level for 'steps to level'."),
+    title: str = typer.Option("slca compare", help="Report title."),
+) -> None:
+    """Train several estimators over several seeds on the same budget and report honestly."""
+    import shlex
+    import sys
+
+    from slca.compare import run_compare, write_compare_report
+
+    est = [e.strip() for e in estimators.split(",") if e.strip()]
+    try:
+        sds = [int(x) for x in seeds.split(",") if x.strip()]
+    except ValueError:
+        _fail(f"--seeds must be comma-separated integers, got {seeds!r}")
+    if not est or not sds:
+        _fail("need at least one estimator and one seed")
+    from slca.config import load_config
+
+    try:
+        cfg = load_config(None, set_)
+    except ValueError as e:
+        _fail(str(e))
+    if cfg.model == "default":  # build the embedded model once, before runs start in parallel
+        from slca.models import load_default
+
+        load_default(progress=True)
+    t0 = time.time()
+    n = len(est) * len(sds)
+    done = [0]
+
+    def progress(spec, rc, secs):
+        done[0] += 1
+        status = "[green]ok[/green]" if rc == 0 else f"[red]failed ({rc})[/red]"
+        console.print(f"[{done[0]}/{n}] {spec.estimator} seed {spec.seed}: {status} in {secs / 60:.1f} min")
+
+    try:
+        specs = run_compare(est, sds, out, list(set_), jobs=jobs, progress=progress)
+    except (ValueError, RuntimeError) as e:
+        _fail(str(e))
+    command = "slca " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    md = write_compare_report(specs, out, level=level, command=command, wall_s=time.time() - t0, title=title)
+    console.print(f"report: [bold]{md}[/bold]")
+
+
 def main() -> None:  # pragma: no cover
     app()
 

@@ -432,15 +432,46 @@ class Trainer:
         res = generate_rollouts(self.model, self.tok, self.eval_tasks, self.make_env, self.rollout_config(self.step, eval_mode=True))
         sb = score(res.trajectories)
         out: dict[str, list[float]] = {}
-        for t in res.trajectories:
-            for k, v in in_domain_metrics(t.task, t.turns).items():
+        for t, rs in zip(res.trajectories, sb.summary.tolist()):
+            metrics = in_domain_metrics(t.task, t.turns)
+            metrics["parse_ok"] = float(sum(len(x.parsed.errors) for x in t.turns) == 0)
+            for k, v in metrics.items():
                 out.setdefault(k, []).append(float(v))
-            errs = sum(len(x.parsed.errors) for x in t.turns)
-            out.setdefault("parse_ok", []).append(float(errs == 0))
+            out.setdefault(f"kind/{t.task.kind}/success", []).append(float(metrics["success"]))
+            out.setdefault(f"kind/{t.task.kind}/reward_summary", []).append(rs)
         m = {f"eval/{k}": _nanmean(v) for k, v in out.items()}
         m["eval/reward_tool"] = _nanmean(sb.tool)
         m["eval/reward_summary"] = _nanmean(sb.summary)
+        m.update(self.parallel_probe())
         return m
+
+    @torch.no_grad()
+    def parallel_probe(self, n: int = 8) -> dict[str, float]:
+        """The paper's diagnostic case, tracked over training.
+
+        For up to ``n`` held-out tasks whose first gold step is parallel, the
+        log-probability of answering with the whole step in one turn versus only
+        its first call (the start of the wasteful one-call-per-turn pattern).
+        ``probe/parallel_pref`` = mean log p(one parallel turn) - log p(first call alone).
+        """
+        from slca.chat import encode_conversation, get_format
+
+        fmt = get_format(self.cfg.tool_format)
+        tasks = [t for t in self.eval_tasks if t.gold and len(t.gold[0]) > 1][:n]
+        if not tasks:
+            return {}
+        lp: dict[str, list[float]] = {"parallel": [], "sequential": []}
+        for task in tasks:
+            for name, calls in (("parallel", task.gold[0]), ("sequential", task.gold[0][:1])):
+                msgs = task.messages + [{"role": "assistant", "content": fmt.render(calls)}]
+                enc = encode_conversation(self.tok, msgs, task.tools)
+                ids = torch.tensor([enc.input_ids], device=self.cfg.device)
+                mask = torch.tensor(enc.model_mask[1:], device=self.cfg.device, dtype=torch.bool)
+                logits = self.model(input_ids=ids).logits[0, :-1].float()
+                tok_lp = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None]).squeeze(-1)
+                lp[name].append(float(tok_lp[mask].sum()))
+        par, seq = _nanmean(lp["parallel"]), _nanmean(lp["sequential"])
+        return {"probe/logp_parallel": par, "probe/logp_sequential": seq, "probe/parallel_pref": par - seq}
 
     # ------------------------------------------------------------------ checkpoints
 

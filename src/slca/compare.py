@@ -1,0 +1,226 @@
+"""Multi-seed, multi-estimator comparisons (`slca compare`).
+
+Every run shares one config (hyperparameters fixed before the comparison); only
+the estimator and the seed change. Runs execute as separate `slca train`
+processes, ``jobs`` at a time (one torch thread each), so a 2-core machine runs
+two at once. The report gives means with 95% t-intervals, every seed, paired
+differences against the first estimator, learning curves with bands, steps to a
+fixed tool-success level, and the paper's diagnostics.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slca.report import final_eval, read_metrics
+
+__all__ = ["RunSpec", "run_compare", "summarize", "write_compare_report", "t_interval"]
+
+# two-sided 95% Student-t critical values, dof 1..30
+_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+def t_interval(xs: list[float]) -> tuple[float, float]:
+    """Mean and half-width of the 95% Student-t interval (half-width NaN for n < 2)."""
+    v = [x for x in xs if isinstance(x, (int, float)) and math.isfinite(x)]
+    if not v:
+        return float("nan"), float("nan")
+    mu = sum(v) / len(v)
+    if len(v) < 2:
+        return mu, float("nan")
+    sd = math.sqrt(sum((x - mu) ** 2 for x in v) / (len(v) - 1))
+    t = _T95[min(len(v) - 1, 30) - 1]
+    return mu, t * sd / math.sqrt(len(v))
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    estimator: str
+    seed: int
+    run_dir: Path
+
+
+def _run_one(spec: RunSpec, overrides: list[str], log_dir: Path) -> tuple[RunSpec, int, float]:
+    cmd = [sys.executable, "-m", "slca.cli", "train", "--set", f"estimator={spec.estimator}", "--set", f"seed={spec.seed}",
+           "--set", f"run_dir={spec.run_dir}"]
+    for o in overrides:
+        cmd += ["--set", o]
+    if (spec.run_dir / "checkpoints").exists():
+        cmd.append("--resume")  # an interrupted comparison picks up where it stopped
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    t0 = time.time()
+    with open(log_dir / f"{spec.estimator}-seed{spec.seed}.log", "w") as f:
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+    return spec, rc, time.time() - t0
+
+
+def run_compare(estimators: list[str], seeds: list[int], out: Path, overrides: list[str], jobs: int = 2, progress=None) -> list[RunSpec]:
+    """Train every (estimator, seed) pair; returns the specs. Raises if a run failed."""
+    from slca.advantages import list_estimators
+    from slca.config import load_config
+
+    for e in estimators:
+        if e not in list_estimators():
+            raise ValueError(f"unknown estimator {e!r}; registered: {list_estimators()}")
+    load_config(None, overrides)  # refuse a bad override before any work starts
+    if any(k.split("=", 1)[0].strip() in ("estimator", "seed", "run_dir") for k in overrides):
+        raise ValueError("--set may not change estimator, seed or run_dir: compare sets them per run")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(exist_ok=True)
+    specs = [RunSpec(e, s, out / f"{e}-seed{s}") for s in seeds for e in estimators]
+    todo = [sp for sp in specs if not _finished(sp.run_dir, overrides)]
+    failed = []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
+        for spec, rc, secs in ex.map(lambda sp: _run_one(sp, overrides, out / "logs"), todo):
+            if progress:
+                progress(spec, rc, secs)
+            if rc != 0:
+                failed.append(f"{spec.estimator} seed {spec.seed} (see {out / 'logs'})")
+    if failed:
+        raise RuntimeError("runs failed: " + ", ".join(failed))
+    (out / "compare.json").write_text(json.dumps({"estimators": estimators, "seeds": seeds, "overrides": overrides}, indent=2))
+    return specs
+
+
+def _finished(run_dir: Path, overrides: list[str]) -> bool:
+    if not (run_dir / "metrics.jsonl").exists() or not (run_dir / "config.json").exists():
+        return False
+    steps = json.loads((run_dir / "config.json").read_text())["steps"]
+    rows = read_metrics(run_dir)
+    return bool(rows) and rows[-1]["step"] + 1 >= steps
+
+
+def _steps_to(rows: list[dict[str, Any]], key: str, level: float, k: int = 5) -> float:
+    """First step at which the k-step moving average of ``key`` reaches ``level`` (NaN if never)."""
+    vals = [r.get(key) for r in rows]
+    win: list[float] = []
+    for r, v in zip(rows, vals):
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            win = (win + [float(v)])[-k:]
+            if len(win) == k and sum(win) / k >= level:
+                return float(r["step"] + 1)
+    return float("nan")
+
+
+def _mean_key(rows: list[dict[str, Any]], key: str) -> float:
+    v = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    return sum(v) / len(v) if v else float("nan")
+
+
+SUMMARY_KEYS = ["eval/success", "eval/name_f1", "eval/arg_match", "eval/process", "eval/reward_tool", "eval/reward_summary"]
+DIAG_KEYS = ["grad/volatility", "grad/cosine_tool_summary", "adv/contamination", "grad/tool_norm", "grad/summary_norm"]
+
+
+def summarize(specs: list[RunSpec], level: float) -> dict[str, Any]:
+    """Per-run numbers and per-estimator means with intervals."""
+    per_run: list[dict[str, Any]] = []
+    for sp in specs:
+        rows = read_metrics(sp.run_dir)
+        ev = final_eval(rows)
+        rec: dict[str, Any] = {"estimator": sp.estimator, "seed": sp.seed}
+        rec.update({k: ev.get(k, float("nan")) for k in SUMMARY_KEYS})
+        rec.update({k: v for k, v in ev.items() if k.startswith("eval/kind/") or k.startswith("probe/")})
+        rec.update({k: _mean_key(rows, k) for k in DIAG_KEYS})
+        rec["steps_to_level"] = _steps_to(rows, "reward/exec/success" if any("reward/exec/success" in r for r in rows) else "reward/tool", level)
+        per_run.append(rec)
+    return {"runs": per_run}
+
+
+def _curve(specs: list[RunSpec], est: str, key: str) -> tuple[list[int], list[float], list[float]]:
+    by_step: dict[int, list[float]] = {}
+    for sp in specs:
+        if sp.estimator != est:
+            continue
+        for r in read_metrics(sp.run_dir):
+            v = r.get(key)
+            if isinstance(v, (int, float)) and math.isfinite(v):
+                by_step.setdefault(r["step"] + 1, []).append(float(v))
+    xs = sorted(by_step)
+    mus, hws = zip(*[t_interval(by_step[x]) for x in xs]) if xs else ((), ())
+    return xs, list(mus), [0.0 if math.isnan(h) else h for h in hws]
+
+
+def write_compare_report(specs: list[RunSpec], out: Path, *, level: float, command: str, wall_s: float, title: str = "slca compare") -> Path:
+    """docs-ready markdown + curves_compare.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summary = summarize(specs, level)
+    runs = summary["runs"]
+    ests = list(dict.fromkeys(sp.estimator for sp in specs))
+    seeds = sorted({sp.seed for sp in specs})
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+
+    panels = [("eval/success", "held-out Success"), ("reward/tool", "execution reward (train)"), ("reward/summary", "summary reward (train)"),
+              ("probe/parallel_pref", "log p(parallel turn) - log p(first call alone)"), ("grad/volatility", "grad-norm volatility"),
+              ("grad/cosine_tool_summary", "cosine(tool grad, summary grad)")]
+    fig, axes = plt.subplots(2, 3, figsize=(16, 8))
+    for ax, (key, ttl) in zip(axes.flat, panels):
+        for est in ests:
+            xs, mu, hw = _curve(specs, est, key)
+            if not xs:
+                continue
+            ax.plot(xs, mu, label=est, marker="o" if len(xs) < 12 else "")
+            ax.fill_between(xs, [m - h for m, h in zip(mu, hw)], [m + h for m, h in zip(mu, hw)], alpha=0.2)
+        ax.set_title(ttl, fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend()
+    fig.tight_layout()
+    fig.savefig(out / "curves_compare.png", dpi=90)
+    plt.close(fig)
+
+    def fmt(mu: float, hw: float) -> str:
+        if math.isnan(mu):
+            return "n/a"
+        return f"{mu:.3f} ± {hw:.3f}" if not math.isnan(hw) else f"{mu:.3f}"
+
+    L = [f"# {title}", "", f"Command: `{command}`", "", f"Estimators: {', '.join(ests)}; seeds: {seeds}; wall time {wall_s / 60:.1f} min.", "",
+         "Means over seeds with 95% Student-t intervals (± half-width). Held-out metrics are from the final evaluation.", "",
+         "## Held-out metrics", "", "| estimator | " + " | ".join(k.split("/", 1)[1] for k in SUMMARY_KEYS) + " | steps to level |", "|---" * (len(SUMMARY_KEYS) + 2) + "|"]
+    for est in ests:
+        rr = [r for r in runs if r["estimator"] == est]
+        cells = [fmt(*t_interval([r[k] for r in rr])) for k in SUMMARY_KEYS]
+        stl = [r["steps_to_level"] for r in rr]
+        reached = sum(1 for x in stl if math.isfinite(x))
+        cells.append(f"{fmt(*t_interval(stl))} ({reached}/{len(rr)} reached)")
+        L.append(f"| {est} | " + " | ".join(cells) + " |")
+    base = ests[0]
+    if len(ests) > 1:
+        L += ["", f"## Paired differences against {base} (same seed)", "", "| estimator | " + " | ".join(k.split("/", 1)[1] for k in SUMMARY_KEYS) + " |", "|---" * (len(SUMMARY_KEYS) + 1) + "|"]
+        for est in ests[1:]:
+            cells = []
+            for k in SUMMARY_KEYS:
+                d = [next(r[k] for r in runs if r["estimator"] == est and r["seed"] == s) - next(r[k] for r in runs if r["estimator"] == base and r["seed"] == s) for s in seeds]
+                cells.append(fmt(*t_interval(d)))
+            L.append(f"| {est} - {base} | " + " | ".join(cells) + " |")
+    L += ["", "## Diagnostics (mean over training steps)", "", "| estimator | " + " | ".join(DIAG_KEYS) + " |", "|---" * (len(DIAG_KEYS) + 1) + "|"]
+    for est in ests:
+        rr = [r for r in runs if r["estimator"] == est]
+        L.append(f"| {est} | " + " | ".join(fmt(*t_interval([r[k] for r in rr])) for k in DIAG_KEYS) + " |")
+    kinds = sorted({k.split("/")[2] for r in runs for k in r if k.startswith("eval/kind/")})
+    if kinds:
+        L += ["", "## Held-out Success per task kind", "", "| estimator | " + " | ".join(kinds) + " |", "|---" * (len(kinds) + 1) + "|"]
+        for est in ests:
+            rr = [r for r in runs if r["estimator"] == est]
+            L.append(f"| {est} | " + " | ".join(fmt(*t_interval([r.get(f"eval/kind/{k}/success", float("nan")) for r in rr])) for k in kinds) + " |")
+    L += ["", "## Every seed", "", "| estimator | seed | " + " | ".join(k.split("/", 1)[1] for k in SUMMARY_KEYS) + " | parallel_pref |", "|---" * (len(SUMMARY_KEYS) + 3) + "|"]
+    for r in runs:
+        L.append(f"| {r['estimator']} | {r['seed']} | " + " | ".join(f"{r[k]:.3f}" for k in SUMMARY_KEYS) + f" | {r.get('probe/parallel_pref', float('nan')):.2f} |")
+    L += ["", f"Steps to level: first step at which the 5-step moving average of the training tool success reaches {level}.", "",
+          "![curves](curves_compare.png)", ""]
+    md = out / "report.md"
+    md.write_text("\n".join(L))
+    return md
