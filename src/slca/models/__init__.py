@@ -1,0 +1,31 @@
+"""The embedded default policy: a small Qwen2 model, its tokenizer and SFT warm start.
+
+``load_default()`` builds them on first use from toolworld demonstrations
+(nothing from the hub), caches them with ``save_pretrained`` and loads them with
+``AutoModelForCausalLM`` / ``AutoTokenizer``. See docs/warmstart.md.
+"""
+
+from slca.models.config import RECIPE_VERSION, BuildConfig, DemoMix, ModelSize
+from slca.models.default import BuildReport, build_default, default_cache_root, default_model_dir, load_default, make_model
+from slca.models.sft import SFTConfig, SFTStats, sft_train
+from slca.models.tokenizer import ADDED_TOKENS, SPECIAL_TOKENS, chat_template, train_tokenizer
+
+__all__ = [
+    "ADDED_TOKENS",
+    "RECIPE_VERSION",
+    "SPECIAL_TOKENS",
+    "BuildConfig",
+    "BuildReport",
+    "DemoMix",
+    "ModelSize",
+    "SFTConfig",
+    "SFTStats",
+    "build_default",
+    "chat_template",
+    "default_cache_root",
+    "default_model_dir",
+    "load_default",
+    "make_model",
+    "sft_train",
+    "train_tokenizer",
+]
