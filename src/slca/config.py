@@ -49,8 +49,8 @@ class TrainConfig:
     """Assistant turns per rollout before it is stopped (stop_reason='max_turns')."""
     max_new_tokens: int = 96
     """Tokens per assistant turn."""
-    max_total_tokens: int = 448
-    """Response tokens per rollout, environment tokens included."""
+    max_total_tokens: int = 1024
+    """Prompt + response tokens per rollout (environment tokens included); generation stops there."""
     temperature: float = 1.0
     """Sampling temperature; training log-probs use the same temperature."""
     top_p: float = 1.0

@@ -327,7 +327,7 @@ class Trainer:
                         ref_logp = response_logprobs(self.ref, mb, c.temperature)
                     kl_tok = kl_penalty(logp, ref_logp, kind=c.kl_kind)
                     per_tok = per_tok + c.kl_coef * kl_tok
-                    kls.append(float((kl_tok * mask).sum() / mask.sum().clamp_min(1)))
+                    kls.append(float((kl_tok.detach() * mask).sum() / mask.sum().clamp_min(1)))
                 agg = dict(tool_mask=tm, summary_mask=sm, max_tokens=c.max_total_tokens)
                 self.opt.zero_grad(set_to_none=True)
                 if epoch == 0 and k == 0 and c.diag_every and step % c.diag_every == 0:
@@ -349,7 +349,7 @@ class Trainer:
                     loss.backward()
                 gnorm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm))
                 self.opt.step()
-                losses.append(float(loss))
+                losses.append(float(loss.detach()))
                 with torch.no_grad():
                     ratio = torch.exp(logp - mb.old_logprobs)
                     clipped = ((ratio < 1 - c.clip_low) | (ratio > 1 + c.clip_high)) & mask.bool()
