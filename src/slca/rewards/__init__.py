@@ -1,0 +1,31 @@
+"""Hierarchical rewards (HierR, arXiv 2609.29050): an execution tier for tool tokens
+and a summary tier for summary tokens, each a total with named components.
+
+A rollout that cannot be scored gets a NaN total with its reason (logged on the
+``slca.rewards`` logger); the advantage functions give NaN rewards advantage 0.
+"""
+
+from __future__ import annotations
+
+from slca.rewards.execution import EXECUTION_WEIGHTS, Unscorable, execution_reward, in_domain_metrics
+from slca.rewards.summary import REFUSAL_MARKERS, SUMMARY_WEIGHTS, summary_reward
+from slca.types import RewardBreakdown, Trajectory
+
+__all__ = [
+    "EXECUTION_WEIGHTS",
+    "REFUSAL_MARKERS",
+    "SUMMARY_WEIGHTS",
+    "Unscorable",
+    "execution_reward",
+    "hierarchical_rewards",
+    "in_domain_metrics",
+    "summary_reward",
+]
+
+
+def hierarchical_rewards(traj: Trajectory, *, judge=None, judge_weight: float = 0.5) -> tuple[RewardBreakdown, RewardBreakdown]:
+    """``(execution_reward, summary_reward)`` of a finished rollout."""
+    return (
+        execution_reward(traj.task, traj.turns),
+        summary_reward(traj.task, traj.turns, traj.final_text, judge=judge, judge_weight=judge_weight),
+    )

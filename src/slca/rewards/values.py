@@ -1,0 +1,108 @@
+"""Value normalisation and extraction shared by the reward tiers.
+
+* :func:`normalize` makes argument values comparable: numbers (and numeric
+  strings) become floats rounded to 6 significant decimals, strings are
+  case-folded with whitespace collapsed, containers are normalised recursively.
+* :func:`extract_values` finds the checkable values a free-text answer states:
+  ISO dates, clock times, scores (``2-1``), ids (``FL482``) and numbers
+  (``1,250`` and ``-3.5`` included), each in a canonical string form.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["normalize", "values_equal", "extract_values", "leaf_values", "canon_number"]
+
+_NUM_STR = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+
+
+def canon_number(x: float) -> str:
+    """Canonical text of a number: ``182``, ``167.44``, ``-3`` (no trailing ``.0``)."""
+    x = round(float(x), 6)
+    if x == int(x):
+        return str(int(x))
+    return f"{x:.6f}".rstrip("0").rstrip(".")
+
+
+def normalize(v: Any) -> Any:
+    """Canonical form of an argument value for equality checks."""
+    if isinstance(v, bool) or v is None:
+        return v
+    if isinstance(v, (int, float)):
+        return round(float(v), 6)
+    if isinstance(v, str):
+        s = " ".join(v.split()).casefold()
+        if _NUM_STR.match(s.replace(",", "")) and s.count(",") == len(re.findall(r"\d,\d{3}", s)):
+            return round(float(s.replace(",", "")), 6)
+        return s
+    if isinstance(v, dict):
+        return {str(k): normalize(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [normalize(x) for x in v]
+    return v
+
+
+def values_equal(a: Any, b: Any) -> bool:
+    """Equality after :func:`normalize` (so ``"182"``, ``182`` and ``182.0`` agree; ``"Paris"`` == ``" paris"``)."""
+    return normalize(a) == normalize(b)
+
+
+_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
+_TIME = re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?\b")
+_SCORE = re.compile(r"(?<![\w.-])\d{1,2}-\d{1,2}(?![\w-]|\.\d)")
+_ID = re.compile(r"\b(?=[A-Za-z0-9_-]*\d)(?=[A-Za-z0-9_-]*[A-Za-z])[A-Za-z][A-Za-z0-9_-]*\d[A-Za-z0-9_-]*\b")
+_NUMBER = re.compile(r"(?<![\w.])[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w])")
+
+
+def extract_values(text: str) -> set[str]:
+    """The checkable values stated in ``text``, canonicalised.
+
+    Dates, times, scores and ids are taken first and masked so their digits are
+    not read again as numbers. Returns strings such as ``"date:2025-07-03"``,
+    ``"time:06:12"``, ``"score:2-1"``, ``"id:fl482"``, ``"num:167.44"``.
+    """
+    out: set[str] = set()
+    for kind, pat in (("date", _DATE), ("time", _TIME), ("score", _SCORE), ("id", _ID)):
+        for m in pat.finditer(text):
+            tok = m.group(0)
+            if kind == "time":
+                tok = ":".join(p.zfill(2) for p in tok.split(":")[:2])
+            out.add(f"{kind}:{tok.casefold()}")
+        text = pat.sub(" ", text)
+    for m in _NUMBER.finditer(text):
+        tok = m.group(0).rstrip(".")
+        out.add("num:" + canon_number(float(tok.replace(",", ""))))
+    return out
+
+
+def leaf_values(obj: Any) -> tuple[set[str], set[str]]:
+    """Values and words an object (a tool result, a message) supports.
+
+    Returns ``(values, words)``: ``values`` as :func:`extract_values` writes them
+    (numbers from numeric leaves, values found inside string leaves), ``words``
+    the case-folded string leaves and their words.
+    """
+    values: set[str] = set()
+    words: set[str] = set()
+
+    def walk(x: Any) -> None:
+        if isinstance(x, bool) or x is None:
+            return
+        if isinstance(x, (int, float)):
+            values.add("num:" + canon_number(x))
+        elif isinstance(x, str):
+            values.update(extract_values(x))
+            s = x.casefold()
+            words.add(s)
+            words.update(re.findall(r"[a-z]+", s))
+        elif isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v)
+
+    walk(obj)
+    return values, words
