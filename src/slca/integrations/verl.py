@@ -1,0 +1,349 @@
+"""SLCA as a verl advantage estimator (tested with verl 0.9.1; extra ``slca[verl]``).
+
+Registration
+    ``pip install 'slca[verl]'`` declares the entry point
+    ``[project.entry-points."verl.plugins"] slca = "slca.integrations.verl"``.
+    ``import verl`` loads every ``verl.plugins`` entry point (policy:
+    ``VERL_USE_EXTERNAL_PLUGINS``, default ``auto``) by *importing* it; it does not
+    call anything, so this module registers ``slca`` in
+    ``verl.trainer.ppo.core_algos.ADV_ESTIMATOR_REGISTRY`` at import time
+    (:func:`register`, idempotent). Every Ray worker that imports verl therefore
+    has it; select it with ``algorithm.adv_estimator=slca``. verl logs a plugin
+    that fails to import only at debug level: check with
+    ``python -c "import verl; from verl.trainer.ppo.core_algos import get_adv_estimator_fn as g; g('slca')"``.
+
+How the two rewards reach the estimator (verl 0.9.1)
+    verl calls a registered estimator with ``token_level_rewards``,
+    ``response_mask``, ``index`` (uids) and the algorithm ``config`` only; the
+    ``reward_extra_info`` a reward function returns is stored in the batch but not
+    handed over (only the built-in ``gdpo`` gets it, by a name check). So both
+    rewards travel as token positions (:func:`pack_token_rewards`):
+
+    * the summary reward sits at the last valid response token, where verl's own
+      reward managers put the score;
+    * the execution (tool) reward sits at the last token of the execution segment
+      (:func:`slca.segment_masks` on ``response_mask``), or, for a rollout that
+      made no call, at its first policy token;
+    * the estimator reads the tool reward back at that position and takes the
+      summary reward as the rest of the row's sum (:func:`unpack_token_rewards`).
+
+    :class:`slca.integrations.verl_agent_loop.SLCAToolAgentLoop` writes this layout
+    from the ``tool_reward`` / ``summary_reward`` keys of :func:`compute_score`'s
+    result. ``algorithm.use_kl_in_reward`` must be False (a per-token KL penalty
+    would be read as reward; use the actor's ``use_kl_loss`` instead).
+
+    When verl hands estimators the batch's ``reward_extra_info`` (as it already
+    does for ``gdpo``: ``non_tensor_batch``), :func:`compute_slca_outcome_advantage`
+    reads ``non_tensor_batch["tool_reward"]`` / ``["summary_reward"]`` directly and
+    the token layout is no longer needed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from slca.advantages import EMPTY_TOOL_MODES, AdvantageInputs, compute_advantages
+from slca.segments import segment_masks
+
+__all__ = [
+    "ESTIMATOR_NAME",
+    "TOOL_KEY",
+    "SUMMARY_KEY",
+    "tool_reward_positions",
+    "pack_token_rewards",
+    "unpack_token_rewards",
+    "compute_slca_outcome_advantage",
+    "register",
+    "compute_score",
+]
+
+ESTIMATOR_NAME = "slca"
+TOOL_KEY = "tool_reward"
+SUMMARY_KEY = "summary_reward"
+
+
+def tool_reward_positions(response_mask: torch.Tensor) -> torch.Tensor:
+    """Where each row's execution reward is stored.
+
+    The last token of the execution segment; the first policy token for a row
+    without one; 0 for a row without any policy token.
+
+    Args:
+        response_mask: (B, T) 0/1, 1 on policy tokens (verl's ``response_mask``).
+
+    Returns:
+        (B,) long.
+    """
+    model = torch.as_tensor(response_mask)
+    tool, _ = segment_masks(model)
+    pos = torch.arange(model.shape[1], device=model.device).unsqueeze(0)
+    last_tool = torch.where(tool.bool(), pos, torch.full_like(pos, -1)).amax(dim=1)
+    big = model.shape[1]
+    first_model = torch.where(model.bool(), pos, torch.full_like(pos, big)).amin(dim=1)
+    first_model = torch.where(first_model == big, torch.zeros_like(first_model), first_model)
+    return torch.where(last_tool >= 0, last_tool, first_model)
+
+
+def pack_token_rewards(
+    tool_rewards: torch.Tensor,
+    summary_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    response_lengths: torch.Tensor,
+) -> torch.Tensor:
+    """Write both rewards at their token positions (the inverse of :func:`unpack_token_rewards`).
+
+    Args:
+        tool_rewards: (B,) execution-tier reward.
+        summary_rewards: (B,) summary-tier reward.
+        response_mask: (B, T) 0/1 policy tokens.
+        response_lengths: (B,) number of valid response tokens (policy and tool
+            tokens, no padding); the summary reward goes to ``length - 1``.
+
+    Returns:
+        (B, T) float32 ``token_level_scores``. When both positions coincide (a
+        one-token response without a call) the two rewards add up there and the
+        reader attributes the sum to the tool tier; such a response has no
+        summary text.
+    """
+    m = torch.as_tensor(response_mask)
+    B, T = m.shape
+    rt = torch.as_tensor(tool_rewards, dtype=torch.float32).reshape(-1)
+    rs = torch.as_tensor(summary_rewards, dtype=torch.float32).reshape(-1)
+    n = torch.as_tensor(response_lengths).reshape(-1).long()
+    for name, v in (("tool_rewards", rt), ("summary_rewards", rs), ("response_lengths", n)):
+        if v.shape[0] != B:
+            raise ValueError(f"{name} must have length B={B} (rows of response_mask), got {v.shape[0]}")
+    if ((n < 1) | (n > T)).any():
+        raise ValueError(f"response_lengths must be in [1, {T}], got {n.tolist()}")
+    if not torch.isfinite(rt).all() or not torch.isfinite(rs).all():
+        raise ValueError("tool_rewards and summary_rewards must be finite (verl sums token rewards for its metrics)")
+    out = torch.zeros(B, T, dtype=torch.float32, device=m.device)
+    rows = torch.arange(B, device=m.device)
+    out[rows, n - 1] += rs.to(m.device)
+    out[rows, tool_reward_positions(m)] += rt.to(m.device)
+    return out
+
+
+def unpack_token_rewards(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Read ``(tool_rewards, summary_rewards)``, each (B,), from the token layout.
+
+    ``r_tool = R[i, p_i]`` with ``p_i`` from :func:`tool_reward_positions`;
+    ``r_sum = sum_t R[i, t] - r_tool``.
+    """
+    R = torch.as_tensor(token_level_rewards).float()
+    if R.shape != torch.as_tensor(response_mask).shape:
+        raise ValueError(
+            f"token_level_rewards {tuple(R.shape)} and response_mask {tuple(response_mask.shape)} must have the same shape"
+        )
+    p = tool_reward_positions(response_mask).to(R.device)
+    r_tool = R.gather(1, p.unsqueeze(1)).squeeze(1)
+    return r_tool, R.sum(dim=1) - r_tool
+
+
+def _cfg(config: Any, key: str, default: Any) -> Any:
+    if config is None:
+        return default
+    if isinstance(config, Mapping) or hasattr(config, "get"):
+        try:
+            return config.get(key, default)
+        except (AttributeError, KeyError):
+            return getattr(config, key, default)
+    return getattr(config, key, default)
+
+
+def compute_slca_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Any = None,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+    config: Any = None,
+    non_tensor_batch: Mapping[str, Any] | None = None,
+    **_: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl estimator ``slca``: :func:`slca.slca_advantages` through slca's registry.
+
+    Args (verl's estimator signature):
+        token_level_rewards: (B, T) rewards in the :func:`pack_token_rewards` layout.
+        response_mask: (B, T) 0/1, 1 on policy tokens, 0 on tool responses and padding.
+        index: (B,) uids: rollouts of one prompt share one.
+        epsilon: added to the group std (verl's GRPO default 1e-6).
+        norm_adv_by_std_in_grpo: False centres only (Dr. GRPO); also read from
+            ``config.norm_adv_by_std_in_grpo``, which verl sets.
+        config: verl ``AlgoConfig``; ``use_kl_in_reward`` must be False.
+            ``slca_empty_tool`` (optional) picks the no-call rule.
+        non_tensor_batch: when given and holding ``tool_reward`` /
+            ``summary_reward`` (verl's ``reward_extra_info``), the rewards are
+            read from there instead of the token layout.
+
+    Returns:
+        ``(advantages, returns)``, both (B, T), equal (outcome-only, as GRPO).
+    """
+    if index is None:
+        raise ValueError("index (the rollouts' uids) is required: SLCA normalises within each prompt's group")
+    if _cfg(config, "use_kl_in_reward", False):
+        raise ValueError(
+            "algorithm.use_kl_in_reward must be False with adv_estimator=slca: the KL penalty would be read as "
+            "reward; use actor_rollout_ref.actor.use_kl_loss=True instead"
+        )
+    mask = torch.as_tensor(response_mask)
+    if non_tensor_batch is not None and TOOL_KEY in non_tensor_batch and SUMMARY_KEY in non_tensor_batch:
+        r_tool = torch.as_tensor(np.asarray(non_tensor_batch[TOOL_KEY], dtype=np.float32))
+        r_sum = torch.as_tensor(np.asarray(non_tensor_batch[SUMMARY_KEY], dtype=np.float32))
+    else:
+        r_tool, r_sum = unpack_token_rewards(token_level_rewards, mask)
+    scale = "group" if (norm_adv_by_std_in_grpo and _cfg(config, "norm_adv_by_std_in_grpo", True)) else "none"
+    empty_tool = _cfg(config, "slca_empty_tool", "response")
+    if empty_tool not in EMPTY_TOOL_MODES:
+        raise ValueError(f"algorithm.slca_empty_tool must be one of {EMPTY_TOOL_MODES}, got {empty_tool!r}")
+    tool_seg, summary_seg = segment_masks(mask)
+    inputs = AdvantageInputs(
+        tool_rewards=r_tool.to(mask.device),
+        summary_rewards=r_sum.to(mask.device),
+        group_ids=[str(u) for u in np.asarray(index).tolist()],
+        model_mask=mask,
+        tool_mask=tool_seg,
+        summary_mask=summary_seg,
+    )
+    adv = compute_advantages("slca", inputs, scale=scale, eps=epsilon, empty_tool=empty_tool)
+    adv = adv.to(device=mask.device, dtype=torch.as_tensor(token_level_rewards).dtype)
+    return adv, adv
+
+
+def register() -> None:
+    """Register :func:`compute_slca_outcome_advantage` as verl's ``slca`` (idempotent).
+
+    Raises ValueError (from verl) if a different function already holds the name.
+    """
+    from verl.trainer.ppo import core_algos
+
+    old = core_algos.ADV_ESTIMATOR_REGISTRY.get(ESTIMATOR_NAME)
+    fn = compute_slca_outcome_advantage
+    if old is fn:
+        return
+    if old is not None and (old.__module__, old.__qualname__) == (fn.__module__, fn.__qualname__):
+        core_algos.ADV_ESTIMATOR_REGISTRY[ESTIMATOR_NAME] = fn  # this module, re-imported
+        return
+    core_algos.register_adv_est(ESTIMATOR_NAME)(fn)
+
+
+# ---------------------------------------------------------------------- reward function
+
+
+def _task_from_row(ground_truth: Any, extra_info: Mapping[str, Any] | None):
+    """A :class:`slca.types.Task` from the paper's verl row format.
+
+    ``ground_truth`` is ``reward_model.ground_truth``: a dict (or its JSON) with
+    ``gold_tool_calls``, a JSON list of steps, each a list of parallel calls
+    ``{"name", "arguments"}``. ``extra_info`` may carry ``tools`` (JSON string
+    or list of OpenAI schemas), ``prompt`` (chat list), ``answer_facts``,
+    ``kind`` and ``index``.
+    """
+    from slca.types import Task, ToolCall
+
+    gt = json.loads(ground_truth) if isinstance(ground_truth, str) else dict(ground_truth or {})
+    steps = gt.get("gold_tool_calls", [])
+    steps = json.loads(steps) if isinstance(steps, str) else steps
+    gold = []
+    for step in steps:
+        step = step if isinstance(step, list) else [step]
+        calls = []
+        for c in step:
+            args = c.get("arguments", {})
+            calls.append(ToolCall(name=c["name"], arguments=json.loads(args) if isinstance(args, str) else dict(args)))
+        gold.append(calls)
+    info = dict(extra_info or {})
+    tools = info.get("tools", [])
+    tools = json.loads(tools) if isinstance(tools, str) else list(tools)
+    prompt = info.get("prompt", [])
+    prompt = json.loads(prompt) if isinstance(prompt, str) else list(prompt)
+    facts = gt.get("answer_facts", info.get("answer_facts", []))
+    return Task(
+        id=str(info.get("index", info.get("uuid", ""))),
+        messages=prompt,
+        tools=tools,
+        gold=gold,
+        kind=str(info.get("kind", "single" if gold else "no_tool")),
+        answer_facts=list(facts),
+    )
+
+
+def _turns_from_solution(solution_str: str, fmt: str):
+    """Assistant turns and tool results from a decoded multi-turn verl response.
+
+    verl decodes the response with ``skip_special_tokens=True``; with Qwen-style
+    templates tool results stay wrapped in ``<tool_response>`` blocks and the role
+    headers reduce to ``user`` / ``assistant`` lines, which are stripped here.
+    """
+    import re
+
+    from slca.chat import get_format
+    from slca.types import ToolResult, Turn
+
+    parser = get_format(fmt)
+    pieces = re.split(r"<tool_response>(.*?)</tool_response>", solution_str, flags=re.S)
+    texts, responses = pieces[0::2], pieces[1::2]
+    turns, final_text = [], ""
+    r = 0
+    for k, raw in enumerate(texts):
+        text = re.sub(r"^\s*(assistant|user)\s*\n", "", raw.strip())
+        text = re.sub(r"\n\s*(user|assistant)\s*$", "", text).strip()
+        if not text:
+            continue
+        parsed = parser.parse(text)
+        results = []
+        if parsed.is_tool_turn:
+            n = max(1, len(parsed.calls))
+            for body in responses[r : r + n]:
+                body = body.strip()
+                try:
+                    value = json.loads(body)
+                except json.JSONDecodeError:
+                    value = body
+                err = value.get("error") if isinstance(value, dict) and set(value) == {"error"} else None
+                results.append(ToolResult(ok=err is None, content=None if err else value, error=err))
+            r += n
+        else:
+            final_text = parsed.content
+        turns.append(Turn(text=text, parsed=parsed, results=results))
+    return turns, final_text
+
+
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Mapping[str, Any] | None = None,
+    **_: Any,
+) -> dict[str, float]:
+    """verl reward function: slca's hierarchical rewards on the paper's row format.
+
+    Returns ``{"score": tool + summary, "tool_reward": ..., "summary_reward": ...,
+    <components>}``. ``score`` keeps verl's logging and any non-SLCA estimator
+    meaningful; the SLCA agent loop and estimator use the two tiers. A rollout
+    that cannot be scored raises (from slca.rewards) rather than scoring 0.
+
+    ``extra_info["tool_call_format"]`` picks the parser (default ``json_list``,
+    the paper's system prompt: a JSON list of calls inside one ``<tool_call>``).
+    """
+    from slca.rewards import execution_reward, summary_reward
+
+    task = _task_from_row(ground_truth, extra_info)
+    fmt = str((extra_info or {}).get("tool_call_format", "json_list"))
+    turns, final_text = _turns_from_solution(solution_str, fmt)
+    ex = execution_reward(task, turns)
+    su = summary_reward(task, turns, final_text)
+    if np.isnan(ex.total) or np.isnan(su.total):
+        raise ValueError(f"rollout of task {task.id!r} ({data_source}) cannot be scored: {ex.reason or su.reason}")
+    out = {"score": float(ex.total + su.total), TOOL_KEY: float(ex.total), SUMMARY_KEY: float(su.total)}
+    out.update({f"exec/{k}": float(v) for k, v in ex.components.items()})
+    out.update({f"summary/{k}": float(v) for k, v in su.components.items()})
+    return out
+
+
+register()

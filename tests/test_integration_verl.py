@@ -1,0 +1,189 @@
+"""SLCA inside verl 0.9.1 on CPU: registry, dispatch, entry point, token layout, agent loop, reward function.
+
+Runs in the verl environment (``make test`` runs this file with .venv-verl's
+Python; verl pins transformers < 5.11, which the main environment does not use).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.verl
+torch = pytest.importorskip("torch")
+pytest.importorskip("verl")
+
+from verl import DataProto  # noqa: E402
+from verl.trainer.config import AlgoConfig  # noqa: E402
+from verl.trainer.ppo import core_algos  # noqa: E402
+from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
+
+import slca  # noqa: E402
+from slca.integrations import verl as sv  # noqa: E402
+
+
+def random_batch(seed: int, B: int = 12, T: int = 20, G: int = 4):
+    """Rows shaped like verl multi-turn responses: call, tool response, answer, padding.
+
+    Every fourth row made no call; one row ends on a tool response (no answer)."""
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.zeros(B, T, dtype=torch.long)
+    lengths = torch.zeros(B, dtype=torch.long)
+    for i in range(B):
+        n = int(torch.randint(6, T + 1, (1,), generator=g))
+        mask[i, :n] = 1
+        if i % 4 != 3:
+            a = int(torch.randint(1, n - 3, (1,), generator=g))
+            mask[i, a : a + 2] = 0  # tool-response tokens
+            if i == 5:
+                mask[i, a:n] = 0  # stopped after the tool response
+        lengths[i] = n
+    r_tool = torch.rand(B, generator=g).round(decimals=1)
+    r_sum = torch.rand(B, generator=g).round(decimals=1)
+    uids = np.array([f"uid-{i // G}" for i in range(B)], dtype=object)
+    return mask, lengths, r_tool, r_sum, uids
+
+
+def reference(mask, r_tool, r_sum, uids, **kw):
+    tool, summ = slca.segment_masks(mask)
+    return slca.slca_advantages(r_tool, r_sum, list(uids), tool, summ, **kw)
+
+
+def test_pack_unpack_roundtrip():
+    mask, lengths, r_tool, r_sum, _ = random_batch(0)
+    R = sv.pack_token_rewards(r_tool, r_sum, mask, lengths)
+    t, s = sv.unpack_token_rewards(R, mask)
+    torch.testing.assert_close(t, r_tool)
+    torch.testing.assert_close(s, r_sum)
+    # the summary reward sits where verl's reward managers put the score
+    assert all(R[i, lengths[i] - 1] == (r_sum[i] + (r_tool[i] if lengths[i] - 1 == sv.tool_reward_positions(mask)[i] else 0))
+               for i in range(len(lengths)))
+
+
+def test_tool_reward_position_is_last_execution_token():
+    mask = torch.tensor([[1, 1, 0, 0, 1, 1, 0], [1, 1, 1, 0, 0, 0, 0], [0, 1, 1, 0, 0, 0, 0]])
+    assert sv.tool_reward_positions(mask).tolist() == [1, 0, 1]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_registry_function_equals_slca_advantages(seed):
+    mask, lengths, r_tool, r_sum, uids = random_batch(seed)
+    fn = core_algos.get_adv_estimator_fn("slca")
+    adv, ret = fn(token_level_rewards=sv.pack_token_rewards(r_tool, r_sum, mask, lengths), response_mask=mask,
+                  index=uids, config=AlgoConfig(adv_estimator="slca"))
+    torch.testing.assert_close(adv, reference(mask, r_tool, r_sum, uids))
+    assert torch.equal(adv, ret)
+
+
+def test_compute_advantage_dispatch_equals_slca_advantages():
+    mask, lengths, r_tool, r_sum, uids = random_batch(3)
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": sv.pack_token_rewards(r_tool, r_sum, mask, lengths), "response_mask": mask},
+        non_tensors={"uid": uids},
+    )
+    out = compute_advantage(data, adv_estimator="slca", config=AlgoConfig(adv_estimator="slca"))
+    torch.testing.assert_close(out.batch["advantages"], reference(mask, r_tool, r_sum, uids))
+    # Dr. GRPO centring through verl's own flag
+    cfg = AlgoConfig(adv_estimator="slca", norm_adv_by_std_in_grpo=False)
+    out = compute_advantage(data, adv_estimator="slca", config=cfg)
+    torch.testing.assert_close(out.batch["advantages"], reference(mask, r_tool, r_sum, uids, scale="none"))
+
+
+def test_reward_extra_info_path_equals_token_layout():
+    mask, lengths, r_tool, r_sum, uids = random_batch(4)
+    adv, _ = sv.compute_slca_outcome_advantage(
+        torch.zeros(mask.shape), mask, index=uids,
+        non_tensor_batch={"tool_reward": r_tool.numpy(), "summary_reward": r_sum.numpy()},
+    )
+    torch.testing.assert_close(adv, reference(mask, r_tool, r_sum, uids))
+
+
+def test_kl_in_reward_is_rejected():
+    mask, lengths, r_tool, r_sum, uids = random_batch(0)
+    with pytest.raises(ValueError, match="use_kl_in_reward"):
+        sv.compute_slca_outcome_advantage(torch.zeros(mask.shape), mask, index=uids,
+                                          config=AlgoConfig(adv_estimator="slca", use_kl_in_reward=True))
+
+
+def test_register_is_idempotent_and_guarded():
+    sv.register()
+    sv.register()
+    assert core_algos.get_adv_estimator_fn("slca") is sv.compute_slca_outcome_advantage
+    with pytest.raises(ValueError):
+        core_algos.register_adv_est("slca")(lambda **kw: None)
+
+
+def _fresh(code: str, **env):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env})
+
+
+def test_entry_point_registers_in_a_fresh_process():
+    code = ("import verl\nfrom verl.trainer.ppo.core_algos import get_adv_estimator_fn\n"
+            "f = get_adv_estimator_fn('slca')\nprint(f.__module__ + '.' + f.__name__)")
+    r = _fresh(code)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().endswith("slca.integrations.verl.compute_slca_outcome_advantage")
+    # with verl's plugin discovery off, nothing registers it: the entry point did
+    r = _fresh(code, VERL_USE_EXTERNAL_PLUGINS="none")
+    assert r.returncode != 0 and "Unknown advantage estimator" in r.stderr
+
+
+def test_agent_loop_output_writes_both_tiers_and_dispatch_reads_them():
+    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics
+
+    from slca.integrations.verl_agent_loop import SLCAAgentLoopOutput
+
+    mask, lengths, r_tool, r_sum, uids = random_batch(5)
+    rows = []
+    for i in range(mask.shape[0]):
+        n = int(lengths[i])
+        out = SLCAAgentLoopOutput(prompt_ids=[1, 2, 3], response_ids=list(range(10, 10 + n)),
+                                  response_mask=mask[i, :n].tolist(), metrics=AgentLoopMetrics())
+        out = SLCAAgentLoopOutput.from_output(out)
+        out.reward_score = float(r_tool[i] + r_sum[i])  # what verl's reward loop sets ...
+        out.extra_fields["reward_extra_info"] = {"tool_reward": float(r_tool[i]), "summary_reward": float(r_sum[i])}
+        rows.append(out.as_dict()["rm_scores"])
+    rm = torch.zeros(mask.shape)
+    for i, r in enumerate(rows):
+        rm[i, : len(r)] = r
+    assert torch.allclose(rm.sum(1), r_tool + r_sum)
+    data = DataProto.from_dict(tensors={"token_level_rewards": rm, "response_mask": mask}, non_tensors={"uid": uids})
+    got = compute_advantage(data, adv_estimator="slca", config=AlgoConfig(adv_estimator="slca")).batch["advantages"]
+    torch.testing.assert_close(got, reference(mask, r_tool, r_sum, uids))
+
+
+def paper_row():
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
+                                               "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                              "required": ["city"]}}}]
+    gold = [[{"name": "get_weather", "arguments": {"city": "Paris"}}]]
+    return {
+        "data_source": "slca_toolworld",
+        "ground_truth": {"gold_tool_calls": json.dumps(gold), "answer_facts": ["sunny"]},
+        "extra_info": {"tools": json.dumps(tools), "index": 7,
+                       "prompt": [{"role": "user", "content": "Weather in Paris?"}]},
+    }
+
+
+def test_compute_score_on_the_papers_row_format():
+    pytest.importorskip("slca.rewards")
+    row = paper_row()
+    good = ('<tool_call>\n[{"name": "get_weather", "arguments": {"city": "Paris"}}]\n</tool_call>\nuser\n'
+            '<tool_response>\n{"condition": "sunny", "temperature": 21}\n</tool_response>\nassistant\n'
+            "It is sunny in Paris, 21 degrees.")
+    wrong_call = good.replace("Paris\"}", "Rome\"}")
+    no_answer = good.rsplit("assistant\n", 1)[0]
+    s_good = sv.compute_score(row["data_source"], good, row["ground_truth"], row["extra_info"])
+    s_wrong = sv.compute_score(row["data_source"], wrong_call, row["ground_truth"], row["extra_info"])
+    s_silent = sv.compute_score(row["data_source"], no_answer, row["ground_truth"], row["extra_info"])
+    for s in (s_good, s_wrong, s_silent):
+        assert set(s) >= {"score", "tool_reward", "summary_reward"}
+        assert s["score"] == pytest.approx(s["tool_reward"] + s["summary_reward"])
+    assert s_good["tool_reward"] > s_wrong["tool_reward"]
+    assert s_good["summary_reward"] > s_silent["summary_reward"]
