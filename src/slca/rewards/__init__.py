@@ -8,11 +8,15 @@ A rollout that cannot be scored gets a NaN total with its reason (logged on the
 from __future__ import annotations
 
 from slca.rewards.execution import EXECUTION_WEIGHTS, Unscorable, execution_reward, in_domain_metrics
+from slca.rewards.judges import Judge, OpenAIJudge, RewardModelJudge
 from slca.rewards.summary import REFUSAL_MARKERS, SUMMARY_WEIGHTS, summary_reward
 from slca.types import RewardBreakdown, Trajectory
 
 __all__ = [
     "EXECUTION_WEIGHTS",
+    "Judge",
+    "OpenAIJudge",
+    "RewardModelJudge",
     "REFUSAL_MARKERS",
     "SUMMARY_WEIGHTS",
     "Unscorable",

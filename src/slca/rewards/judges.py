@@ -1,0 +1,118 @@
+"""Optional judges for the summary tier (off by default).
+
+A judge is any object with ``score(task, turns, final_text) -> float`` in
+[0, 1]; :func:`slca.rewards.summary_reward` mixes it in with weight λ. A judge
+that cannot score raises :class:`~slca.rewards.execution.Unscorable`, which
+turns the summary reward into NaN with the reason logged (never a silent 0).
+
+* :class:`OpenAIJudge` -- an LLM judge behind any OpenAI-compatible endpoint.
+* :class:`RewardModelJudge` -- a local scalar reward model
+  (``AutoModelForSequenceClassification`` with one label): ``sigmoid(logit / T)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from typing import Any, Protocol
+
+from slca.env.llm import EndpointError, chat_completion, parse_json_reply
+from slca.rewards.execution import Unscorable, _collect
+from slca.types import Task, Turn
+
+__all__ = ["Judge", "OpenAIJudge", "RewardModelJudge", "judge_messages"]
+
+
+class Judge(Protocol):
+    def score(self, task: Task, turns: list[Turn], final_text: str) -> float: ...
+
+
+_RUBRIC = (
+    "You grade the final answer of a tool-using assistant. Judge only the answer: is every value it states "
+    "supported by the tool results, does it answer every part of the request, is it concise? "
+    'Reply with JSON only: {"score": <integer 0-10>}.'
+)
+
+
+def judge_messages(task: Task, turns: list[Turn], final_text: str, max_chars: int = 4000) -> list[dict[str, str]]:
+    """The chat messages an LLM judge sees: the request, the tool results and the answer."""
+    request = "\n".join(m["content"] for m in task.messages if m.get("role") == "user" and isinstance(m.get("content"), str))
+    ro = _collect(turns)
+    results = [{"call": c.name, "arguments": c.arguments, "result": r.content if r.ok else {"error": r.error}} for c, r in zip(ro.calls, ro.results)]
+    body = f"Request:\n{request}\n\nTool results:\n{json.dumps(results, ensure_ascii=False)[:max_chars]}\n\nAnswer:\n{final_text}"
+    return [{"role": "system", "content": _RUBRIC}, {"role": "user", "content": body}]
+
+
+class OpenAIJudge:
+    """LLM judge over an OpenAI-compatible chat endpoint; the score is ``reply / 10``.
+
+    Failed requests and unparsable replies are retried ``max_retries`` times,
+    then raise :class:`Unscorable`; ``metrics`` counts them.
+    """
+
+    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout: float = 30.0, max_retries: int = 1, temperature: float = 0.0):
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
+        self.base_url, self.model, self.api_key = base_url, model, api_key
+        self.timeout, self.max_retries, self.temperature = float(timeout), int(max_retries), float(temperature)
+        self.metrics: Counter[str] = Counter()
+
+    def score(self, task: Task, turns: list[Turn], final_text: str) -> float:
+        msgs = judge_messages(task, turns, final_text)
+        last = ""
+        for _ in range(self.max_retries + 1):
+            self.metrics["requests"] += 1
+            try:
+                text = chat_completion(self.base_url, self.model, msgs, api_key=self.api_key, timeout=self.timeout, temperature=self.temperature)
+            except EndpointError as e:
+                self.metrics[e.kind] += 1
+                last = str(e)
+                continue
+            try:
+                value = parse_json_reply(text)
+                s = float(value["score"] if isinstance(value, dict) else value)
+            except (ValueError, KeyError, TypeError):
+                self.metrics["invalid_output"] += 1
+                last = f"judge reply is not a score: {text[:100]!r}"
+                continue
+            if 0.0 <= s <= 10.0:
+                return s / 10.0
+            self.metrics["invalid_output"] += 1
+            last = f"judge score {s} outside 0-10"
+        raise Unscorable(last)
+
+
+class RewardModelJudge:
+    """A local scalar reward model as the judge: ``sigmoid(logit / temperature)`` of the conversation.
+
+    Args:
+        model: a transformers sequence-classification model with ``num_labels == 1``.
+        tokenizer: its tokenizer; its chat template renders the conversation when it has one.
+        temperature: logit scale before the sigmoid.
+        max_length: tokens kept (from the end).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, temperature: float = 1.0, max_length: int = 1024):
+        if getattr(model.config, "num_labels", 1) != 1:
+            raise ValueError(f"model must have num_labels == 1 (a scalar reward), got {model.config.num_labels}")
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        self.model, self.tokenizer, self.temperature, self.max_length = model, tokenizer, float(temperature), int(max_length)
+
+    def text(self, task: Task, turns: list[Turn], final_text: str) -> str:
+        msgs = [m for m in task.messages if isinstance(m.get("content"), str)] + [{"role": "assistant", "content": final_text}]
+        if getattr(self.tokenizer, "chat_template", None):
+            return self.tokenizer.apply_chat_template(msgs, tokenize=False)
+        return "\n".join(f"{m['role']}: {m['content']}" for m in msgs)
+
+    def score(self, task: Task, turns: list[Turn], final_text: str) -> float:
+        import torch
+
+        ids = self.tokenizer(self.text(task, turns, final_text), return_tensors="pt")["input_ids"][:, -self.max_length :]
+        device = next(self.model.parameters()).device
+        with torch.no_grad():
+            logit = self.model(input_ids=ids.to(device)).logits.reshape(-1)[0].float().item()
+        if not math.isfinite(logit):
+            raise Unscorable(f"reward model returned a non-finite logit {logit}")
+        return 1.0 / (1.0 + math.exp(-logit / self.temperature))

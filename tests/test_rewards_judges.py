@@ -1,0 +1,103 @@
+"""Optional summary judges: an LLM judge against a real loopback HTTP server, a local reward model."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from slca.env import toolworld as tw
+from slca.rewards import OpenAIJudge, RewardModelJudge, summary_reward
+from slca.types import ParsedTurn, Turn
+
+TASK = next(t for t in tw.make_tasks("train", n=100) if t.meta["task_type"] == "weather")
+
+
+def turns_for(task):
+    env = tw.make_env(task)
+    calls = task.gold[0]
+    ref = task.meta["reference_answer"]
+    return [Turn("<c>", ParsedTurn(calls=list(calls)), [env.call(c.name, c.arguments) for c in calls]), Turn(ref, ParsedTurn(content=ref))]
+
+
+@pytest.fixture()
+def judge_server():
+    replies: list = []
+    seen: list = []
+
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append(body)
+            kind, value = replies.pop(0)
+            if kind == "status":
+                self.send_response(value)
+                self.end_headers()
+                return
+            raw = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": value}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", replies, seen
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_openai_judge_scores_and_mixes_in(judge_server):
+    url, replies, seen = judge_server
+    replies += [("content", '{"score": 8}')]
+    judge = OpenAIJudge(url, "judge-model")
+    turns = turns_for(TASK)
+    s = summary_reward(TASK, turns, TASK.meta["reference_answer"], judge=judge, judge_weight=0.5)
+    assert s.components["judge"] == pytest.approx(0.8) and s.total == pytest.approx(0.5 * 1.0 + 0.5 * 0.8)
+    user = seen[0]["messages"][-1]["content"]
+    assert TASK.messages[0]["content"] in user and TASK.meta["reference_answer"] in user and '"temp_c"' in user
+
+
+def test_openai_judge_retries_then_nan_with_reason(judge_server, caplog):
+    url, replies, _ = judge_server
+    replies += [("content", "great answer!"), ("content", "7")]
+    judge = OpenAIJudge(url, "m", max_retries=1)
+    assert judge.score(TASK, turns_for(TASK), "x") == pytest.approx(0.7) and judge.metrics["invalid_output"] == 1
+    replies += [("status", 500), ("content", '{"score": 42}')]
+    with caplog.at_level(logging.WARNING, logger="slca.rewards"):
+        s = summary_reward(TASK, turns_for(TASK), TASK.meta["reference_answer"], judge=judge)
+    assert math.isnan(s.total) and "judge failed" in s.reason and "outside 0-10" in s.reason
+    assert judge.metrics["http_error"] == 1 and any("NaN" in r.message for r in caplog.records)
+
+
+def test_reward_model_judge_on_a_local_model():
+    torch = pytest.importorskip("torch")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForSequenceClassification
+
+    words = sorted({w for t in tw.make_tasks("train", n=200) for w in (t.messages[0]["content"] + " " + t.meta["reference_answer"]).split()})
+    vocab = {"[UNK]": 0, "[PAD]": 1, **{w: i + 2 for i, w in enumerate(words)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]")
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=1, num_labels=1, pad_token_id=1)
+    model = Qwen2ForSequenceClassification(cfg).eval()
+    judge = RewardModelJudge(model, hf_tok)
+    turns = turns_for(TASK)
+    a = judge.score(TASK, turns, TASK.meta["reference_answer"])
+    b = judge.score(TASK, turns, TASK.meta["reference_answer"])
+    c = judge.score(TASK, turns, "Sorry , no idea .")
+    assert 0.0 < a < 1.0 and a == b and a != c
+    s = summary_reward(TASK, turns, TASK.meta["reference_answer"], judge=judge, judge_weight=1.0)
+    assert s.total == pytest.approx(a)
+    with pytest.raises(ValueError, match="num_labels"):
+        RewardModelJudge(Qwen2ForSequenceClassification(Qwen2Config(**{**cfg.to_dict(), "num_labels": 2})), hf_tok)
