@@ -6,6 +6,7 @@ from slca.chat.encoding import (
     TemplateNotPrefixPreserving,
     encode_conversation,
     find_training_template,
+    template_messages,
 )
 from slca.chat.formats import (
     ERROR_KINDS,
@@ -32,4 +33,5 @@ __all__ = [
     "find_training_template",
     "get_format",
     "list_formats",
+    "template_messages",
 ]

@@ -25,6 +25,7 @@ equals tokenising the whole rendered text.
 
 from __future__ import annotations
 
+import json
 import pathlib
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -35,6 +36,7 @@ __all__ = [
     "ChatRenderer",
     "encode_conversation",
     "find_training_template",
+    "template_messages",
 ]
 
 
@@ -56,6 +58,33 @@ class EncodedConversation:
     def __post_init__(self) -> None:
         if len(self.input_ids) != len(self.model_mask):
             raise ValueError(f"input_ids ({len(self.input_ids)}) and model_mask ({len(self.model_mask)}) differ in length")
+
+
+def template_messages(messages: Sequence[dict]) -> list[dict]:
+    """Messages as Hugging Face chat templates expect them.
+
+    OpenAI messages carry tool-call ``arguments`` as a JSON string; templates
+    such as Qwen2.5's write ``arguments | tojson`` and need the object. Strings
+    that decode to a JSON object are replaced by it; everything else is kept.
+    """
+    out = []
+    for m in messages:
+        calls = m.get("tool_calls") if isinstance(m, dict) else None
+        if calls:
+            new_calls = []
+            for c in calls:
+                fn = c.get("function") if isinstance(c, dict) else None
+                if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
+                    try:
+                        args = json.loads(fn["arguments"])
+                    except json.JSONDecodeError:
+                        args = None
+                    if isinstance(args, dict):
+                        c = {**c, "function": {**fn, "arguments": args}}
+                new_calls.append(c)
+            m = {**m, "tool_calls": new_calls}
+        out.append(m)
+    return out
 
 
 class TemplateNotPrefixPreserving(ValueError):
@@ -115,7 +144,7 @@ class ChatRenderer:
     def render(self, messages: Sequence[dict], add_generation_prompt: bool) -> str:
         """The template's text for ``messages``."""
         return self.tokenizer.apply_chat_template(
-            list(messages),
+            template_messages(messages),
             tools=self.tools,
             chat_template=self.chat_template,
             add_generation_prompt=add_generation_prompt,

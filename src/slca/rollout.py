@@ -1,0 +1,461 @@
+"""Batched multi-turn rollouts against a tool simulator, with exact token-level trajectories.
+
+All ``B = len(tasks) * group_size`` rollouts advance together: one forward pass
+of the whole batch per generated token, with one KV cache for the whole
+rollout (no re-prefill between turns). Per turn:
+
+1. every active row samples until its end-of-turn token (the template's, e.g.
+   ``<|im_end|>``), an eos token, or its token budget; rows that finished wait,
+   masked out of the batch's attention (their cache slots are invalid);
+2. each finished turn is parsed with the configured tool-call format; a turn
+   without an attempted call is the final answer; otherwise each call goes to the
+   task's simulator and each blocking parse error gets an error tool message
+   (so a malformed call is answered, never an exception);
+3. the tool messages are appended as environment tokens: exactly the template's
+   text between the assistant's end-of-turn token and the next generation point
+   (:meth:`slca.chat.ChatRenderer.environment_text`), fed to the cache in one
+   chunk per turn for all continuing rows.
+
+Rows of different lengths share the cache through holes: every forward pass
+appends columns for all rows, a row's column is valid only if it carries one of
+its tokens, and ``position_ids`` count each row's valid tokens, so a row's
+positions are exactly those of its own sequence fed alone (``0 .. n-1``).
+
+Logprobs: ``Trajectory.logprobs[t]`` is ``log softmax(logits / T)[token]``, the
+temperature-scaled distribution the token was sampled from, *before* top-p
+truncation (with ``top_p == 1`` it is the sampling distribution exactly); with
+``temperature == 0`` (greedy) it is ``log softmax(logits)``. Re-scoring the
+trajectory's tokens in one forward pass at the same temperature gives the same
+numbers (see :func:`trajectory_logprobs`); this is the ``old_logprobs`` the
+PPO / GRPO ratio needs.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from slca.chat import ChatRenderer, get_format
+from slca.types import ParsedTurn, Task, ToolResult, Trajectory, Turn
+
+__all__ = ["RolloutConfig", "RolloutResult", "generate_rollouts", "trajectory_logprobs", "sample_tokens"]
+
+
+@dataclass
+class RolloutConfig:
+    """How rollouts are sampled."""
+
+    group_size: int = 4
+    """G: rollouts per task (the GRPO group)."""
+    max_turns: int = 4
+    """Assistant turns per rollout; a rollout whose last allowed turn still calls tools stops with ``max_turns``."""
+    max_new_tokens: int = 128
+    """Tokens per assistant turn; a turn that reaches it without an end-of-turn token stops the rollout (``max_tokens``)."""
+    max_total_tokens: int = 1024
+    """Prompt + response tokens per rollout; generation never goes past it (the last turn's environment tokens may)."""
+    temperature: float = 1.0
+    """Sampling temperature; 0 means greedy. Logprobs are recorded at this temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (1 = off). Recorded logprobs are before truncation."""
+    format: str = "hermes"
+    """Tool-call format the model writes (:func:`slca.chat.get_format`)."""
+    seed: int = 0
+    """Seed of the sampling generator: same seed, model and tasks -> same rollouts."""
+    chat_template: str | None = None
+    """A chat template to use instead of ``tokenizer.chat_template`` (e.g. a prefix-preserving training template)."""
+
+    def __post_init__(self) -> None:
+        for name in ("group_size", "max_turns", "max_new_tokens", "max_total_tokens"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"RolloutConfig.{name} must be a positive int, got {v!r}")
+        if not self.temperature >= 0:
+            raise ValueError(f"RolloutConfig.temperature must be >= 0, got {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"RolloutConfig.top_p must be in (0, 1], got {self.top_p!r}")
+        get_format(self.format)
+
+
+@dataclass
+class RolloutResult:
+    """Trajectories (task-major: task 0's G samples first) and generation speed."""
+
+    trajectories: list[Trajectory]
+    gen_tokens: int
+    """Policy tokens sampled."""
+    gen_seconds: float
+    """Wall time of the whole call (prefill, decoding, parsing, simulator calls)."""
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.gen_tokens / max(self.gen_seconds, 1e-9)
+
+
+@dataclass
+class _Row:
+    """Mutable state of one rollout while it is generated."""
+
+    task_index: int
+    episode: int
+    messages: list[dict[str, Any]]
+    prompt_ids: list[int]
+    response_ids: list[int] = field(default_factory=list)
+    model_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    final_text: str = ""
+    stop_reason: str | None = None
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt_ids) + len(self.response_ids)
+
+
+def sample_tokens(
+    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row.
+
+    Args:
+        logits: (B, V) next-token logits.
+        temperature: > 0 samples from ``softmax(logits / temperature)``; 0 is greedy.
+        top_p: nucleus mass; the smallest set of most likely tokens whose mass reaches it.
+        generator: torch generator on ``logits.device`` (seeded by the caller).
+
+    Returns:
+        ``(tokens, logprobs)``, each (B,): the sampled ids and
+        ``log softmax(logits / temperature)`` at them (before top-p truncation;
+        ``log softmax(logits)`` when greedy).
+    """
+    logits = logits.float()
+    if temperature == 0:
+        logp = torch.log_softmax(logits, dim=-1)
+        tok = logp.argmax(dim=-1)
+        return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+    logp = torch.log_softmax(logits / temperature, dim=-1)  # (B, V)
+    probs = logp.exp()
+    if top_p < 1.0:
+        sp, idx = probs.sort(dim=-1, descending=True)
+        # drop a token when the mass of the more likely ones already reaches top_p
+        sp = sp.masked_fill(sp.cumsum(dim=-1) - sp >= top_p, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, idx, sp)
+    tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+
+
+class _Batch:
+    """A KV cache shared by B rows whose sequences grow by chunks with holes."""
+
+    def __init__(self, model: torch.nn.Module, batch_size: int, pad_id: int, device: torch.device):
+        from transformers import DynamicCache
+
+        self.model = model
+        self.cache = DynamicCache()
+        self.pad_id = pad_id
+        self.device = device
+        self.attn = torch.zeros(batch_size, 0, dtype=torch.long, device=device)  # (B, S) valid cache slots
+        self.next_pos = torch.zeros(batch_size, dtype=torch.long, device=device)  # (B,) tokens so far per row
+        # transformers >= 5.2x names the cache argument `cache`; older versions `past_key_values`
+        params = inspect.signature(model.forward).parameters
+        self.cache_arg = "cache" if "cache" in params else "past_key_values"
+
+    def feed(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Append a chunk and return each row's logits after its last valid token.
+
+        Args:
+            ids: (B, W) token ids (anything where not valid).
+            valid: (B, W) bool, True on the row's real tokens (in order, any layout).
+
+        Returns:
+            (B, V) float logits at each row's last valid column (rows with no
+            valid column: the logits of a masked column, to be ignored).
+        """
+        v = valid.long()
+        pos = self.next_pos[:, None] + v.cumsum(dim=1) - 1  # (B, W)
+        pos = torch.where(valid, pos, self.next_pos[:, None].expand_as(pos))
+        self.attn = torch.cat([self.attn, v], dim=1)
+        out = self.model(
+            input_ids=torch.where(valid, ids, torch.full_like(ids, self.pad_id)),
+            attention_mask=self.attn,
+            position_ids=pos,
+            use_cache=True,
+            **{self.cache_arg: self.cache},
+        )
+        self.next_pos = self.next_pos + v.sum(dim=1)
+        W = ids.shape[1]
+        last = torch.where(valid, torch.arange(W, device=ids.device), torch.full_like(ids, -1)).amax(dim=1).clamp_min(0)
+        return out.logits[torch.arange(ids.shape[0], device=ids.device), last].float()  # (B, V)
+
+    def feed_lists(self, seqs: Sequence[Sequence[int] | None]) -> torch.Tensor:
+        """Feed one list of ids per row (None or empty: nothing for that row); returns :meth:`feed`'s logits."""
+        W = max((len(s) for s in seqs if s), default=0)
+        if W == 0:
+            raise ValueError("feed_lists needs at least one non-empty sequence")
+        ids = torch.full((len(seqs), W), self.pad_id, dtype=torch.long)
+        valid = torch.zeros(len(seqs), W, dtype=torch.bool)
+        for b, s in enumerate(seqs):
+            if s:
+                ids[b, : len(s)] = torch.tensor(list(s), dtype=torch.long)
+                valid[b, : len(s)] = True
+        return self.feed(ids.to(self.device), valid.to(self.device))
+
+
+def _assistant_message(text: str, parsed: ParsedTurn) -> dict[str, Any]:
+    """The assistant message of a turn (OpenAI style). A turn with a blocking parse
+    error keeps its raw text as content, so replaying the messages reproduces it."""
+    if any(e.kind != "text_around_calls" for e in parsed.errors):
+        return {"role": "assistant", "content": text}
+    msg: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+    if parsed.calls:
+        msg["tool_calls"] = [c.to_openai(i) for i, c in enumerate(parsed.calls)]
+    if parsed.reasoning is not None:
+        msg["reasoning_content"] = parsed.reasoning
+    return msg
+
+
+def _answer(parsed: ParsedTurn, env: Any, episode: int) -> tuple[list[ToolResult], list[dict[str, Any]]]:
+    """Tool results for a tool turn: one per call, then one per blocking parse error."""
+    results: list[ToolResult] = []
+    msgs: list[dict[str, Any]] = []
+    for i, c in enumerate(parsed.calls):
+        r = env.call(c.name, dict(c.arguments), episode=episode)
+        if not isinstance(r, ToolResult):
+            raise TypeError(f"simulator {type(env).__name__}.call returned {type(r).__name__}, expected ToolResult")
+        results.append(r)
+        msgs.append({"role": "tool", "tool_call_id": c.id or f"call_{i}", "name": c.name, "content": r.to_text()})
+    for e in parsed.errors:
+        if e.kind == "text_around_calls":
+            continue
+        r = ToolResult(ok=False, error=f"could not parse your tool call ({e.kind}): {e.message}")
+        results.append(r)
+        msgs.append({"role": "tool", "content": r.to_text()})
+    return results, msgs
+
+
+def _stop_ids(tokenizer: Any, model: torch.nn.Module) -> set[int]:
+    ids: set[int] = set()
+    for v in (getattr(tokenizer, "eos_token_id", None), getattr(getattr(model, "generation_config", None), "eos_token_id", None)):
+        if isinstance(v, int):
+            ids.add(v)
+        elif isinstance(v, (list, tuple)):
+            ids.update(int(x) for x in v)
+    return ids
+
+
+@torch.no_grad()
+def generate_rollouts(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    tasks: list[Task],
+    make_env: Callable[[Task], Any],
+    cfg: RolloutConfig,
+) -> RolloutResult:
+    """Sample ``cfg.group_size`` multi-turn rollouts per task, all in one batch.
+
+    Args:
+        model: a Hugging Face causal LM (any device; its mode is restored after).
+        tokenizer: its tokenizer, with a chat template (or ``cfg.chat_template``).
+        tasks: the prompts (``Task.messages``) and tools (``Task.tools``).
+        make_env: builds the simulator of a task, called once per task; rollout
+            ``g`` of the group talks to it with ``episode=g``.
+        cfg: sampling settings.
+
+    Returns:
+        :class:`RolloutResult`; trajectory ``i`` belongs to task ``i // G`` and
+        has ``group_id = i // G``. ``response_ids`` hold the policy turns (mask 1,
+        each ending with its end-of-turn token when it has one) and the
+        environment tokens (mask 0, logprob 0) in order.
+    """
+    if not tasks:
+        raise ValueError("generate_rollouts: `tasks` is empty")
+    t0 = time.perf_counter()
+    fmt = get_format(cfg.format)
+    device = next(model.parameters()).device
+    G = cfg.group_size
+    renderers = [ChatRenderer(tokenizer, t.tools or None, chat_template=cfg.chat_template) for t in tasks]
+    eot_id = renderers[0].end_of_turn_id()
+    stop_list = sorted(_stop_ids(tokenizer, model) | {eot_id})
+    stop_t = torch.tensor(stop_list, device=device)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eot_id
+    envs = [make_env(t) for t in tasks]
+
+    rows: list[_Row] = []
+    for ti, (task, r) in enumerate(zip(tasks, renderers)):
+        prompt = r.tokenize(r.render(task.messages, add_generation_prompt=True))
+        for g in range(G):
+            rows.append(_Row(ti, g, [dict(m) for m in task.messages], list(prompt)))
+    B = len(rows)
+
+    gen = torch.Generator(device=device).manual_seed(cfg.seed)
+    was_training = model.training
+    model.eval()
+    batch = _Batch(model, B, pad_id, device)
+    gen_tokens = 0
+    try:
+        # prompts that are already too long end before generating
+        for row in rows:
+            if row.length >= cfg.max_total_tokens:
+                row.stop_reason = "max_tokens"
+        pending: list[list[int] | None] = [row.prompt_ids if row.stop_reason is None else None for row in rows]
+        while any(pending):
+            logits = batch.feed_lists(pending)  # (B, V)
+            active = torch.tensor([p is not None and len(p) > 0 for p in pending], device=device)
+            budget = torch.tensor(
+                [min(cfg.max_new_tokens, cfg.max_total_tokens - row.length) for row in rows], device=device
+            )
+            toks, lps, n = _decode_turn(batch, logits, active, budget, stop_t, cfg, gen)
+            gen_tokens += int(n.sum())
+            toks_l, lps_l, n_l = toks.tolist(), lps.tolist(), n.tolist()
+            pending = [None] * B
+            for b, row in enumerate(rows):
+                if n_l[b] == 0:
+                    continue
+                ids = toks_l[b][: n_l[b]]
+                pending[b] = _finish_turn(row, ids, lps_l[b][: n_l[b]], eot_id, stop_list, fmt, renderers[row.task_index], envs[row.task_index], tokenizer, cfg)
+    finally:
+        model.train(was_training)
+
+    trajs = []
+    for row in rows:
+        trajs.append(
+            Trajectory(
+                task=tasks[row.task_index],
+                prompt_ids=row.prompt_ids,
+                response_ids=row.response_ids,
+                model_mask=row.model_mask,
+                logprobs=row.logprobs,
+                turns=row.turns,
+                final_text=row.final_text,
+                stop_reason=row.stop_reason or "max_tokens",
+                messages=row.messages,
+                group_id=row.task_index,
+            )
+        )
+    return RolloutResult(trajs, gen_tokens, time.perf_counter() - t0)
+
+
+def _decode_turn(
+    batch: _Batch,
+    logits: torch.Tensor,
+    active: torch.Tensor,
+    budget: torch.Tensor,
+    stop_t: torch.Tensor,
+    cfg: RolloutConfig,
+    gen: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sample one turn for every active row, one batched forward per token.
+
+    Args:
+        logits: (B, V) next-token logits of every row.
+        active: (B,) bool, rows that generate this turn.
+        budget: (B,) max tokens of this turn per row.
+
+    Returns:
+        ``(tokens, logprobs, lengths)``: (B, L) ids and sampling logprobs of the
+        turn (L = the longest turn) and (B,) tokens per row. The last token of
+        each row (its stop token, or the token that used up its budget) is not
+        yet in the cache: the caller feeds it with the environment tokens.
+    """
+    B = active.shape[0]
+    device = logits.device
+    L = int(budget.clamp_min(0).max()) if bool(active.any()) else 0
+    toks = torch.zeros(B, max(L, 1), dtype=torch.long, device=device)
+    lps = torch.zeros(B, max(L, 1), dtype=torch.float32, device=device)
+    n = torch.zeros(B, dtype=torch.long, device=device)
+    going = active & (budget > 0)
+    step = 0
+    while bool(going.any()):
+        # rows that are not generating carry logits of masked columns: keep them finite
+        logits = torch.where(going[:, None], logits, torch.zeros_like(logits))
+        tok, lp = sample_tokens(logits, cfg.temperature, cfg.top_p, gen)
+        toks[:, step] = torch.where(going, tok, toks[:, step])
+        lps[:, step] = torch.where(going, lp, lps[:, step])
+        n = n + going.long()
+        still = going & ~torch.isin(tok, stop_t) & (n < budget)
+        step += 1
+        if bool(still.any()):
+            logits = batch.feed(tok[:, None], still[:, None])
+        going = still
+    return toks[:, :step], lps[:, :step], n
+
+
+def _finish_turn(
+    row: _Row,
+    ids: list[int],
+    lps: list[float],
+    eot_id: int,
+    stop_ids: list[int],
+    fmt: Any,
+    renderer: ChatRenderer,
+    env: Any,
+    tokenizer: Any,
+    cfg: RolloutConfig,
+) -> list[int] | None:
+    """Record a finished turn; answer its calls. Returns the tokens to feed next (None: the rollout ended)."""
+    row.response_ids += ids
+    row.model_mask += [1] * len(ids)
+    row.logprobs += lps
+    last = ids[-1]
+    ended = last in stop_ids
+    text = tokenizer.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
+    parsed = fmt.parse(text)
+    turn = Turn(text=text, parsed=parsed)
+    row.turns.append(turn)
+    row.messages.append(_assistant_message(text, parsed))
+    if not ended or last != eot_id:
+        # truncated by the token budget, or a non-end-of-turn eos token
+        row.stop_reason = "max_tokens" if not ended else "eos"
+        row.final_text = parsed.content
+        return None
+    if not parsed.is_tool_turn:
+        row.stop_reason = "final_answer"
+        row.final_text = parsed.content
+        return None
+    turn.results, tool_msgs = _answer(parsed, env, row.episode)
+    env_ids = renderer.tokenize(renderer.environment_text(row.messages, tool_msgs))
+    row.messages += tool_msgs
+    row.response_ids += env_ids
+    row.model_mask += [0] * len(env_ids)
+    row.logprobs += [0.0] * len(env_ids)
+    if len(row.turns) >= cfg.max_turns:
+        row.stop_reason = "max_turns"
+        return None
+    if row.length >= cfg.max_total_tokens:
+        row.stop_reason = "max_tokens"
+        return None
+    return [last] + env_ids
+
+
+@torch.no_grad()
+def trajectory_logprobs(model: torch.nn.Module, trajectories: Sequence[Trajectory], temperature: float = 1.0) -> list[torch.Tensor]:
+    """Re-score trajectories in one forward pass: ``log softmax(logits / T)`` of every response token.
+
+    Args:
+        trajectories: rollouts (prompts left-padded to a common length here).
+        temperature: the rollout temperature (0 is treated as 1, as when sampling greedily).
+
+    Returns:
+        One (T_i,) float tensor per trajectory, aligned with ``response_ids``;
+        on policy tokens it matches ``Trajectory.logprobs`` within float tolerance.
+    """
+    if not trajectories:
+        return []
+    device = next(model.parameters()).device
+    P = max(len(t.prompt_ids) for t in trajectories)
+    R = max(len(t.response_ids) for t in trajectories)
+    ids = torch.zeros(len(trajectories), P + R, dtype=torch.long)
+    att = torch.zeros_like(ids)
+    for i, t in enumerate(trajectories):
+        seq = t.prompt_ids + t.response_ids
+        ids[i, P - len(t.prompt_ids) : P - len(t.prompt_ids) + len(seq)] = torch.tensor(seq)
+        att[i, P - len(t.prompt_ids) : P - len(t.prompt_ids) + len(seq)] = 1
+    pos = (att.cumsum(1) - 1).clamp_min(0)
+    ids, att, pos = ids.to(device), att.to(device), pos.to(device)
+    logits = model(input_ids=ids, attention_mask=att, position_ids=pos).logits[:, P - 1 : -1].float()
+    logits = logits / (temperature if temperature > 0 else 1.0)
+    lp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, P:, None]).squeeze(-1)  # (B, R)
+    return [lp[i, : len(t.response_ids)].cpu() for i, t in enumerate(trajectories)]
