@@ -315,3 +315,30 @@ def test_chat_completion_client_errors(server):
     assert e.value.kind == "connection_error"
     with pytest.raises(ValueError, match="base_url"):
         LLMSimulator([HOTEL], base_url="localhost:8000", model="m")
+
+
+def test_schema_backend_patterns_and_refs():
+    tool = fn("lookup", {"q": {"type": "string"}}, ["q"], {
+        "type": "object", "required": ["code", "item"],
+        "$defs": {"Item": {"type": "object", "required": ["sku"], "properties": {"sku": {"type": "string", "pattern": "^SKU-[0-9]{4}$"}}}},
+        "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2}[0-9]{3}$"}, "item": {"$ref": "#/$defs/Item"}},
+    })
+    sim = SchemaSimulator([tool], seed=2)
+    for q in "abcdefgh":
+        r = sim.call("lookup", {"q": q})
+        assert r.ok, r.error
+        validate(tool["function"]["response"], r.content)
+
+
+def test_schema_backend_serves_toolworld_with_state():
+    from slca.env import toolworld as tw
+
+    sim = SchemaSimulator(tw.TOOLS + tw.HELDOUT_TOOLS, seed=0)
+    for t in tw.make_tasks("train", n=100) + tw.make_tasks("heldout_tools", n=30):
+        for step in t.gold:
+            for c in step:
+                r = sim.call(c.name, c.arguments, episode=t.id)
+                assert r.ok, r.error
+    booked = sim.call("book_flight", {"flight_id": "FL123", "passenger": "Ann"}, episode="s").content
+    found = sim.call("get_booking", {"booking_id": booked["booking_id"]}, episode="s").content
+    assert (found["flight_id"], found["passenger"], found["status"]) == ("FL123", "Ann", booked["status"])

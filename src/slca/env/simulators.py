@@ -23,11 +23,18 @@ import inspect
 import json
 import math
 import random
+import re
 import string
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from datetime import date, datetime, timedelta, timezone
 from typing import Any, Protocol, runtime_checkable
+
+try:  # the regex parser moved in 3.11; both expose the same API
+    from re import _constants as _sre_constants, _parser as _sre_parse
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants as _sre_constants
+    import sre_parse as _sre_parse
 
 from slca.env.schema import ToolBox
 from slca.types import ToolResult
@@ -198,10 +205,10 @@ class SchemaSimulator(BaseSimulator):
         if spec.response is None:
             content: Any = {"status": "ok", **arguments}
         else:
-            content = _generate(spec.response, rng, known, name, depth=0)
+            content = _generate(spec.response, rng, known, name, depth=0, root=spec.response)
             bad = self.toolbox.response_error(name, content)
             if bad is not None:  # a stored / echoed value did not fit: draw without them
-                content = _generate(spec.response, rng, {}, name, depth=0)
+                content = _generate(spec.response, rng, {}, name, depth=0, root=spec.response)
                 bad = self.toolbox.response_error(name, content)
             if bad is not None:
                 self.metrics["invalid_output"] += 1
@@ -225,10 +232,27 @@ def _types(schema: dict) -> list[str]:
     return [t] if isinstance(t, str) else list(t)
 
 
-def _generate(schema: Any, rng: random.Random, known: dict[str, Any], field: str, depth: int) -> Any:
+def _resolve(ref: str, root: Any) -> Any:
+    """A local JSON pointer (``#/$defs/Name``) into ``root``; None if it does not resolve."""
+    if not ref.startswith("#"):
+        return None
+    node = root
+    for part in filter(None, ref[1:].split("/")):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _generate(schema: Any, rng: random.Random, known: dict[str, Any], field: str, depth: int, root: Any = None) -> Any:
     """Draw one value that satisfies ``schema``; ``field`` is the property name (for ids and echoes)."""
     if not isinstance(schema, dict) or depth > 8:
         return None
+    if "$ref" in schema:
+        target = _resolve(schema["$ref"], root)
+        rest = {k: v for k, v in schema.items() if k != "$ref"}
+        return _generate({**target, **rest} if isinstance(target, dict) else rest, rng, known, field, depth + 1, root)
     if "const" in schema:
         return schema["const"]
     if "enum" in schema:
@@ -237,10 +261,10 @@ def _generate(schema: Any, rng: random.Random, known: dict[str, Any], field: str
         merged: dict[str, Any] = {}
         for sub in schema["allOf"]:
             merged.update(sub)
-        return _generate({**{k: v for k, v in schema.items() if k != "allOf"}, **merged}, rng, known, field, depth + 1)
+        return _generate({**{k: v for k, v in schema.items() if k != "allOf"}, **merged}, rng, known, field, depth + 1, root)
     for comb in ("anyOf", "oneOf"):
         if comb in schema:
-            return _generate(schema[comb][0], rng, known, field, depth + 1)
+            return _generate(schema[comb][0], rng, known, field, depth + 1, root)
     types = [t for t in _types(schema) if t != "null"] or ["null"]
     t = types[0]
     if t == "object":
@@ -250,13 +274,13 @@ def _generate(schema: Any, rng: random.Random, known: dict[str, Any], field: str
             if k in known and depth == 0:
                 out[k] = known[k]
             else:
-                out[k] = _generate(sub, rng, known, k, depth + 1)
+                out[k] = _generate(sub, rng, known, k, depth + 1, root)
         return out
     if t == "array":
         lo = int(schema.get("minItems", 1))
         hi = int(schema.get("maxItems", max(lo, 3)))
         n = rng.randint(lo, max(lo, hi))
-        return [_generate(schema.get("items", {}), rng, known, field, depth + 1) for _ in range(n)]
+        return [_generate(schema.get("items", {}), rng, known, field, depth + 1, root) for _ in range(n)]
     if t in ("integer", "number"):
         lo = float(schema["minimum"]) if "minimum" in schema else None
         hi = float(schema["maximum"]) if "maximum" in schema else None
@@ -277,7 +301,67 @@ def _generate(schema: Any, rng: random.Random, known: dict[str, Any], field: str
     return _string(schema, rng, field)
 
 
+def _from_regex(pattern: str, rng: random.Random) -> str | None:
+    """A string matching ``pattern``, drawn by walking the stdlib's parse of the regex (None if unsupported)."""
+    try:
+        tree = _sre_parse.parse(pattern)
+    except re.error:
+        return None
+    c = _sre_constants
+
+    def walk(items: Any) -> str:
+        out = []
+        for op, av in items:
+            if op is c.LITERAL:
+                out.append(chr(av))
+            elif op is c.NOT_LITERAL:
+                out.append("x" if chr(av) != "x" else "y")
+            elif op is c.ANY:
+                out.append(rng.choice(string.ascii_lowercase))
+            elif op is c.IN:
+                out.append(pick(av))
+            elif op in (c.MAX_REPEAT, c.MIN_REPEAT):
+                lo, hi, sub = av
+                hi = min(hi, lo + 3) if hi is not c.MAXREPEAT else lo + 3
+                out.extend(walk(sub) for _ in range(rng.randint(lo, max(lo, hi))))
+            elif op is c.SUBPATTERN:
+                out.append(walk(av[-1]))
+            elif op is c.BRANCH:
+                out.append(walk(rng.choice(av[1])))
+            elif op is c.AT:
+                continue
+            elif op is c.CATEGORY:
+                out.append(pick([(op, av)]))
+            else:
+                raise ValueError(f"unsupported regex construct {op}")
+        return "".join(out)
+
+    def pick(options: Any) -> str:
+        chars: list[str] = []
+        for op, av in options:
+            if op is c.LITERAL:
+                chars.append(chr(av))
+            elif op is c.RANGE:
+                chars.extend(chr(x) for x in range(av[0], min(av[1], av[0] + 60) + 1))
+            elif op is c.CATEGORY:
+                chars.extend({c.CATEGORY_DIGIT: string.digits, c.CATEGORY_WORD: string.ascii_letters + string.digits,
+                              c.CATEGORY_SPACE: " "}.get(av, "x"))
+            elif op is c.NEGATE:
+                raise ValueError("negated character classes are not generated")
+        return rng.choice(chars) if chars else "x"
+
+    try:
+        s = walk(tree)
+    except ValueError:
+        return None
+    return s if re.search(pattern, s) else None
+
+
 def _string(schema: dict, rng: random.Random, field: str) -> str:
+    if "pattern" in schema:
+        s = _from_regex(schema["pattern"], rng)
+        if s is not None:
+            return s
     fmt = schema.get("format")
     base = date(2025, 1, 1) + timedelta(days=rng.randint(0, 364))
     if fmt == "date":
