@@ -91,3 +91,51 @@ def make_qwen_tokenizer(chat_template: str | None = None, corpus: list[str] | No
     )
     hf.chat_template = chat_template if chat_template is not None else trl_template("qwen2_5")
     return hf
+
+
+def tiny_qwen2(vocab_size: int, seed: int = 0, hidden: int = 64, layers: int = 2):
+    """A random tiny ``Qwen2ForCausalLM`` (about 100K parameters at the defaults), in eval mode."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(
+        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True,
+    )
+    return Qwen2ForCausalLM(cfg).eval()
+
+
+def memorise(model, tokenizer, conversations, max_steps: int = 400, lr: float = 1e-2):
+    """Train ``model`` until greedy decoding reproduces every assistant token of ``conversations``.
+
+    ``conversations`` is a list of ``(messages, tools)``; the loss is on the
+    policy tokens of ``slca.encode_conversation``. Stops as soon as the argmax
+    of every policy position is its label (checked on the current weights).
+    Returns the model in eval mode; raises AssertionError if it never gets there.
+    """
+    import torch
+
+    from slca.chat import encode_conversation
+
+    encs = [encode_conversation(tokenizer, msgs, tools) for msgs, tools in conversations]
+    T = max(len(e.input_ids) for e in encs)
+    ids = torch.full((len(encs), T), tokenizer.pad_token_id)
+    labels = torch.full((len(encs), T), -100)
+    att = torch.zeros(len(encs), T, dtype=torch.long)
+    for i, e in enumerate(encs):
+        n = len(e.input_ids)
+        ids[i, :n] = torch.tensor(e.input_ids)
+        att[i, :n] = 1
+        labels[i, :n] = torch.where(torch.tensor(e.model_mask).bool(), torch.tensor(e.input_ids), -100)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    for _ in range(max_steps):
+        out = model(input_ids=ids, attention_mask=att, labels=labels)
+        pred, lab = out.logits[:, :-1].argmax(-1), labels[:, 1:]
+        if bool(((pred == lab) | (lab == -100)).all()) and out.loss.item() < 0.05:
+            return model.eval()
+        opt.zero_grad()
+        out.loss.backward()
+        opt.step()
+    raise AssertionError(f"the model did not memorise the conversations (loss {out.loss.item():.3f})")

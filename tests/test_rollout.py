@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _tok import DEFAULT_CORPUS, make_qwen_tokenizer
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from _tok import DEFAULT_CORPUS, make_qwen_tokenizer, memorise, tiny_qwen2
 
 from slca import segment_masks
 from slca.chat import encode_conversation, get_format, template_messages
@@ -77,15 +76,6 @@ def make_task(name):
     return Task(id=name, messages=SCRIPTS[name][:1], tools=TOOLS)
 
 
-def tiny_model(vocab, seed=0, hidden=64):
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True,
-    )
-    return Qwen2ForCausalLM(cfg).eval()
-
-
 @pytest.fixture(scope="module")
 def tok():
     base = make_qwen_tokenizer()
@@ -96,30 +86,7 @@ def tok():
 @pytest.fixture(scope="module")
 def scripted(tok):
     """A tiny Qwen2 trained to reproduce SCRIPTS (policy tokens only); greedy decoding follows them."""
-    encs = [encode_conversation(tok, msgs, TOOLS) for msgs in SCRIPTS.values()]
-    T = max(len(e.input_ids) for e in encs)
-    ids = torch.full((len(encs), T), tok.pad_token_id)
-    labels = torch.full((len(encs), T), -100)
-    att = torch.zeros(len(encs), T, dtype=torch.long)
-    for i, e in enumerate(encs):
-        n = len(e.input_ids)
-        ids[i, :n] = torch.tensor(e.input_ids)
-        att[i, :n] = 1
-        labels[i, :n] = torch.where(torch.tensor(e.model_mask).bool(), torch.tensor(e.input_ids), -100)
-    model = tiny_model(len(tok), seed=1)
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    for _ in range(400):
-        out = model(input_ids=ids, attention_mask=att, labels=labels)
-        pred, lab = out.logits[:, :-1].argmax(-1), labels[:, 1:]
-        if bool(((pred == lab) | (lab == -100)).all()) and out.loss.item() < 0.05:
-            break
-        opt.zero_grad()
-        out.loss.backward()
-        opt.step()
-    else:
-        raise AssertionError(f"scripted model did not memorise the scripts (loss {out.loss.item():.3f})")
-    return model.eval()
+    return memorise(tiny_qwen2(len(tok), seed=1), tok, [(m, TOOLS) for m in SCRIPTS.values()])
 
 
 def greedy(**kw):
@@ -225,7 +192,7 @@ def test_sampled_logprobs_match_one_forward_rescoring(tok, scripted):
 
 
 def test_random_model_logprobs_and_determinism(tok):
-    model = tiny_model(len(tok), seed=5)
+    model = tiny_qwen2(len(tok), seed=5)
     tasks = [make_task(n) for n in ("single", "loop")]
     cfg = RolloutConfig(group_size=4, max_turns=2, max_new_tokens=24, max_total_tokens=400, temperature=1.0, seed=11)
     a = generate_rollouts(model, tok, tasks, lambda t: AddEnv(), cfg).trajectories
