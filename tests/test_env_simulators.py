@@ -342,3 +342,47 @@ def test_schema_backend_serves_toolworld_with_state():
     booked = sim.call("book_flight", {"flight_id": "FL123", "passenger": "Ann"}, episode="s").content
     found = sim.call("get_booking", {"booking_id": booked["booking_id"]}, episode="s").content
     assert (found["flight_id"], found["passenger"], found["status"]) == ("FL123", "Ann", booked["status"])
+
+
+def _schemas():
+    from hypothesis import strategies as st
+
+    leaf = st.one_of(
+        st.builds(lambda lo, span, step: {"type": "integer", "minimum": lo, "maximum": lo + span, **({"multipleOf": step} if step else {})},
+                  st.integers(-50, 50), st.integers(6, 40), st.sampled_from([0, 1, 2, 5])),
+        st.builds(lambda lo, span, step: {"type": "number", "minimum": lo, "maximum": lo + span, **({"multipleOf": step} if step else {})},
+                  st.integers(-5, 5), st.integers(1, 9), st.sampled_from([0, 0.01, 0.1, 0.25, 0.5])),
+        st.builds(lambda vals: {"type": "string", "enum": vals}, st.lists(st.sampled_from(["a", "b", "c", "dd"]), min_size=1, max_size=3, unique=True)),
+        st.sampled_from([{"type": "string", "format": f} for f in ("date", "date-time", "email", "uri", "uuid", "ipv4", "time")]),
+        st.builds(lambda lo, extra: {"type": "string", "minLength": lo, "maxLength": lo + extra}, st.integers(0, 6), st.integers(0, 6)),
+        st.sampled_from([{"type": "string", "pattern": p} for p in ("^[A-Z]{3}[0-9]{2}$", r"^\d{4}-x$", "^(up|down)$")]),
+        st.just({"type": "boolean"}),
+        st.just({"type": ["string", "null"]}),
+    )
+    return st.recursive(
+        leaf,
+        lambda inner: st.one_of(
+            st.builds(lambda items, lo, extra: {"type": "array", "items": items, "minItems": lo, "maxItems": lo + extra}, inner, st.integers(0, 2), st.integers(0, 2)),
+            st.builds(lambda props: {"type": "object", "properties": props, "required": sorted(props)},
+                      st.dictionaries(st.sampled_from(["id", "name", "item_id", "n", "when", "tags"]), inner, min_size=1, max_size=4)),
+            st.builds(lambda a, b: {"anyOf": [a, b]}, inner, inner),
+        ),
+        max_leaves=8,
+    )
+
+
+@pytest.mark.slow
+def test_schema_backend_output_always_validates():
+    """Property: for any response schema built from the supported keywords, every answer validates."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=150, deadline=None)
+    @given(resp=_schemas(), seed=st.integers(0, 10_000), arg=st.text(max_size=5))
+    def check(resp, seed, arg):
+        tool = fn("t", {"a": {"type": "string"}}, ["a"], {"type": "object", "properties": {"out": resp}, "required": ["out"]})
+        r = SchemaSimulator([tool], seed=seed).call("t", {"a": arg})
+        assert r.ok, r.error
+        validate(tool["function"]["response"], r.content)
+
+    check()

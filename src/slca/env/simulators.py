@@ -169,6 +169,9 @@ _WORDS = (
 ).split()
 
 
+_DRAWS = 8
+
+
 class SchemaSimulator(BaseSimulator):
     """Deterministic, seeded, schema-guided tool simulator.
 
@@ -205,11 +208,13 @@ class SchemaSimulator(BaseSimulator):
         if spec.response is None:
             content: Any = {"status": "ok", **arguments}
         else:
-            content = _generate(spec.response, rng, known, name, depth=0, root=spec.response)
-            bad = self.toolbox.response_error(name, content)
-            if bad is not None:  # a stored / echoed value did not fit: draw without them
-                content = _generate(spec.response, rng, {}, name, depth=0, root=spec.response)
+            # A stored / echoed value may not fit, and float ``multipleOf`` checks can
+            # reject a rounded draw: redraw (without the echoes) a few times.
+            for attempt in range(_DRAWS):
+                content = _generate(spec.response, rng, known if attempt == 0 else {}, name, depth=0, root=spec.response)
                 bad = self.toolbox.response_error(name, content)
+                if bad is None:
+                    break
             if bad is not None:
                 self.metrics["invalid_output"] += 1
                 return ToolResult(ok=False, error=f"simulator could not produce a valid response for {name!r}: {bad}")
@@ -293,7 +298,18 @@ def _generate(schema: Any, rng: random.Random, known: dict[str, Any], field: str
         step = float(schema.get("multipleOf", 1 if t == "integer" else 0.01))
         k_lo, k_hi = math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9)
         k = rng.randint(k_lo, max(k_lo, k_hi))
-        return int(round(k * step)) if t == "integer" else round(k * step, 10)
+        if t == "integer":
+            return int(round(k * step))
+        if "multipleOf" not in schema or not isinstance(schema["multipleOf"], float):
+            return round(k * step, 10)
+        # jsonschema checks a float multipleOf as ``int(x / step) == x / step``, which
+        # rounding error fails for some multiples (4.1 / 0.1): take the nearest k that passes.
+        n = max(1, k_hi - k_lo + 1)
+        for d in range(min(n, 64)):
+            x = round((k_lo + (k - k_lo + d) % n) * step, 10)
+            if x / step == int(x / step):
+                return x
+        return round(k * step, 10)
     if t == "boolean":
         return rng.random() < 0.5
     if t == "null":
