@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from slca.rewards.execution import EXECUTION_WEIGHTS, Unscorable, execution_reward, in_domain_metrics
 from slca.rewards.judges import Judge, OpenAIJudge, RewardModelJudge
+from slca.rewards.messages import turns_from_messages
 from slca.rewards.summary import REFUSAL_MARKERS, SUMMARY_WEIGHTS, summary_reward
 from slca.types import RewardBreakdown, Trajectory
 
@@ -24,6 +25,7 @@ __all__ = [
     "hierarchical_rewards",
     "in_domain_metrics",
     "summary_reward",
+    "turns_from_messages",
 ]
 
 
