@@ -13,6 +13,10 @@ parser). Expected advantages are computed here by hand, not with slca.
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -228,10 +232,11 @@ def scripted_rollout_func(tok):
 
     def rollout_func(prompts, trainer):
         prompt_ids, completion_ids, env_mask, logprobs = [], [], [], []
+        offset = len(prompts) * trainer.accelerator.process_index  # other shapes on other processes
         for i, p in enumerate(prompts):
             pids = tok.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=False)
             seq, mask = [], []
-            for part in shapes[i % len(shapes)]:
+            for part in shapes[(i + offset) % len(shapes)]:
                 seq += parts[part]
                 mask += [0 if part == "env" else 1] * len(parts[part])
             prompt_ids.append(pids)
@@ -346,3 +351,69 @@ def test_bad_tiers_are_rejected(tmp_path):
             model=build_policy(tok), processing_class=tok, reward_funcs=[execution_reward],
             args=base_args(tmp_path, reward_tiers=["tool", "summary"]), train_dataset=dataset(8),
         )
+
+
+MULTI_PROCESS_SCRIPT = """
+import sys
+import torch
+sys.path.insert(0, {tests!r})
+from test_integration_trl import base_args, build_policy, build_tokenizer, dataset, recording, scripted_rollout_func
+from slca.integrations.trl import SLCAGRPOTrainer
+
+tok = build_tokenizer()
+rollout_func, _, _ = scripted_rollout_func(tok)
+
+def tool_r(completions, completion_ids, **_):
+    return [len(c) / 10.0 for c in completion_ids]
+
+def sum_r(completions, completion_ids, **_):
+    return [float(sum(c) % 7) for c in completion_ids]
+
+Trainer = recording(SLCAGRPOTrainer)
+t = Trainer(model=build_policy(tok), processing_class=tok, reward_funcs=[tool_r, sum_r],
+            args=base_args({out!r}, per_device_train_batch_size=2, num_generations=4, shuffle_dataset=False),
+            train_dataset=dataset(4), rollout_func=rollout_func)
+t.train()
+rec = Trainer.recorded[0]
+torch.save({{k: rec[k] for k in ("completion_ids", "completion_mask", "tool_mask", "advantages")}},
+           {out!r} + f"/rank{{t.accelerator.process_index}}.pt")
+"""
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_processes_normalise_a_group_split_across_them(tmp_path):
+    """torchrun, 2 CPU processes (accelerate picks gloo): one group of 4 split 2 + 2, different padding per process."""
+    script = tmp_path / "run.py"
+    script.write_text(MULTI_PROCESS_SCRIPT.format(tests=os.path.dirname(__file__), out=str(tmp_path)))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()), str(script)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, textwrap.shorten(r.stderr[-3000:], 3000)
+    ranks = [torch.load(tmp_path / f"rank{k}.pt") for k in (0, 1)]
+    assert ranks[0]["completion_ids"].shape[1] != ranks[1]["completion_ids"].shape[1]  # padded differently
+    ids = [row[m.bool()].tolist() for rk in ranks for row, m in zip(rk["completion_ids"], rk["completion_mask"])]
+    a_tool = group_norm(np.array([len(c) / 10.0 for c in ids]), 4)
+    a_sum = group_norm(np.array([float(sum(c) % 7) for c in ids]), 4)
+    row = 0
+    for rk in ranks:
+        for i in range(rk["advantages"].shape[0]):
+            cm, tm, adv = rk["completion_mask"][i].bool(), rk["tool_mask"][i].bool(), rk["advantages"][i]
+            model_tok, env = cm & tm, cm & ~tm
+            b = int(env.nonzero().max()) if env.any() else -1
+            pos = torch.arange(len(adv))
+            expect = torch.zeros_like(adv)
+            if b < 0:
+                expect[model_tok] = (a_tool[row] + a_sum[row]) / 2
+            else:
+                expect[model_tok & (pos < b)] = float(a_tool[row])
+                expect[model_tok & (pos > b)] = float(a_sum[row])
+            torch.testing.assert_close(adv, expect, atol=1e-5, rtol=1e-5)
+            row += 1

@@ -187,3 +187,39 @@ def test_compute_score_on_the_papers_row_format():
         assert s["score"] == pytest.approx(s["tool_reward"] + s["summary_reward"])
     assert s_good["tool_reward"] > s_wrong["tool_reward"]
     assert s_good["summary_reward"] > s_silent["summary_reward"]
+
+
+def test_empty_tool_mode_from_environment(monkeypatch):
+    mask, lengths, r_tool, r_sum, uids = random_batch(6)
+    R = sv.pack_token_rewards(r_tool, r_sum, mask, lengths)
+    monkeypatch.setenv("SLCA_EMPTY_TOOL", "exclude")
+    adv, _ = sv.compute_slca_outcome_advantage(R, mask, index=uids)
+    torch.testing.assert_close(adv, reference(mask, r_tool, r_sum, uids, empty_tool="exclude"))
+    monkeypatch.setenv("SLCA_EMPTY_TOOL", "bogus")
+    with pytest.raises(ValueError, match="SLCA_EMPTY_TOOL"):
+        sv.compute_slca_outcome_advantage(R, mask, index=uids)
+
+
+def test_documented_verl_command_matches_verls_config_schema():
+    """Every override in examples/verl/run_slca.sh exists in verl's own ppo_trainer config."""
+    import re
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+    from verl.utils.config import omega_conf_to_dataclass
+
+    import verl
+
+    script = Path(__file__).resolve().parents[1] / "examples" / "verl" / "run_slca.sh"
+    overrides = []
+    for line in script.read_text().splitlines():
+        m = re.match(r"\s+([a-z_][\w.]*=\S.*?)\s*\\?$", line)
+        if m:
+            overrides.append(re.sub(r'"?\$\{?(\w+)\}?"?', "x", m.group(1).rstrip(" \\")).replace('"', ""))
+    assert any(o == "algorithm.adv_estimator=slca" for o in overrides), overrides
+    with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=overrides)
+    algo = omega_conf_to_dataclass(cfg.algorithm)
+    assert algo.adv_estimator == "slca" and not algo.use_kl_in_reward
+    assert cfg.actor_rollout_ref.rollout.agent.default_agent_loop == "slca_tool_agent"
+    assert cfg.reward.custom_reward_function.name == "compute_score"

@@ -266,7 +266,7 @@ class SLCAGRPOTrainer(GRPOTrainer):
         completion_mask = out["completion_mask"]  # (B_local, T_local)
         tool_mask = out.get("tool_mask")
         B_local, T_local = completion_mask.shape
-        has_tool = acc.gather(torch.tensor([tool_mask is not None], device=completion_mask.device)).any().item()
+        has_tool = bool(acc.gather(torch.tensor([int(tool_mask is not None)], device=completion_mask.device)).sum())
         if tool_mask is None:
             tool_mask = torch.ones_like(completion_mask)
         valid_g = acc.gather(acc.pad_across_processes(completion_mask, dim=1, pad_index=0))

@@ -41,6 +41,7 @@ How the two rewards reach the estimator (verl 0.9.1)
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -176,7 +177,9 @@ def compute_slca_outcome_advantage(
         norm_adv_by_std_in_grpo: False centres only (Dr. GRPO); also read from
             ``config.norm_adv_by_std_in_grpo``, which verl sets.
         config: verl ``AlgoConfig``; ``use_kl_in_reward`` must be False.
-            ``slca_empty_tool`` (optional) picks the no-call rule.
+            (``AlgoConfig`` takes no extra keys, so the no-call rule of
+            :func:`slca.slca_advantages` comes from the environment variable
+            ``SLCA_EMPTY_TOOL``, default ``response``.)
         non_tensor_batch: when given and holding ``tool_reward`` /
             ``summary_reward`` (verl's ``reward_extra_info``), the rewards are
             read from there instead of the token layout.
@@ -198,9 +201,9 @@ def compute_slca_outcome_advantage(
     else:
         r_tool, r_sum = unpack_token_rewards(token_level_rewards, mask)
     scale = "group" if (norm_adv_by_std_in_grpo and _cfg(config, "norm_adv_by_std_in_grpo", True)) else "none"
-    empty_tool = _cfg(config, "slca_empty_tool", "response")
+    empty_tool = os.environ.get("SLCA_EMPTY_TOOL", "response")
     if empty_tool not in EMPTY_TOOL_MODES:
-        raise ValueError(f"algorithm.slca_empty_tool must be one of {EMPTY_TOOL_MODES}, got {empty_tool!r}")
+        raise ValueError(f"SLCA_EMPTY_TOOL must be one of {EMPTY_TOOL_MODES}, got {empty_tool!r}")
     tool_seg, summary_seg = segment_masks(mask)
     inputs = AdvantageInputs(
         tool_rewards=r_tool.to(mask.device),
