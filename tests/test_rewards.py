@@ -219,11 +219,12 @@ def test_summary_wrong_categorical_value_is_a_hallucination():
 
 
 def test_summary_values_only_count_when_the_rollout_saw_them():
-    """Facts stated without calling the tool are unsupported unless they are the task's answer facts."""
+    """A value stated without the tool call that produces it is unsupported, even when it is right."""
     t = task_of("stock")
     ref = t.meta["reference_answer"]
     no_call = summary_reward(t, [answer(ref)], ref)
-    assert no_call.components["faithfulness"] == 1.0  # answer_facts are part of the evidence
+    assert no_call.components["faithfulness"] == 0.0 and no_call.components["no_hallucination"] == 0.0
+    assert no_call.components["completeness"] == 1.0
     wrong_price = ref.replace(t.answer_facts[0], str(int(t.answer_facts[0]) + 3))
     s = summary_reward(t, run(t, t.gold, wrong_price), wrong_price)
     assert s.components["completeness"] == 0.0 and s.components["faithfulness"] < 1.0

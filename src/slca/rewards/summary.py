@@ -1,7 +1,8 @@
 """Summary tier of the hierarchical rewards (HierR): the reward for summary tokens.
 
-The final answer is scored against the evidence the rollout actually had
-(its successful tool results, the user's request and ``task.answer_facts``).
+The final answer is scored against the evidence the rollout actually had:
+its successful tool results, the user's request, the tools as the model saw
+them, and -- for tasks without gold calls only -- ``task.answer_facts``.
 Components, each in [0, 1]:
 
 * ``faithfulness``    -- ``|stated ∩ evidence| / |stated|`` over the checkable
@@ -91,7 +92,9 @@ def _evidence(task: Task, turns: list[Turn]) -> tuple[set[str], set[str]]:
     for t in task.tools:  # what the model was shown of each tool (not its response schema)
         fn = t.get("function", t)
         words |= leaf_values([fn.get("description", ""), fn.get("parameters", {})])[1]
-    for f in task.answer_facts:
+    # Facts count as evidence only where no tool produces them (e.g. "7 plus 5 is 12");
+    # otherwise a value the rollout never saw is unsupported even if it happens to be right.
+    for f in task.answer_facts if not task.gold else []:
         v, w = leaf_values(f)
         values |= v
         words |= w
