@@ -180,9 +180,11 @@ class SchemaSimulator(BaseSimulator):
     the same call in an episode gets the same answer. The generator honours
     ``type`` (including unions), ``enum``/``const``, ``properties``/``required``,
     ``items``/``minItems``/``maxItems``, ``minimum``/``maximum`` (and the
-    exclusive forms), ``multipleOf``, ``minLength``/``maxLength``, ``format``
-    (date, date-time, time, email, uri, uuid, ipv4) and ``anyOf``/``oneOf``/``allOf``;
-    every answer is checked against the schema before it is returned.
+    exclusive forms), ``multipleOf``, ``minLength``/``maxLength``, ``pattern``
+    (drawn from the stdlib's parse of the regex), ``format`` (date, date-time,
+    time, email, uri, uuid, ipv4), ``anyOf``/``oneOf``/``allOf`` and local
+    ``$ref``; every answer is checked against the schema before it is returned
+    (a few redraws, then ``ok=False`` counted in ``metrics["invalid_output"]``).
 
     Consistency: a response property with the same name as an argument echoes
     the argument's value; an ``id`` or ``*_id`` string property gets an id.
