@@ -161,3 +161,14 @@ def test_bad_split_and_n():
         tw.make_tasks("dev")
     with pytest.raises(ValueError, match="n must"):
         tw.make_tasks("train", n=-1)
+
+
+def test_kinds_filter():
+    tasks = tw.make_tasks("train", n=50, kinds=["parallel"])
+    assert {t.kind for t in tasks} == {"parallel"}
+    mixed = tw.make_tasks("test", n=200, kinds=("chain", "no_tool"))
+    assert {t.kind for t in mixed} == {"chain", "no_tool"}
+    with pytest.raises(ValueError, match="kinds"):
+        tw.make_tasks("heldout_tools", kinds=["chain"])
+    with pytest.raises(ValueError, match="kinds"):
+        tw.make_tasks("train", kinds="parallel")

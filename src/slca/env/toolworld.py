@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -632,13 +632,15 @@ def _offered_tools(rng: random.Random, gold: list[list[ToolCall]], pool: list[st
     return [_BY_NAME[n] for n in pool if n in chosen]
 
 
-def make_tasks(split: str = "train", n: int | None = None, seed: int = 0) -> list[Task]:
+def make_tasks(split: str = "train", n: int | None = None, seed: int = 0, *, kinds: Sequence[str] | None = None) -> list[Task]:
     """Generate ``n`` toolworld tasks of ``split`` deterministically from ``seed``.
 
     Args:
         split: ``"train"``, ``"test"`` or ``"heldout_tools"``.
         n: number of tasks (default 2000 / 300 / 200 by split).
-        seed: generator seed; the same (split, n, seed) gives the same tasks.
+        seed: generator seed; the same (split, n, seed, kinds) gives the same tasks.
+        kinds: only these task kinds (e.g. ``["parallel"]`` for the diagnostic
+            case), in their usual proportions; default all kinds of the split.
 
     Returns:
         Tasks with ``gold`` (steps of parallel calls), ``kind``, ``answer_facts``
@@ -657,6 +659,10 @@ def make_tasks(split: str = "train", n: int | None = None, seed: int = 0) -> lis
     by_kind: dict[str, list[_TaskType]] = {}
     for t in types:
         by_kind.setdefault(t.kind, []).append(t)
+    if kinds is not None:
+        if isinstance(kinds, str) or not set(kinds) <= set(by_kind) or not kinds:
+            raise ValueError(f"kinds must be a non-empty list drawn from {sorted(by_kind)} for split {split!r}, got {kinds!r}")
+        by_kind = {k: v for k, v in by_kind.items() if k in kinds}
     kinds = list(by_kind)
     weights = [_KIND_WEIGHTS[k] for k in kinds]
     pool = _HELDOUT_TOOL_NAMES if heldout else _TRAIN_TOOL_NAMES
