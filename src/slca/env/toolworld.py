@@ -663,12 +663,12 @@ def make_tasks(split: str = "train", n: int | None = None, seed: int = 0, *, kin
         if isinstance(kinds, str) or not set(kinds) <= set(by_kind) or not kinds:
             raise ValueError(f"kinds must be a non-empty list drawn from {sorted(by_kind)} for split {split!r}, got {kinds!r}")
         by_kind = {k: v for k, v in by_kind.items() if k in kinds}
-    kinds = list(by_kind)
-    weights = [_KIND_WEIGHTS[k] for k in kinds]
+    kind_names = list(by_kind)
+    weights = [_KIND_WEIGHTS[k] for k in kind_names]
     pool = _HELDOUT_TOOL_NAMES if heldout else _TRAIN_TOOL_NAMES
     tasks: list[Task] = []
     for i in range(n):
-        kind = rng.choices(kinds, weights)[0]
+        kind = rng.choices(kind_names, weights)[0]
         tt = rng.choice(by_kind[kind])
         template = rng.choice(_templates(tt, split))
         probe = PythonSimulator(_all_tools_box(), FUNCTIONS)
