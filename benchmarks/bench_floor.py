@@ -1,0 +1,133 @@
+"""(d) The floor: a training pass's FLOPs against this machine's measured fp32 matmul peak,
+and the per-token decode latency.
+
+    .venv/bin/python benchmarks/bench_floor.py
+
+1. Peak: the best ``torch.matmul`` rate over square fp32 sizes (512-2048) and
+   over the model's own largest shape, per thread count.
+2. Training pass at the embedded default model's size
+   (:class:`slca.models.config.ModelSize`, vocabulary 1,536): forward + backward
+   of ``slca.trainer.response_logprobs`` and a token-mean surrogate on a batch of
+   32 rows x (256 prompt + 256 response) tokens.
+   FLOPs = ``6 * N * tokens + attention``: ``N`` the parameters that do a matmul
+   per token (every linear layer and the tied LM head; the embedding lookup is
+   free), attention ``3 * 4 * layers * S^2 * hidden`` per row (QK^T and AV,
+   forward + 2x backward, the full S x S as SDPA computes it with a mask).
+3. Decode: seconds per generated token of slca's rollout engine at batch 1 and
+   32 (128 tokens), against the matmul floor ``2 * N * batch / peak``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as C  # noqa: E402
+import torch  # noqa: E402
+
+
+def matmul_peak(sizes: list[tuple[int, int, int]], repeats: int) -> tuple[float, tuple[int, int, int]]:
+    """Best fp32 FLOP/s of ``(m, k) @ (k, n)`` over ``sizes``."""
+    best, arg = 0.0, sizes[0]
+    for m, k, n in sizes:
+        x, y = torch.randn(m, k), torch.randn(k, n)
+        torch.matmul(x, y)
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            torch.matmul(x, y)
+            dt = time.perf_counter() - t0
+            if 2 * m * k * n / dt > best:
+                best, arg = 2 * m * k * n / dt, (m, k, n)
+    return best, arg
+
+
+def matmul_params(model: torch.nn.Module) -> int:
+    """Parameters used in a matmul per token: every Linear plus the (tied) LM head."""
+    n = sum(mod.weight.numel() for mod in model.modules() if isinstance(mod, torch.nn.Linear))
+    return n
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--rows", type=int, default=32)
+    p.add_argument("--prompt", type=int, default=256)
+    p.add_argument("--response", type=int, default=256)
+    p.add_argument("--tiny", action="store_true", help="a seconds-long smoke run on a tiny model (tests)")
+    a = p.parse_args(argv)
+    C.header("bench_floor: training-pass FLOPs vs measured matmul peak; decode latency", a)
+
+    from slca.models.config import ModelSize
+    from slca.losses import aggregate, clipped_surrogate
+    from slca.rollout import RolloutConfig, generate_rollouts
+    from slca.trainer import RolloutBatch, response_logprobs
+
+    if a.tiny:
+        ms, vocab, a.rows, a.prompt, a.response = C.TINY, C.TINY.vocab, 2, 8, 8
+        size = ms
+        squares = [(64, 64, 64)]
+    else:
+        d = ModelSize()
+        size = C.Size(hidden=d.hidden_size, layers=d.num_hidden_layers, heads=d.num_attention_heads,
+                      kv_heads=d.num_key_value_heads, intermediate=d.intermediate_size, vocab=1536)
+        vocab = 1536
+        squares = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048)]
+    tok = C.build_tokenizer(vocab)
+    model = C.build_model(tok, size)
+    N = matmul_params(model)
+    B, P, T = a.rows, a.prompt, a.response
+    S = P + T
+    L, H = size.layers, size.hidden
+    flops = 6 * N * B * S + 3 * 4 * L * S * S * H * B
+    print(f"   model: Qwen2 hidden {H}, {L} layers, {size.heads}/{size.kv_heads} heads, SwiGLU {size.intermediate}, "
+          f"vocab {len(tok)}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, {N / 1e6:.2f}M in matmuls")
+    print(f"   training pass: {B} rows x {S} tokens = {flops / 1e9:.1f} GFLOP (attention {3 * 4 * L * S * S * H * B / flops * 100:.0f}%)")
+    model_shapes = [(B * S, H, size.intermediate), (B * S, H, len(tok))]
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, len(tok) - 20, (B, S), generator=g)
+    att = torch.ones(B, S, dtype=torch.long)
+    batch = RolloutBatch(ids, att, (att.cumsum(1) - 1), P, torch.ones(B, T, dtype=torch.long),
+                         torch.ones(B, T, dtype=torch.long), torch.full((B, T), -7.0))
+    adv = torch.randn(B, T, generator=g)
+    opt_params = list(model.parameters())
+
+    def train_pass() -> None:
+        for q in opt_params:
+            q.grad = None
+        logp = response_logprobs(model, batch)
+        loss = aggregate(clipped_surrogate(logp, batch.old_logprobs, adv, clip_low=0.2, clip_high=0.28), batch.model_mask, "token_mean")
+        loss.backward()
+
+    ts = C.tasks(32 if not a.tiny else 2, False)
+    dec_n = 128 if not a.tiny else 4
+
+    def decode(n_rows: int) -> float:
+        cfg = RolloutConfig(group_size=1, max_turns=1, max_new_tokens=dec_n, max_total_tokens=4096)
+        res = generate_rollouts(model, tok, ts[:n_rows], C.make_env, cfg)
+        return res.gen_seconds / (res.gen_tokens / n_rows)  # seconds per decode step
+
+    print(f"{'thr':>3}  {'matmul peak':>12} {'(at m,k,n)':<20}{'train pass':>12}{'achieved':>12}{'of peak':>9}"
+          f"  {'decode s/token B=1':>19}{'B=32':>9}{'floor B=1/B=32':>18}")
+    for th in C.parse_threads(a.threads):
+        C.set_threads(th)
+        peak, at = matmul_peak(squares + model_shapes, a.repeats)
+        model.train()
+        t_pass = C.med(C.time_call(train_pass, a.repeats))
+        model.eval()
+        d1 = C.med([decode(1) for _ in range(max(1, a.repeats // 2))])
+        dB = C.med([decode(len(ts)) for _ in range(max(1, a.repeats // 2))])
+        ach = flops / t_pass
+        fl1, flB = 2 * N / peak, 2 * N * len(ts) / peak
+        print(f"{th:>3}  {peak / 1e9:>8.1f} GF/s {str(at):<20}{t_pass:>10.3f} s{ach / 1e9:>7.1f} GF/s{ach / peak * 100:>8.1f}%"
+              f"  {d1 * 1e3:>16.2f} ms{dB * 1e3:>7.2f}ms{fl1 * 1e3:>8.3f}/{flB * 1e3:.3f} ms", flush=True)
+    print("floor = 2 * N * batch / peak: the matmul time of one decode step at the measured peak.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""(e) Peak memory (resident set) of ``slca demo --quick``, or of a trainer run.
+
+    .venv/bin/python benchmarks/bench_memory.py                  # slca demo --quick
+    .venv/bin/python benchmarks/bench_memory.py --what trainer   # 3 slca Trainer steps, bench_step multi workload
+
+The command runs in a child process; its peak RSS is ``ru_maxrss`` of
+``getrusage(RUSAGE_CHILDREN)`` after it exits (Linux: the largest resident set
+any waited-for descendant reached), the figure ``/usr/bin/time -v`` prints as
+"Maximum resident set size". The demo builds and caches the embedded model on
+its first run (``$SLCA_CACHE`` or ``~/.cache/slca``); that build is part of the
+measured run when the cache is empty.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TARGET_GB = 3.0
+
+TRAINER_SNIPPET = """
+import sys, tempfile
+sys.path.insert(0, {here!r})
+import _common as C, bench_step
+size = C.TINY if {tiny} else C.FULL
+tok = C.build_tokenizer(size.vocab)
+with tempfile.TemporaryDirectory() as d:
+    tr = bench_step.slca_trainer(tok, size, True, d)
+    for _ in range({steps}):
+        tr.train_step()
+"""
+
+
+def run_child(cmd: list[str]) -> tuple[int, float, float]:
+    """``(exit code, peak RSS in GB, wall seconds)`` of ``cmd`` run to completion."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t0 = time.perf_counter()
+    rc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
+    wall = time.perf_counter() - t0
+    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    if peak_kb <= before and rc.returncode == 0:
+        print("   note: this child's peak did not exceed an earlier child's; the figure is an upper bound")
+    if rc.returncode != 0:
+        print(f"   command failed (exit {rc.returncode}); last lines of its stderr:")
+        print("   " + "\n   ".join(rc.stderr.strip().splitlines()[-8:]))
+    return rc.returncode, peak_kb / 1024**2, wall
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--what", choices=("demo", "trainer"), default="demo")
+    p.add_argument("--steps", type=int, default=3, help="trainer steps (--what trainer)")
+    p.add_argument("--tiny", action="store_true", help="a seconds-long smoke run: the trainer on a tiny model (tests)")
+    a = p.parse_args(argv)
+    print("== bench_memory: peak resident memory")
+    print(f"   args: {vars(a)}")
+    if a.tiny:
+        a.what, a.steps = "trainer", 1
+    with tempfile.TemporaryDirectory() as d:
+        if a.what == "demo":
+            slca = Path(sys.executable).parent / "slca"
+            cmd = [str(slca), "demo", "--quick", "--out", str(Path(d) / "demo")]
+        else:
+            code = TRAINER_SNIPPET.format(here=str(HERE), tiny=a.tiny, steps=a.steps)
+            cmd = [sys.executable, "-c", code]
+        print(f"   command: {' '.join(cmd) if a.what == 'demo' else 'python -c <slca Trainer, ' + str(a.steps) + ' steps>'}")
+        rc, gb, wall = run_child(cmd)
+    status = "failed" if rc else ("met" if gb <= TARGET_GB else "NOT met")
+    print(f"{'what':<9}{'exit':>5}{'peak RSS':>11}{'wall':>9}  target <= {TARGET_GB:.0f} GB")
+    print(f"{a.what:<9}{rc:>5}{gb:>8.2f} GB{wall:>8.0f}s  {status}")
+    if rc:
+        sys.exit(rc)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""(a) Training-step throughput: slca's Trainer against TRL's GRPOTrainer on identical work.
+
+    .venv/bin/python benchmarks/bench_step.py                 # both workloads, 1 and 2 threads
+    .venv/bin/python benchmarks/bench_step.py --workload multi --threads 2 --repeats 7
+
+Per repeat, one TRL step and one slca step run back to back (the slca step runs
+from TRL's ``on_step_end`` callback, so load drift on a shared machine hits both
+alike). A step is everything from sampling to the optimizer update: generation,
+rewards, advantages, one forward/backward over the batch, AdamW. TRL's step is
+timed from ``on_step_begin`` to ``on_step_end`` (its logging afterwards is left
+out); slca's is ``Trainer.train_step()`` (its metrics included).
+
+Same work on both sides: the model, prompts, group size, completion lengths,
+fp32 (TRL's CPU default ``bf16=True`` is turned off), beta 0, one optimisation
+pass over the whole batch (slca ``minibatches=1``; TRL one step per generation
+batch), loss dapo / token_mean, temperature 1, no top-k / top-p. slca's per-segment
+gradient diagnostic (an extra backward) is off (``diag_every=0``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as C  # noqa: E402
+import torch  # noqa: E402
+
+
+def slca_trainer(tok, size: C.Size, multi: bool, run_dir: str):
+    from slca.config import TrainConfig
+    from slca.trainer import Trainer
+
+    script = C.script_turns(tok) if multi else None
+    model = C.build_model(tok, size, script)
+    cfg = TrainConfig(
+        run_dir=run_dir, seed=0, tasks_per_step=size.prompts, group_size=size.generations,
+        max_turns=3 if multi else 1, max_total_tokens=2048,
+        max_new_tokens=max(len(t) for t in script) + 8 if multi else size.completion_tokens,
+        temperature=1.0, top_p=1.0, estimator="slca", kl_coef=0.0, loss_agg="token_mean",
+        ppo_epochs=1, minibatches=1, lr=1e-5, warmup_steps=0, diag_every=0, eval_every=0,
+        sample_html_every=0, save_every=0,
+    )
+    ts = C.tasks(size.prompts, multi)
+    return Trainer(cfg, model=model, tokenizer=tok, train_tasks=ts, make_env=C.make_env)
+
+
+def trl_trainer(tok, size: C.Size, multi: bool, out_dir: str, steps: int, callbacks):
+    from datasets import Dataset
+    from transformers import PrinterCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    script = C.script_turns(tok) if multi else None
+    model = C.build_model(tok, size, script)
+    rows = [{"prompt": t.messages} for t in C.tasks(size.prompts, multi)]
+
+    def execution_reward(completions, **_):
+        return [float(sum(len(m.get("tool_calls") or []) for m in c if m["role"] == "assistant")) for c in completions]
+
+    def summary_reward(completions, **_):
+        return [float("sunny" in (c[-1].get("content") or "")) for c in completions]
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    args = GRPOConfig(
+        output_dir=out_dir, per_device_train_batch_size=size.prompts * size.generations, num_generations=size.generations,
+        max_completion_length=2048 if multi else size.completion_tokens, max_steps=steps, learning_rate=1e-5,
+        beta=0.0, loss_type="dapo", num_iterations=1, gradient_accumulation_steps=1, temperature=1.0, top_p=1.0,
+        top_k=0, bf16=False, logging_steps=1, report_to="none", use_cpu=True, save_strategy="no", seed=0,
+        dataloader_num_workers=0, disable_tqdm=True, max_tool_calling_iterations=3 if multi else None,
+    )
+    tr = GRPOTrainer(
+        model=model, processing_class=tok, reward_funcs=[execution_reward, summary_reward], args=args,
+        train_dataset=Dataset.from_list(rows * max(steps, 1)), tools=[C.get_weather] if multi else None,
+        callbacks=callbacks,
+    )
+    tr.remove_callback(PrinterCallback)  # its per-step log lines would bury the table
+    return tr
+
+
+def run_pair(tok, size: C.Size, multi: bool, threads: int, repeats: int, warmup: int) -> dict:
+    """Interleaved TRL / slca steps at ``threads`` threads; seconds per step of each."""
+    from transformers import TrainerCallback
+
+    C.set_threads(threads)
+    with tempfile.TemporaryDirectory() as d:
+        sl = slca_trainer(tok, size, multi, str(Path(d) / "slca"))
+        res = {"trl": [], "slca": [], "slca_tokens": 0}
+
+        class Pair(TrainerCallback):
+            def on_step_begin(self, args, state, control, **kw):
+                self.t0 = time.perf_counter()
+
+            def on_step_end(self, args, state, control, **kw):
+                dt = time.perf_counter() - self.t0
+                if state.global_step > warmup:
+                    res["trl"].append(dt)
+                t0 = time.perf_counter()
+                m = sl.train_step()
+                dt = time.perf_counter() - t0
+                if state.global_step > warmup:
+                    res["slca"].append(dt)
+                    res["slca_tokens"] = m["rollout/response_tokens"] * m["rollout/policy_token_frac"]
+
+        tr = trl_trainer(tok, size, multi, str(Path(d) / "trl"), warmup + repeats, [Pair()])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tr.train()
+        hist = [h for h in tr.state.log_history if "completions/mean_length" in h]
+        res["trl_tokens"] = hist[-1]["completions/mean_length"] if hist else float("nan")
+    return res
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--workload", choices=("single", "multi", "both"), default="both")
+    p.add_argument("--threads", default="1,2", help="comma-separated torch thread counts, each run separately")
+    p.add_argument("--repeats", type=int, default=5, help="timed steps per side (median reported)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps per side first")
+    p.add_argument("--tiny", action="store_true", help="a seconds-long smoke run on a tiny model (tests)")
+    a = p.parse_args(argv)
+    size = C.TINY if a.tiny else C.FULL
+    C.header("bench_step: training-step throughput, slca Trainer vs TRL GRPOTrainer", a)
+    tok = C.build_tokenizer(size.vocab)
+    workloads = ["single", "multi"] if a.workload == "both" else [a.workload]
+    B = size.prompts * size.generations
+    print(f"   model: random Qwen2 hidden {size.hidden}, {size.layers} layers, {size.heads}/{size.kv_heads} heads, "
+          f"vocab {len(tok)}; batch {size.prompts} prompts x {size.generations} generations")
+    print(f"{'workload':<9}{'thr':>4}  {'TRL s/step (med [min-max])':<30}{'slca s/step (med [min-max])':<30}"
+          f"{'TRL rollouts/s':>15}{'slca rollouts/s':>16}{'slca/TRL':>10}{'policy tok TRL/slca':>21}")
+    for w in workloads:
+        for th in C.parse_threads(a.threads):
+            r = run_pair(tok, size, w == "multi", th, a.repeats, a.warmup)
+            t_trl, t_sl = C.med(r["trl"]), C.med(r["slca"])
+            print(f"{w:<9}{th:>4}  {C.spread(r['trl']):<30}{C.spread(r['slca']):<30}"
+                  f"{B / t_trl:>15.2f}{B / t_sl:>16.2f}{t_trl / t_sl:>9.2f}x{r['trl_tokens']:>12.0f}/{r['slca_tokens']:<8.0f}",
+                  flush=True)
+    print("slca/TRL = TRL median step time / slca median step time (>1: slca faster). "
+          "policy tok = mean model-written tokens per rollout (tool results excluded).")
+
+
+if __name__ == "__main__":
+    main()

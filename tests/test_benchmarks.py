@@ -1,0 +1,104 @@
+"""Every benchmark script runs end to end (``--tiny``), so the scripts do not rot.
+
+Each test calls the script's ``main`` in this process with ``--tiny --threads 1``
+and reads the printed table: the figures must be finite and positive, and
+bench_step's two sides must have sampled the same number of policy tokens
+(the identical-work guarantee of the scripted policy).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    threads = torch.get_num_threads()
+
+    def load(name: str):
+        return importlib.import_module(name)
+
+    yield load
+    torch.set_num_threads(threads)
+
+
+def rows(out: str, first: str) -> list[list[str]]:
+    return [ln.split() for ln in out.splitlines() if ln.split() and ln.split()[0] == first]
+
+
+def numbers(cells: list[str]) -> list[float]:
+    return [float(x) for c in cells for x in re.findall(r"-?\d+\.\d+|-?\d+", c)]
+
+
+@pytest.mark.slow
+def test_bench_step_tiny_same_work_on_both_sides(bench, capsys):
+    pytest.importorskip("trl")
+    pytest.importorskip("datasets")
+    bench("bench_step").main(["--tiny", "--threads", "1", "--repeats", "1"])
+    out = capsys.readouterr().out
+    for w in ("single", "multi"):
+        (r,) = rows(out, w)
+        trl_tok, slca_tok = r[-1].split("/")
+        assert float(trl_tok) == float(slca_tok) > 0, out
+        ratio = float(r[-2].rstrip("x"))
+        assert math.isfinite(ratio) and ratio > 0, out
+
+
+def test_bench_overhead_tiny(bench, capsys):
+    bench("bench_overhead").main(["--tiny", "--threads", "1", "--repeats", "1", "--micro", "3"])
+    out = capsys.readouterr().out
+    (r,) = rows(out, "1")
+    vals = numbers(r)
+    assert len(vals) == 9 and all(math.isfinite(v) for v in vals), out
+    assert vals[6] > 0 and vals[7] > 0, out  # grpo and slca step seconds
+
+
+def test_bench_rollout_tiny_same_tokens(bench, capsys):
+    bench("bench_rollout").main(["--tiny", "--threads", "1", "--repeats", "1"])
+    out = capsys.readouterr().out
+    (r,) = rows(out, "1")
+    tok_s = numbers(r[-3:-1])
+    assert all(v > 0 for v in tok_s), out
+
+
+def test_bench_floor_tiny(bench, capsys):
+    bench("bench_floor").main(["--tiny", "--threads", "1", "--repeats", "1"])
+    out = capsys.readouterr().out
+    (r,) = rows(out, "1")
+    assert "GF/s" in r and "%" in " ".join(r), out
+    assert all(math.isfinite(v) and v >= 0 for v in numbers(r)), out
+
+
+def test_bench_memory_tiny(bench, capsys):
+    bench("bench_memory").main(["--tiny"])
+    out = capsys.readouterr().out
+    (r,) = rows(out, "trainer")
+    assert r[1] == "0", out
+    assert 0.05 < float(r[2]) < 3.0, out
+
+
+def test_scripted_policy_follows_its_script_in_generate(bench):
+    """The benchmark policy writes exactly its scripted turn under HF generate (as in TRL and slca)."""
+    C = bench("_common")
+    tok = C.build_tokenizer(C.TINY.vocab)
+    script = C.script_turns(tok)
+    model = C.build_model(tok, C.TINY, script).eval()
+    msgs = [{"role": "user", "content": C.user_prompt(0, True)}]
+    enc = tok.apply_chat_template(msgs, tools=[C.weather_tool_schema()], add_generation_prompt=True,
+                                  return_tensors="pt", return_dict=True)
+    with torch.no_grad():
+        out = model.generate(**enc, max_new_tokens=len(script[0]) + 5, do_sample=True)
+    assert out[0, enc["input_ids"].shape[1]:].tolist() == script[0]
+    # training passes (grad enabled) see the model's own logits, not the script
+    logits = model(**enc).logits[0, -1]
+    assert torch.isfinite(logits).all()
