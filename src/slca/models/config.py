@@ -39,6 +39,17 @@ class ModelSize:
     rope_theta: float = 10000.0
     """RoPE base."""
 
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"ModelSize.hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({self.num_attention_heads})"
+            )
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"ModelSize.num_attention_heads ({self.num_attention_heads}) must be divisible by "
+                f"num_key_value_heads ({self.num_key_value_heads})"
+            )
+
 
 @dataclass(frozen=True)
 class DemoMix:
@@ -72,7 +83,7 @@ class DemoMix:
 class BuildConfig:
     """Everything that determines the built default model."""
 
-    n_tasks: int = 3000
+    n_tasks: int = 4000
     """Toolworld train-split tasks turned into demonstrations."""
     data_seed: int = 0
     """Seeds task generation, the simulator and the demo flaws."""

@@ -71,10 +71,6 @@ def make_model(size: ModelSize, tokenizer, seed: int = 0):
     """A randomly initialised ``Qwen2ForCausalLM`` of ``size`` for ``tokenizer`` (tied embeddings)."""
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
-    if size.hidden_size % size.num_attention_heads:
-        raise ValueError(
-            f"size.hidden_size ({size.hidden_size}) must be divisible by num_attention_heads ({size.num_attention_heads})"
-        )
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     pad = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     cfg = Qwen2Config(
@@ -109,7 +105,9 @@ class BuildReport:
     last_loss: float
     sft_tokens: int
     sft_seconds: float
+    sft_cpu_seconds: float
     total_seconds: float
+    total_cpu_seconds: float
     dropped: int
     mean_length: float
     max_length: int
@@ -130,7 +128,7 @@ def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, pro
     cfg = config or BuildConfig()
     out = Path(out_dir)
     console = Console(stderr=True, quiet=not progress)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with console.status("toolworld demonstrations"):
         demos = make_demonstrations(cfg.n_tasks, cfg.mix, seed=cfg.data_seed)
     console.log(f"{len(demos)} demonstrations from toolworld train tasks")
@@ -153,7 +151,8 @@ def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, pro
     report = BuildReport(
         n_demos=len(demos), n_params=n_params, vocab_size=len(tokenizer), sft_steps=cfg.sft.steps,
         first_loss=stats.losses[0], last_loss=stats.losses[-1], sft_tokens=stats.tokens, sft_seconds=stats.seconds,
-        total_seconds=time.perf_counter() - t0, dropped=dropped,
+        sft_cpu_seconds=stats.cpu_seconds, total_seconds=time.perf_counter() - t0, total_cpu_seconds=time.process_time() - c0,
+        dropped=dropped,
         mean_length=sum(lengths) / len(lengths), max_length=max(lengths),
     )
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -162,11 +161,12 @@ def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, pro
     tokenizer.save_pretrained(tmp)
     info = {"fingerprint": out.name, "config": cfg.to_dict(), "report": report.__dict__, "losses": stats.losses}
     (tmp / _INFO).write_text(json.dumps(info, indent=1))
-    if out.exists():
+    if (out / _INFO).exists():
         shutil.rmtree(tmp)  # another process finished the same build first
     else:
+        shutil.rmtree(out, ignore_errors=True)  # a half-written entry from an older layout
         os.replace(tmp, out)
-    console.log(f"built in {report.total_seconds:.0f}s (SFT {report.sft_seconds:.0f}s), saved to {out}")
+    console.log(f"built in {report.total_seconds:.0f}s wall, {report.total_cpu_seconds:.0f}s CPU (SFT {report.sft_seconds:.0f}s), saved to {out}")
     return report
 
 

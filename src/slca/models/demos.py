@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slca.models.config import DemoMix
-from slca.types import Task, ToolCall, ToolResult
+from slca.types import Task, ToolCall, ToolResult, Turn
 
 __all__ = ["Demonstration", "demonstrate", "make_demonstrations", "render_texts", "ArgumentPool"]
 
@@ -56,20 +56,15 @@ _VAGUE = ("I looked that up for you.", "Here is what I found.", "Done, I checked
 class Demonstration:
     """One warm-start conversation and the flaws it was given."""
 
-    task_id: str
-    kind: str
+    task: Task
     messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]]
     flaws: list[str] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    """The assistant turns as a rollout records them (parsed calls and tool results), for the rewards."""
 
     @property
-    def tool_turns(self) -> list[list[ToolCall]]:
-        """The calls of each assistant tool turn, as rendered (parsed back with the hermes format)."""
-        from slca.chat import get_format
-
-        hermes = get_format("hermes")
-        turns = [hermes.parse(m["content"]) for m in self.messages if m["role"] == "assistant"]
-        return [t.calls for t in turns if t.calls]
+    def tools(self) -> list[dict[str, Any]]:
+        return self.task.tools
 
     @property
     def final_text(self) -> str:
@@ -95,8 +90,28 @@ class ArgumentPool:
         return rng.choice(choices) if choices else None
 
 
-def _perturb(fact: str, rng: random.Random, pool: list[str]) -> str:
-    """A different value of the same shape as ``fact`` (number, id, or another seen fact)."""
+def _enum_siblings(fact: str, tools: list[dict[str, Any]]) -> list[str]:
+    """Other values of a response-schema ``enum`` of ``tools`` that contains ``fact``."""
+    found: list[str] = []
+
+    def walk(schema: Any) -> None:
+        if isinstance(schema, dict):
+            enum = schema.get("enum")
+            if isinstance(enum, list) and fact in enum:
+                found.extend(str(v) for v in enum if v != fact)
+            for v in schema.values():
+                walk(v)
+        elif isinstance(schema, list):
+            for v in schema:
+                walk(v)
+
+    for t in tools:
+        walk(t.get("function", t).get("response"))
+    return found
+
+
+def _perturb(fact: str, rng: random.Random, pool: list[str], tools: list[dict[str, Any]]) -> str:
+    """A different value of the same kind as ``fact``: a nearby number, another id, another enum value or seen fact."""
     if _NUMBER.match(fact):
         if "." in fact:
             decimals = len(fact.split(".")[1])
@@ -109,6 +124,9 @@ def _perturb(fact: str, rng: random.Random, pool: list[str]) -> str:
         while new == digits:
             new = str(rng.randint(10 ** (len(digits) - 1), 10 ** len(digits) - 1))
         return m.group(1) + new
+    siblings = _enum_siblings(fact, tools)
+    if siblings:
+        return rng.choice(siblings)
     same_shape = [p for p in pool if p != fact and not _NUMBER.match(p) and not _ID.match(p)]
     return rng.choice(same_shape) if same_shape else fact[::-1]
 
@@ -191,10 +209,13 @@ def demonstrate(task: Task, env, mix: DemoMix, rng: random.Random, pool: Argumen
 
     messages: list[dict[str, Any]] = [dict(m) for m in task.messages]
     results_by_call: dict[str, ToolResult] = {}
+    played: list[Turn] = []
     for calls in turns:
-        messages.append({"role": "assistant", "content": hermes.render(calls)})
-        for c in calls:
-            r = env.call(c.name, c.arguments, episode=episode)
+        text = hermes.render(calls)
+        messages.append({"role": "assistant", "content": text})
+        results = [env.call(c.name, c.arguments, episode=episode) for c in calls]
+        played.append(Turn(text=text, parsed=hermes.parse(text), results=results))
+        for c, r in zip(calls, results):
             results_by_call.setdefault(c.key(), r)
             messages.append({"role": "tool", "content": r.to_text()})
     if "wrong_argument" in flaws:
@@ -205,7 +226,7 @@ def demonstrate(task: Task, env, mix: DemoMix, rng: random.Random, pool: Argumen
     facts = [f for f in task.answer_facts if _replace_value(answer, f, "\0") != answer]
     if facts and rng.random() < mix.unfaithful:
         f = rng.choice(facts)
-        answer = _replace_value(answer, f, _perturb(f, rng, fact_pool), count=1)
+        answer = _replace_value(answer, f, _perturb(f, rng, fact_pool, task.tools), count=1)
         flaws.append("unfaithful")
     if rng.random() < mix.incomplete:
         answer = _incomplete(answer, facts, rng)
@@ -214,7 +235,8 @@ def demonstrate(task: Task, env, mix: DemoMix, rng: random.Random, pool: Argumen
         answer = f"{rng.choice(_FILLER_OPEN)} {answer} {rng.choice(_FILLER_CLOSE)}"
         flaws.append("verbose")
     messages.append({"role": "assistant", "content": answer})
-    return Demonstration(task.id, task.kind, messages, list(task.tools), flaws)
+    played.append(Turn(text=answer, parsed=hermes.parse(answer)))
+    return Demonstration(task, messages, flaws, played)
 
 
 def make_demonstrations(n_tasks: int, mix: DemoMix, seed: int = 0, split: str = "train") -> list[Demonstration]:

@@ -61,7 +61,9 @@ class SFTStats:
     tokens: int = 0
     assistant_tokens: int = 0
     seconds: float = 0.0
-    dropped: int = 0
+    """Wall time of the loop."""
+    cpu_seconds: float = 0.0
+    """CPU time of this process in the loop (= wall time on an otherwise idle machine with one thread)."""
 
 
 def encode_examples(tokenizer, conversations: Sequence[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]], max_length: int):
@@ -169,7 +171,7 @@ def sft_train(model, examples: Sequence[SFTExample], cfg: SFTConfig, *, pad_id: 
     )
     stats = SFTStats()
     model.train()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     batches: list[list[int]] = []
     for step in range(cfg.steps):
         if not batches:
@@ -189,5 +191,6 @@ def sft_train(model, examples: Sequence[SFTExample], cfg: SFTConfig, *, pad_id: 
         if progress is not None:
             progress(step, stats.losses[-1])
     stats.seconds = time.perf_counter() - t0
+    stats.cpu_seconds = time.process_time() - c0
     model.eval()
     return stats

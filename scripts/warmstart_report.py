@@ -1,0 +1,121 @@
+"""Rates of the warm-started default model on the toolworld test split.
+
+Usage (from the repository root)::
+
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/warmstart_report.py [--n 300] [--group 4] [--json out.json]
+
+Loads (building on first use) ``slca.models.load_default()``, samples rollouts
+with ``slca.rollout.generate_rollouts`` -- greedy (one per task) and at
+temperature 1 (``--group`` per task, as GRPO samples them) -- and prints the
+parseable-call rate, the paper's in-domain metrics (``in_domain_metrics``), the
+execution and summary rewards and the flaws the warm start was built to leave
+(sequential calls on parallel tasks, redundant calls, summary components), in
+total and per task kind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from collections import defaultdict
+
+import torch
+
+
+def _mean(xs):
+    xs = [x for x in xs if not (isinstance(x, float) and math.isnan(x))]
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def rollout_rates(trajs) -> dict[str, float]:
+    """Per-rollout indicators, averaged. Keys are documented in docs/warmstart.md."""
+    from slca.rewards import execution_reward, in_domain_metrics, summary_reward
+
+    rows = defaultdict(list)
+    for t in trajs:
+        tool_turns = [u for u in t.turns if u.parsed.is_tool_turn]
+        bad = [u for u in tool_turns if any(e.kind != "text_around_calls" for e in u.parsed.errors)]
+        needs_tools = bool(t.task.gold)
+        rows["turn_parse_rate"].extend([0.0 if u in bad else 1.0 for u in tool_turns])
+        if needs_tools:
+            rows["parseable_call_rate"].append(float(bool(tool_turns) and not bad))
+            rows["called_when_needed"].append(float(bool(tool_turns)))
+        else:
+            rows["no_call_when_none_needed"].append(float(not tool_turns))
+        m = in_domain_metrics(t.task, t.turns)
+        for k, v in m.items():
+            rows[k].append(v)
+        ex = execution_reward(t.task, t.turns)
+        sm = summary_reward(t.task, t.turns, t.final_text)
+        rows["execution_reward"].append(ex.total)
+        rows["summary_reward"].append(sm.total)
+        for k, v in sm.components.items():
+            rows[f"summary.{k}"].append(v)
+        if t.task.kind == "parallel":
+            rows["parallel_tasks_split_over_turns"].append(float(len(tool_turns) > len(t.task.gold)))
+        calls = [c.key() for u in tool_turns for c in u.parsed.calls]
+        if needs_tools:
+            rows["redundant_call_rate"].append(float(len(calls) != len(set(calls))))
+        rows["stop_final_answer"].append(float(t.stop_reason == "final_answer"))
+    return {k: _mean(v) for k, v in rows.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=300, help="test tasks")
+    ap.add_argument("--group", type=int, default=4, help="samples per task at temperature 1")
+    ap.add_argument("--json", default=None, help="write the rates here")
+    ap.add_argument("--model-dir", default=None, help="a saved model + tokenizer to evaluate instead of load_default()")
+    ap.add_argument("--modes", default="greedy,sampled", help="comma-separated: greedy, sampled")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+
+    from slca.env import toolworld
+    from slca.models import load_default
+    from slca.rollout import RolloutConfig, generate_rollouts
+
+    t0 = time.perf_counter()
+    if args.model_dir:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model, tok = AutoModelForCausalLM.from_pretrained(args.model_dir), AutoTokenizer.from_pretrained(args.model_dir)
+        model.eval()
+    else:
+        model, tok = load_default(progress=True)
+    print(f"load_default: {time.perf_counter() - t0:.1f}s, {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params")
+    tasks = toolworld.make_tasks("test", n=args.n)
+    out = {}
+    for name, cfg in (
+        ("greedy", RolloutConfig(group_size=1, temperature=0.0, max_turns=4, max_new_tokens=128, max_total_tokens=768)),
+        (f"sampled_T1_G{args.group}", RolloutConfig(group_size=args.group, temperature=1.0, max_turns=4, max_new_tokens=128,
+                                                    max_total_tokens=768, seed=0)),
+    ):
+        if name.split("_")[0] not in args.modes.split(","):
+            continue
+        res = []
+        gen_tokens, gen_seconds = 0, 0.0
+        for i in range(0, len(tasks), 32):
+            r = generate_rollouts(model, tok, tasks[i : i + 32], toolworld.make_env, cfg)
+            res += r.trajectories
+            gen_tokens += r.gen_tokens
+            gen_seconds += r.gen_seconds
+        rates = rollout_rates(res)
+        rates["gen_tokens_per_s"] = gen_tokens / gen_seconds
+        by_kind = {k: rollout_rates([t for t in res if t.task.kind == k]) for k in toolworld.KINDS}
+        out[name] = {"all": rates, "by_kind": by_kind}
+        print(f"\n== {name} ({len(res)} rollouts, {gen_tokens / gen_seconds:.0f} gen tok/s)")
+        for k, v in rates.items():
+            print(f"  {k:34s} {v:.3f}")
+        keys = ["parseable_call_rate", "success", "execution_reward", "summary_reward"]
+        print("  by kind: " + "  ".join(keys))
+        for kind, r in by_kind.items():
+            print(f"    {kind:11s} " + "  ".join(f"{r.get(k, float('nan')):.3f}" for k in keys))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

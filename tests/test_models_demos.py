@@ -1,0 +1,104 @@
+"""Warm-start demonstrations: real toolworld results, and each flaw scored by the real rewards.
+
+A clean demonstration must get full execution and summary rewards; each flaw
+must cost exactly the segment it targets.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from slca.env import toolworld
+from slca.models.config import DemoMix
+from slca.models.demos import ArgumentPool, demonstrate
+from slca.rewards import execution_reward, summary_reward
+
+NONE = dict(sequential=0.0, redundant=0.0, wrong_argument=0.0, unfaithful=0.0, incomplete=0.0, verbose=0.0)
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return toolworld.make_tasks("train", n=150, seed=3)
+
+
+def _demos(tasks, **flaws):
+    mix = DemoMix(**{**NONE, **flaws})
+    pool = ArgumentPool(tasks)
+    facts = sorted({f for t in tasks for f in t.answer_facts})
+    rng = random.Random(0)
+    return [demonstrate(t, toolworld.make_env(t), mix, rng, pool, facts, episode=i) for i, t in enumerate(tasks)]
+
+
+def _rewards(d):
+    return execution_reward(d.task, d.turns).total, summary_reward(d.task, d.turns, d.final_text)
+
+
+def test_clean_demonstrations_follow_gold_with_real_results_and_score_full(tasks):
+    for d in _demos(tasks):
+        assert d.flaws == []
+        assert [t.parsed.calls for t in d.turns if t.parsed.is_tool_turn] == d.task.gold
+        assert d.final_text == d.task.meta["reference_answer"]
+        results = [r.to_text() for step in toolworld.run_gold(d.task, toolworld.make_env(d.task)) for r in step]
+        assert [m["content"] for m in d.messages if m["role"] == "tool"] == results
+        ex, sm = _rewards(d)
+        assert ex == pytest.approx(1.0) and sm.total == pytest.approx(1.0), (d.task.id, d.final_text, sm)
+
+
+def test_sequential_splits_parallel_steps_and_costs_execution_only(tasks):
+    demos = [d for d in _demos(tasks, sequential=1.0) if d.task.kind == "parallel"]
+    assert demos
+    for d in demos:
+        assert d.flaws == ["sequential"]
+        tool_turns = [t for t in d.turns if t.parsed.is_tool_turn]
+        assert all(len(t.parsed.calls) == 1 for t in tool_turns)
+        assert len(tool_turns) == sum(len(s) for s in d.task.gold)
+        ex, sm = _rewards(d)
+        assert ex < 1.0 and sm.total == pytest.approx(1.0)
+
+
+def test_redundant_repeats_a_call(tasks):
+    demos = [d for d in _demos(tasks, redundant=1.0) if d.task.gold]
+    for d in demos:
+        calls = [c.key() for t in d.turns for c in t.parsed.calls]
+        assert len(calls) == len(set(calls)) + 1
+        ex, sm = _rewards(d)
+        assert ex < 1.0 and sm.total == pytest.approx(1.0)
+
+
+def test_wrong_argument_changes_a_value_and_the_answer_restates_the_results(tasks):
+    demos = [d for d in _demos(tasks, wrong_argument=1.0) if "wrong_argument" in d.flaws]
+    assert len(demos) > 50
+    for d in demos:
+        ex, sm = _rewards(d)
+        assert ex < 1.0
+        assert sm.components["faithfulness"] == pytest.approx(1.0), (d.final_text, [t.results for t in d.turns])
+
+
+@pytest.mark.parametrize(
+    "flaw,components",
+    [("unfaithful", ("faithfulness", "no_hallucination")), ("incomplete", ("completeness",)), ("verbose", ("concision",))],
+)
+def test_summary_flaws_cost_their_summary_component_only(tasks, flaw, components):
+    demos = [d for d in _demos(tasks, **{flaw: 1.0}) if flaw in d.flaws]
+    assert len(demos) > 50
+    hit = 0
+    for d in demos:
+        ex, sm = _rewards(d)
+        assert ex == pytest.approx(1.0)
+        assert sm.total < 1.0 or d.task.kind in ("no_tool", "unservable"), (d.final_text, sm)
+        hit += any(sm.components[c] < 1.0 for c in components)
+    assert hit >= 0.8 * len(demos)
+
+
+def test_mix_rejects_bad_probabilities():
+    with pytest.raises(ValueError, match="DemoMix.verbose"):
+        DemoMix(verbose=1.5)
+
+
+def test_demonstrations_are_deterministic(tasks):
+    a = _demos(tasks[:40], **DemoMix().__dict__)
+    b = _demos(tasks[:40], **DemoMix().__dict__)
+    assert [json.dumps(d.messages) for d in a] == [json.dumps(d.messages) for d in b]
