@@ -15,11 +15,8 @@ import inspect
 
 from datasets import Dataset
 
-from slca.chat import get_format
 from slca.env.toolworld import FUNCTIONS, make_tasks
-from slca.integrations.trl import SLCAGRPOConfig, SLCAGRPOTrainer
-from slca.rewards import execution_reward, summary_reward
-from slca.types import ParsedTurn, Task, ToolCall, ToolResult, Turn
+from slca.integrations.trl import SLCAGRPOConfig, SLCAGRPOTrainer, slca_reward_funcs
 
 
 def as_trl_tool(name: str, fn):
@@ -40,20 +37,6 @@ def as_trl_tool(name: str, fn):
     return tool
 
 
-def turns_from_messages(msgs: list[dict]) -> tuple[list[Turn], str]:
-    """slca Turns from TRL's completion messages (assistant with tool_calls, tool, ...)."""
-    turns, final = [], ""
-    for m in msgs:
-        if m["role"] == "assistant":
-            calls = [ToolCall(c["function"]["name"], dict(c["function"]["arguments"])) for c in m.get("tool_calls") or []]
-            turns.append(Turn(text=m.get("content") or "", parsed=ParsedTurn(content=m.get("content") or "", calls=calls)))
-            if not calls:
-                final = m.get("content") or ""
-        elif m["role"] == "tool" and turns:
-            turns[-1].results.append(ToolResult(ok="error" not in str(m["content"])[:20], content=m["content"]))
-    return turns, final
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
@@ -65,16 +48,6 @@ def main() -> None:
     tasks = {t.id: t for t in make_tasks("train")}
     ds = Dataset.from_list([{"prompt": t.messages, "task_id": t.id} for t in tasks.values()])
 
-    def tool_tier(completions, task_id, **_):
-        return [execution_reward(tasks[i], turns_from_messages(c)[0]).total for c, i in zip(completions, task_id)]
-
-    def summary_tier(completions, task_id, **_):
-        out = []
-        for c, i in zip(completions, task_id):
-            turns, final = turns_from_messages(c)
-            out.append(summary_reward(tasks[i], turns, final).total)
-        return out
-
     args = SLCAGRPOConfig(
         output_dir=a.output_dir, advantage_estimator=a.estimator, reward_tiers=["tool", "summary"],
         num_generations=8, per_device_train_batch_size=8, max_completion_length=1024,
@@ -82,7 +55,7 @@ def main() -> None:
         use_vllm=a.use_vllm, vllm_mode="colocate", logging_steps=1, bf16=True,
     )
     trainer = SLCAGRPOTrainer(
-        model=a.model, reward_funcs=[tool_tier, summary_tier], args=args, train_dataset=ds,
+        model=a.model, reward_funcs=slca_reward_funcs(tasks), args=args, train_dataset=ds,
         tools=[as_trl_tool(n, f) for n, f in FUNCTIONS.items()],
     )
     trainer.train()

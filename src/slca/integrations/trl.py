@@ -45,7 +45,10 @@ Example (runnable with a real model id)::
 from __future__ import annotations
 
 import inspect
+import itertools
+import math
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +56,7 @@ import torch
 
 from slca.advantages import EMPTY_TOOL_MODES, AdvantageInputs, compute_advantages, get_estimator
 from slca.segments import segment_masks
+from slca.types import Task
 
 try:
     import trl
@@ -66,6 +70,8 @@ __all__ = [
     "SLCAGRPOConfig",
     "SLCAGRPOTrainer",
     "check_trl_contract",
+    "slca_reward_funcs",
+    "simulator_environment",
     "tier_rewards",
     "trl_batch_advantages",
 ]
@@ -222,6 +228,111 @@ def trl_batch_advantages(
     )
     adv = compute_advantages(estimator, inputs, scale=scale, eps=eps, empty_tool=empty_tool)
     return adv, inputs
+
+
+def slca_reward_funcs(tasks: Mapping[str, Task], id_column: str = "task_id") -> list[Callable[..., list[float | None]]]:
+    """TRL reward functions ``[execution, summary]`` from :mod:`slca.rewards`.
+
+    Each completion (TRL's message list: assistant turns with ``tool_calls``,
+    tool messages, the final answer) is scored against the :class:`Task` whose id
+    is in the dataset column ``id_column``. A rollout slca cannot score (NaN
+    total) returns None, which TRL turns into NaN and the estimator leaves out of
+    its group's statistics. Use with ``reward_tiers=["tool", "summary"]``.
+    """
+    from slca.rewards import execution_reward, summary_reward, turns_from_messages
+
+    def _task(i: str) -> Task:
+        if i not in tasks:
+            raise ValueError(f"{id_column}={i!r} is not among the {len(tasks)} tasks given to slca_reward_funcs")
+        return tasks[i]
+
+    def _none_if_nan(x: float) -> float | None:
+        return None if math.isnan(x) else float(x)
+
+    def slca_execution(completions, **kwargs):
+        ids = kwargs[id_column]
+        return [_none_if_nan(execution_reward(_task(i), turns_from_messages(c)[0]).total) for c, i in zip(completions, ids)]
+
+    def slca_summary(completions, **kwargs):
+        out = []
+        for c, i in zip(completions, kwargs[id_column]):
+            turns, final = turns_from_messages(c)
+            out.append(_none_if_nan(summary_reward(_task(i), turns, final).total))
+        return out
+
+    return [slca_execution, slca_summary]
+
+
+_JSON_TO_PY = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list, "object": dict}
+
+
+def _tool_method(name: str, schema: dict[str, Any]) -> Callable[..., str]:
+    """A method ``name(self, **arguments) -> str`` whose signature and Google-style
+    docstring render back to ``schema`` through transformers' ``get_json_schema``."""
+    fn_schema = schema.get("function", schema)
+    params = fn_schema.get("parameters") or {}
+    props = params.get("properties", {})
+    required = set(params.get("required", []))
+
+    def method(self, **arguments: Any) -> str:
+        return self._call(name, arguments)
+
+    sig = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    annotations: dict[str, Any] = {"return": str}
+    lines = [fn_schema.get("description") or name, "", "Args:"]
+    for p, ps in props.items():
+        typ = ps.get("type")
+        py = _JSON_TO_PY.get(typ, str) if isinstance(typ, str) else str
+        annotations[p] = py if p in required else (py | None)
+        default = inspect.Parameter.empty if p in required else None
+        sig.append(inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotations[p]))
+        lines.append(f"    {p}: {ps.get('description') or p}")
+    method.__name__ = method.__qualname__ = name
+    method.__signature__ = inspect.Signature(sig, return_annotation=str)
+    method.__annotations__ = annotations
+    method.__doc__ = "\n".join(lines if props else lines[:1])
+    return method
+
+
+def simulator_environment(
+    tasks: Mapping[str, Task], make_env: Callable[[Task], Any], id_column: str = "task_id"
+) -> type:
+    """An environment class for TRL's ``environment_factory`` backed by slca's simulators.
+
+    Every tool offered by any of ``tasks`` becomes a public method (TRL's tool
+    loop calls them by name); ``reset(**row)`` looks up the row's task by
+    ``row[id_column]`` and builds a fresh simulator with ``make_env(task)`` (for
+    example :func:`slca.env.toolworld.make_env`), so stateful tools keep state per
+    rollout. A method returns ``ToolResult.to_text()``: errors (unknown tool,
+    invalid arguments) come back as ``{"error": ...}`` text the model can read.
+
+    Use: ``SLCAGRPOTrainer(..., environment_factory=simulator_environment(tasks, make_env))``.
+    """
+    schemas: dict[str, dict[str, Any]] = {}
+    for task in tasks.values():
+        for t in task.tools:
+            fn = t.get("function", t)
+            schemas.setdefault(fn["name"], t)
+    reserved = {"reset", "get_reward"} & set(schemas)
+    if reserved:
+        raise ValueError(f"tool names {sorted(reserved)} clash with TRL's environment hooks")
+    episodes = itertools.count()
+
+    def reset(self, **row: Any) -> None:
+        key = row.get(id_column)
+        if key not in tasks:
+            raise ValueError(f"row[{id_column!r}]={key!r} is not among the {len(tasks)} tasks of this environment")
+        self.task = tasks[key]
+        self.simulator = make_env(self.task)
+        self.episode = next(episodes)
+        return None
+
+    def _call(self, name: str, arguments: dict[str, Any]) -> str:
+        return self.simulator.call(name, arguments, episode=self.episode).to_text()
+
+    namespace: dict[str, Any] = {"reset": reset, "_call": _call, "__doc__": simulator_environment.__doc__}
+    namespace.update({name: _tool_method(name, schema) for name, schema in schemas.items()})
+    return type("SLCASimulatorEnvironment", (), namespace)
 
 
 class SLCAGRPOTrainer(GRPOTrainer):
