@@ -39,6 +39,8 @@ class AddEnv:
         self.calls.append((name, dict(arguments), episode))
         if name != "add":
             return ToolResult(ok=False, error=f"unknown tool {name!r}")
+        if set(arguments) != {"a", "b"} or not all(isinstance(v, int) for v in arguments.values()):
+            return ToolResult(ok=False, error="add takes two integers a and b")
         return ToolResult(ok=True, content={"sum": arguments["a"] + arguments["b"]})
 
 
@@ -233,3 +235,28 @@ def test_config_validation():
         RolloutConfig(top_p=0.0)
     with pytest.raises(ValueError, match="unknown tool-call format"):
         RolloutConfig(format="xml")
+
+
+def test_parked_rows_keep_exact_logprobs(tok, scripted, monkeypatch):
+    """Rows that end their turn early leave the batch (parked) and rejoin for the next turn; nothing changes for them."""
+    import slca.rollout as R
+
+    parks = []
+    original = R._Batch.park
+
+    def counting_park(self, keep):
+        parks.append(int((~keep).sum()))
+        return original(self, keep)
+
+    monkeypatch.setattr(R._Batch, "park", counting_park)
+    tasks = [make_task(n) for n in ("single", "broken", "single", "parallel")]
+    cfg = RolloutConfig(group_size=4, max_turns=3, max_new_tokens=80, max_total_tokens=700, temperature=1.0, seed=7)
+    res = generate_rollouts(scripted, tok, tasks, lambda t: AddEnv(), cfg)
+    assert parks, "no rows were parked"
+    assert sum(len(t.turns) > 1 for t in res.trajectories) >= 8
+    for tr, lp in zip(res.trajectories, trajectory_logprobs(scripted, res.trajectories, 1.0)):
+        m = torch.tensor(tr.model_mask, dtype=torch.bool)
+        torch.testing.assert_close(torch.tensor(tr.logprobs)[m], lp[m], atol=1e-4, rtol=1e-4)
+        assert spans(tok, tr.response_ids, tr.model_mask)[: len(tr.turns)] == [
+            t.text + EOT if i < len(tr.turns) - 1 or tr.stop_reason != "max_tokens" else t.text for i, t in enumerate(tr.turns)
+        ]

@@ -193,6 +193,15 @@ def _make_cache() -> Any:
     return Cache(layer_class_to_replicate=GrowingLayer)
 
 
+@dataclass
+class _Parked:
+    """Cache, attention mask and positions of rows taken out of the batch for the rest of a turn."""
+
+    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer (B_p, H, S_p, D) keys and values
+    attn: torch.Tensor  # (B_p, S_p)
+    next_pos: torch.Tensor  # (B_p,)
+
+
 class _Batch:
     """A KV cache shared by B rows whose sequences grow by chunks with holes."""
 
@@ -233,6 +242,60 @@ class _Batch:
         W = ids.shape[1]
         last = torch.where(valid, torch.arange(W, device=ids.device), torch.full_like(ids, -1)).amax(dim=1).clamp_min(0)
         return out.logits[torch.arange(ids.shape[0], device=ids.device), last].float()  # (B, V)
+
+    def _layers(self) -> list[Any] | None:
+        """The growing cache layers, or None when rows cannot be parked (fallback cache, not yet filled)."""
+        layers = getattr(self.cache, "layers", None)
+        if not layers or not all(getattr(layer, "_k", None) is not None for layer in layers):
+            return None
+        return layers
+
+    def park(self, keep: torch.Tensor) -> "_Parked | None":
+        """Move the rows where ``keep`` is False out of the batch (their cache aside); None if unsupported.
+
+        Args:
+            keep: (B,) bool over the current batch rows.
+        """
+        layers = self._layers()
+        if layers is None:
+            return None
+        out_idx = (~keep).nonzero().squeeze(-1)
+        kv = [(layer._k[out_idx, :, : layer._n].clone(), layer._v[out_idx, :, : layer._n].clone()) for layer in layers]
+        parked = _Parked(kv, self.attn[out_idx], self.next_pos[out_idx])
+        self.keep(keep.nonzero().squeeze(-1).tolist())
+        return parked
+
+    def unpark(self, parked: "_Parked", here: torch.Tensor, there: torch.Tensor) -> torch.Tensor:
+        """Merge parked rows back; rows end up ordered by their ids.
+
+        Args:
+            parked: from :meth:`park`.
+            here: (B_here,) ids of the rows now in the batch, in batch order.
+            there: (B_parked,) ids of the parked rows, in parked order.
+
+        Returns:
+            the (B_here + B_parked,) sorted row ids, the new batch order. Parked
+            rows get invalid (hole) columns for everything fed while they were out.
+        """
+        ids = torch.cat([here, there])
+        order = ids.argsort()
+        pos = torch.empty_like(order)
+        pos[order] = torch.arange(len(ids), device=ids.device)
+        p_here, p_there = pos[: len(here)], pos[len(here):]
+        for layer, (pk, pv) in zip(self._layers() or [], parked.kv):
+            k = layer._k.new_zeros(len(ids), *layer._k.shape[1:])
+            v = layer._v.new_zeros(len(ids), *layer._v.shape[1:])
+            k[p_here], v[p_here] = layer._k, layer._v
+            k[p_there, :, : pk.shape[-2]], v[p_there, :, : pv.shape[-2]] = pk, pv
+            layer._k, layer._v = k, v
+            layer.keys, layer.values = k[..., : layer._n, :], v[..., : layer._n, :]
+        attn = self.attn.new_zeros(len(ids), self.attn.shape[1])
+        attn[p_here] = self.attn
+        attn[p_there, : parked.attn.shape[1]] = parked.attn
+        next_pos = self.next_pos.new_zeros(len(ids))
+        next_pos[p_here], next_pos[p_there] = self.next_pos, parked.next_pos
+        self.attn, self.next_pos = attn, next_pos
+        return ids[order]
 
     def keep(self, index: Sequence[int]) -> None:
         """Keep only these rows (batch positions), dropping finished rollouts from every later forward."""
@@ -403,7 +466,9 @@ def _decode_turn(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sample one turn for every row of the batch, one batched forward per token.
 
-    Rows that finished their turn wait, masked, until the last one finishes.
+    Rows that finished their turn wait, masked, until the last one finishes;
+    when half the batch or more is waiting, the waiting rows are parked (their
+    cache set aside) and merged back when the turn ends.
 
     Args:
         logits: (B, V) next-token logits of every row.
@@ -421,20 +486,32 @@ def _decode_turn(
     toks = torch.zeros(B, max(L, 1), dtype=torch.long, device=device)
     lps = torch.zeros(B, max(L, 1), dtype=torch.float32, device=device)
     n = torch.zeros(B, dtype=torch.long, device=device)
-    going = budget > 0
+    rows = torch.arange(B, device=device)  # which of the B rows sit in the batch, in batch order
+    going = budget > 0  # over the rows in the batch
+    parked: list[tuple[torch.Tensor, _Parked]] = []
     step = 0
     while bool(going.any()):
         # rows that are not generating carry logits of masked columns: keep them finite
         logits = torch.where(going[:, None], logits, torch.zeros_like(logits))
         tok, lp = sample_tokens(logits, cfg.temperature, cfg.top_p, gen)
-        toks[:, step] = torch.where(going, tok, toks[:, step])
-        lps[:, step] = torch.where(going, lp, lps[:, step])
-        n = n + going.long()
-        still = going & ~torch.isin(tok, stop_t) & (n < budget)
+        toks[rows, step] = torch.where(going, tok, toks[rows, step])
+        lps[rows, step] = torch.where(going, lp, lps[rows, step])
+        n[rows] += going.long()
+        still = going & ~torch.isin(tok, stop_t) & (n[rows] < budget[rows])
         step += 1
-        if bool(still.any()):
-            logits = batch.feed(tok[:, None], still[:, None])
+        n_still = int(still.sum())
+        if n_still == 0:
+            break
+        if 2 * n_still <= len(rows) and len(rows) >= 8:
+            # most rows are done with this turn: take them out so they stop costing compute
+            p = batch.park(still)
+            if p is not None:
+                parked.append((rows[~still], p))
+                rows, tok, still = rows[still], tok[still], still[still]
+        logits = batch.feed(tok[:, None], still[:, None])
         going = still
+    for out_rows, p in reversed(parked):
+        rows = batch.unpark(p, rows, out_rows)
     return toks[:, :step], lps[:, :step], n
 
 
