@@ -56,10 +56,10 @@ CONVERSATION = [
 NO_CALL = [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "Hi!"}]
 
 EXPECTED = (
-    "<|im_start|>system\nBe brief.\n\n# Tools\nYou may call one or more functions. Signatures are within <tools></tools>:\n<tools>\n"
-    '{"name": "get_weather", "description": "Current weather for a city.", "parameters": {"city": "string", "unit": ["c", "f"]}, "required": ["city"]}\n'
-    '{"name": "get_time", "description": "Local time.", "parameters": {"tz": "string"}}\n'
-    "</tools>\nFor each call, return a JSON object within <tool_call></tool_call> tags:\n<tool_call>\n"
+    "<|im_start|>system\nBe brief.\n\n# Tools\n<tools>\n"
+    'get_weather(city: string, unit?: "c"|"f"): Current weather for a city.\n'
+    "get_time(tz?: string): Local time.\n"
+    "</tools>\nCall tools as:\n<tool_call>\n"
     '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
     "<|im_start|>user\nWeather in Paris and Rome, then the time in Rome?<|im_end|>\n"
     '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
