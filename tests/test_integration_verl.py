@@ -223,3 +223,32 @@ def test_documented_verl_command_matches_verls_config_schema():
     assert algo.adv_estimator == "slca" and not algo.use_kl_in_reward
     assert cfg.actor_rollout_ref.rollout.agent.default_agent_loop == "slca_tool_agent"
     assert cfg.reward.custom_reward_function.name == "compute_score"
+
+
+def test_verl_tool_answers_from_slca_and_keeps_state_per_instance(tmp_path):
+    import asyncio
+
+    import yaml
+    from verl.tools.schemas import OpenAIFunctionToolSchema
+
+    from slca.env.toolworld import TOOLS, make_env
+    from slca.integrations.verl_tools import SLCASimulatedTool
+    from slca.types import Task
+
+    spec = next(t for t in TOOLS if t["function"]["name"] == "get_weather")
+    schema = {"type": "function", "function": {k: spec["function"][k] for k in ("name", "description", "parameters")}}
+    tool = SLCASimulatedTool({"type": "native", "seed": 0}, OpenAIFunctionToolSchema.model_validate(schema))
+    iid, _ = asyncio.run(tool.create())
+    args = {"city": "Sofia", "date": "2025-07-16"}
+    resp, reward, info = asyncio.run(tool.execute(iid, args))
+    assert resp.text == make_env(Task(id="t", messages=[], tools=[spec])).call("get_weather", args).to_text()
+    assert info == {"ok": True} and reward == 0.0
+    bad, _, info = asyncio.run(tool.execute(iid, {"city": "Sofia"}))
+    assert info == {"ok": False} and "error" in bad.text
+    # the example's data preparation writes a tool config that names this class
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[1] / "examples" / "verl" / "prepare_data.py"
+    subprocess.run([sys.executable, str(script), "--out", str(tmp_path)], check=True, capture_output=True, timeout=120)
+    cfg = yaml.safe_load((tmp_path / "tool_config.yaml").read_text())
+    assert {t["class_name"] for t in cfg["tools"]} == {"slca.integrations.verl_tools.SLCASimulatedTool"}
+    assert (tmp_path / "train.parquet").exists()

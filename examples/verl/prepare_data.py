@@ -43,7 +43,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     for split in ("train", "test"):
         pd.DataFrame([row(t, split) for t in make_tasks(split, seed=a.seed)]).to_parquet(out / f"{split}.parquet")
-    tools = [{"class_name": "slca_tools.SLCASimulatedTool", "config": {"type": "native", "seed": a.seed},
+    tools = [{"class_name": "slca.integrations.verl_tools.SLCASimulatedTool", "config": {"type": "native", "seed": a.seed},
               "tool_schema": {"type": "function", "function": {k: v for k, v in t["function"].items()
                                                                 if k in ("name", "description", "parameters")}}}
              for t in TOOLS]

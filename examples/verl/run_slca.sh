@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # SLCA-GRPO with verl 0.9.1 on N nodes x 8 GPUs (Ray). Run on the head node after
 # `ray start` on every node (see docs/integrations.md). Needs: pip install 'slca[verl]'
-# plus vllm (or sglang) on every node, and this repository's examples/verl on PYTHONPATH.
+# plus vllm (or sglang) on every node.
 set -euo pipefail
 MODEL=${MODEL:-Qwen/Qwen2.5-7B-Instruct}
 NNODES=${NNODES:-2}
 DATA=${DATA:-data/toolworld}
 EXP=${EXP:-slca-toolworld}
 HERE=$(cd "$(dirname "$0")" && pwd)
-export PYTHONPATH="$HERE:${PYTHONPATH:-}"
 # verl loads the reward function from a file path
 REWARD_FILE=$(python -c 'import slca.integrations.verl as m; print(m.__file__)')
 

@@ -5,7 +5,8 @@
 * :mod:`slca.integrations.verl` -- the ``slca`` advantage estimator in verl's
   registry, the token-position reward contract, and a verl reward function
   (extra ``slca[verl]``); :mod:`slca.integrations.verl_agent_loop` -- the agent
-  loop that writes both rewards at their token positions.
+  loop that writes both rewards at their token positions;
+  :mod:`slca.integrations.verl_tools` -- a verl tool backed by slca's simulators.
 
 Neither framework is imported by ``import slca``; each module imports its own.
 Both compute advantages with slca's own functions (:func:`slca.segment_masks`

@@ -1,8 +1,14 @@
 """A verl tool backed by slca's environment: toolworld's Python world for its own tools, the schema-guided simulator otherwise.
 
-Referenced from ``tool_config.yaml`` (written by ``prepare_data.py``); the folder
-must be importable in every Ray worker (``PYTHONPATH=examples/verl`` or a
-``runtime_env``).
+Referenced from verl's tool config (``actor_rollout_ref.rollout.multi_turn.tool_config_path``;
+``examples/verl/prepare_data.py`` writes one for the toolworld tools)::
+
+    tools:
+      - class_name: slca.integrations.verl_tools.SLCASimulatedTool
+        config: {type: native, seed: 0}
+        tool_schema: {type: function, function: {name: get_weather, ...}}
+
+Being part of the package, it imports in every Ray worker that has slca installed.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from slca.env.toolworld import TOOLS, make_env
 from slca.types import Task
+
+__all__ = ["SLCASimulatedTool"]
 
 _TOOLWORLD = {t["function"]["name"]: t for t in TOOLS}
 
