@@ -185,6 +185,11 @@ def _make_cache() -> Any:
             self.keys, self.values = self._k[..., : self._n, :], self._v[..., : self._n, :]
             return self.keys, self.values
 
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            if self._k is not None:
+                self._k, self._v = self._k.repeat_interleave(repeats, dim=0), self._v.repeat_interleave(repeats, dim=0)
+                self.keys, self.values = self._k[..., : self._n, :], self._v[..., : self._n, :]
+
         def batch_select_indices(self, indices: torch.Tensor) -> None:
             if self._k is not None:
                 self._k, self._v = self._k[indices], self._v[indices]
@@ -296,6 +301,12 @@ class _Batch:
         next_pos[p_here], next_pos[p_there] = self.next_pos, parked.next_pos
         self.attn, self.next_pos = attn, next_pos
         return ids[order]
+
+    def expand(self, repeats: int) -> None:
+        """Repeat every row ``repeats`` times in place (row ``i`` becomes rows ``i*repeats .. i*repeats+repeats-1``)."""
+        self.cache.batch_repeat_interleave(repeats)
+        self.attn = self.attn.repeat_interleave(repeats, dim=0)
+        self.next_pos = self.next_pos.repeat_interleave(repeats, dim=0)
 
     def keep(self, index: Sequence[int]) -> None:
         """Keep only these rows (batch positions), dropping finished rollouts from every later forward."""
@@ -412,10 +423,14 @@ def generate_rollouts(
             if row.length >= cfg.max_total_tokens:
                 row.stop_reason = "max_tokens"
         live = [b for b, row in enumerate(rows) if row.stop_reason is None]  # rows in the batch, in order
-        pending = {b: rows[b].prompt_ids for b in live}  # tokens each live row feeds next
-        batch = _Batch(model, len(live), pad_id, device)
+        live_tasks = sorted({rows[b].task_index for b in live})
+        # a group shares its prompt: prefill it once per task, then copy the cache G times
+        batch = _Batch(model, len(live_tasks), pad_id, device)
+        logits = batch.feed_lists([rows[ti * G].prompt_ids for ti in live_tasks]) if live else None
+        if G > 1 and live:
+            batch.expand(G)
+            logits = logits.repeat_interleave(G, dim=0)
         while live:
-            logits = batch.feed_lists([pending[b] for b in live])  # (n_live, V)
             budget = torch.tensor([min(cfg.max_new_tokens, cfg.max_total_tokens - rows[b].length) for b in live], device=device)
             toks, lps, n = _decode_turn(batch, logits, budget, stop_t, cfg, gen)
             gen_tokens += int(n.sum())
@@ -433,7 +448,9 @@ def generate_rollouts(
             still = [i for i, b in enumerate(live) if b in nxt]
             if len(still) < len(live) and still:
                 batch.keep(still)
-            live, pending = [live[i] for i in still], nxt
+            live = [live[i] for i in still]
+            if live:
+                logits = batch.feed_lists([nxt[b] for b in live])  # (n_live, V)
     finally:
         model.train(was_training)
 
