@@ -21,6 +21,12 @@ appends columns for all rows, a row's column is valid only if it carries one of
 its tokens, and ``position_ids`` count each row's valid tokens, so a row's
 positions are exactly those of its own sequence fed alone (``0 .. n-1``).
 
+Speed: a group's shared prompt is prefilled once and its cache copied G times;
+the cache grows into preallocated buffers (no per-token concatenation); rows
+that finished their turn are parked out of the batch once half of it waits, and
+merged back for the next turn; finished rollouts leave the batch. What remains
+turn-synchronous: a turn of the batch lasts as long as its longest row.
+
 Logprobs: ``Trajectory.logprobs[t]`` is ``log softmax(logits / T)[token]``, the
 temperature-scaled distribution the token was sampled from, *before* top-p
 truncation (with ``top_p == 1`` it is the sampling distribution exactly); with
