@@ -209,6 +209,46 @@ def compare(
     console.print(f"report: [bold]{md}[/bold]")
 
 
+@app.command("eval")
+def eval_(
+    model: str = typer.Option(..., "--model", "-m", help="A save_pretrained model folder with a chat template, or 'default' (the embedded model)."),
+    suite: str = typer.Option(..., "--suite", help="toolworld | toucan | bfcl | tau2."),
+    categories: str = typer.Option("", "--categories", help="Comma-separated: BFCL categories or groups (simple, non_live, live, multi_turn, all); tau2 domains (airline, retail); in-domain task kinds."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Records per BFCL category / tau2 domain / in-domain suite."),
+    samples: int = typer.Option(1, "--samples", "-k", help="K rollouts per record (pass^k for k <= K)."),
+    format: str = typer.Option("hermes", "--format", help="Tool-call format the model writes."),
+    out: Path = typer.Option(Path("runs/eval"), "--out", help="Folder for <suite>.json and <suite>.md."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Rows for --suite toucan (Toucan, verl/paper or slca format)."),
+    max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Tokens per assistant turn."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature (default 0 = greedy for K=1, 0.7 for K>1)."),
+    batch_size: int = typer.Option(8, "--batch-size", help="Conversations generated together."),
+    seed: int = typer.Option(0, "--seed", help="Sampling seed."),
+    user: str = typer.Option("llm", "--user", help="tau2 user: llm (tau2's user simulator on --user-url) or scripted (offline smoke run)."),
+    user_url: Optional[str] = typer.Option(None, "--user-url", help="OpenAI-compatible base URL of the tau2 user simulator, e.g. http://localhost:8000/v1."),
+    user_model: Optional[str] = typer.Option(None, "--user-model", help="Model name for the tau2 user simulator on that endpoint."),
+    max_steps: int = typer.Option(100, "--max-steps", help="tau2 orchestrator steps per simulation."),
+) -> None:
+    """Evaluate a model: in-domain (toolworld / toucan), BFCL or tau2-bench."""
+    import os
+
+    from slca.eval import EvalConfig, GenerationConfig, run_eval
+
+    try:
+        gen = GenerationConfig(
+            max_new_tokens=max_new_tokens, temperature=temperature if temperature is not None else (0.0 if samples == 1 else 0.7), batch_size=batch_size, seed=seed
+        )
+        cfg = EvalConfig(
+            model=model, suite=suite, categories=[c.strip() for c in categories.split(",") if c.strip()], limit=limit, samples=samples, format=format,
+            data=str(data) if data else None, gen=gen, user=user, user_base_url=user_url, user_model=user_model,
+            user_api_key=os.environ.get("SLCA_USER_API_KEY"), max_steps=max_steps,
+        )
+        rep = run_eval(cfg, out)
+    except (ValueError, ModuleNotFoundError) as e:
+        _fail(str(e))
+    console.print(rep.to_markdown())
+    console.print(f"saved: [bold]{out / (suite + '.json')}[/bold], [bold]{out / (suite + '.md')}[/bold]")
+
+
 def main() -> None:  # pragma: no cover
     app()
 
