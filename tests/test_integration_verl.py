@@ -187,6 +187,17 @@ def test_compute_score_on_the_papers_row_format():
         assert s["score"] == pytest.approx(s["tool_reward"] + s["summary_reward"])
     assert s_good["tool_reward"] > s_wrong["tool_reward"]
     assert s_good["summary_reward"] > s_silent["summary_reward"]
+    # the rollout ran out of turns right after its call: scored (not executed), not NaN, not an error
+    cut = good.split("\nuser\n")[0]
+    s_cut = sv.compute_score(row["data_source"], cut, row["ground_truth"], row["extra_info"])
+    assert 0.0 <= s_cut["tool_reward"] < s_good["tool_reward"] and s_cut["summary_reward"] == 0.0
+    # verl's Qwen tool parser format (one JSON object per <tool_call>) scores the same
+    hermes = good.replace('[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+                          '{"name": "get_weather", "arguments": {"city": "Paris"}}')
+    s_h = sv.compute_score(row["data_source"], hermes, row["ground_truth"],
+                           {**row["extra_info"], "tool_call_format": "hermes"})
+    assert s_h["tool_reward"] == pytest.approx(s_good["tool_reward"])
+    assert s_h["summary_reward"] == pytest.approx(s_good["summary_reward"])
 
 
 def test_empty_tool_mode_from_environment(monkeypatch):

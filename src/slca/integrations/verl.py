@@ -65,6 +65,7 @@ __all__ = [
 
 ESTIMATOR_NAME = "slca"
 TOOL_KEY = "tool_reward"
+NOT_EXECUTED = "not executed: the rollout ended before the environment answered"
 SUMMARY_KEY = "summary_reward"
 
 
@@ -282,6 +283,9 @@ def _turns_from_solution(solution_str: str, fmt: str):
     verl decodes the response with ``skip_special_tokens=True``; with Qwen-style
     templates tool results stay wrapped in ``<tool_response>`` blocks and the role
     headers reduce to ``user`` / ``assistant`` lines, which are stripped here.
+    Calls the environment never answered (the rollout hit verl's turn or length
+    limit right after them) get ``ToolResult(ok=False, error=NOT_EXECUTED)``: they
+    were not executed, and the execution tier scores them as such.
     """
     import re
 
@@ -302,7 +306,8 @@ def _turns_from_solution(solution_str: str, fmt: str):
         results = []
         if parsed.is_tool_turn:
             n = max(1, len(parsed.calls))
-            for body in responses[r : r + n]:
+            answered = responses[r : r + n]
+            for body in answered:
                 body = body.strip()
                 try:
                     value = json.loads(body)
@@ -310,6 +315,7 @@ def _turns_from_solution(solution_str: str, fmt: str):
                     value = body
                 err = value.get("error") if isinstance(value, dict) and set(value) == {"error"} else None
                 results.append(ToolResult(ok=err is None, content=None if err else value, error=err))
+            results += [ToolResult(ok=False, error=NOT_EXECUTED)] * (len(parsed.calls) - len(answered))
             r += n
         else:
             final_text = parsed.content
@@ -328,8 +334,10 @@ def compute_score(
 
     Returns ``{"score": tool + summary, "tool_reward": ..., "summary_reward": ...,
     <components>}``. ``score`` keeps verl's logging and any non-SLCA estimator
-    meaningful; the SLCA agent loop and estimator use the two tiers. A rollout
-    that cannot be scored raises (from slca.rewards) rather than scoring 0.
+    meaningful; the SLCA agent loop and estimator use the two tiers. verl has no
+    channel for "unscored" (NaN) rewards, so a rollout slca cannot score raises
+    rather than scoring 0; calls left unanswered at the end of a rollout are
+    scored as not executed (see :func:`_turns_from_solution`).
 
     ``extra_info["tool_call_format"]`` picks the parser (default ``json_list``,
     the paper's system prompt: a JSON list of calls inside one ``<tool_call>``).
