@@ -207,13 +207,14 @@ def load_suite(suite: str, split: str, seed: int) -> tuple[list[Task], Callable[
         from slca.env import toolworld
 
         return toolworld.make_tasks(split, seed=seed), lambda task: toolworld.make_env(task, seed=seed)
-    from slca.env import SchemaSimulator, load_tasks
+    from slca.env import load_tasks, toolworld
 
     p = Path(suite)
     if not p.exists():
         raise ValueError(f"suite {suite!r}: not 'toolworld' and no such file")
     tasks = load_tasks(p)
-    return tasks, lambda task: SchemaSimulator(task.tools, seed=seed)
+    # toolworld's env answers toolworld tools from its world and any other tool from the schema simulator
+    return tasks, lambda task: toolworld.make_env(task, seed=seed)
 
 
 class Trainer:
