@@ -72,6 +72,25 @@ def _build(corpus: tuple[str, ...], vocab_size: int) -> Tokenizer:
     return tok
 
 
+LLAMA3_SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"]
+
+
+def make_llama3_tokenizer(chat_template: str | None = None, corpus: list[str] | None = None, vocab_size: int = 600):
+    """A fast tokenizer with Llama 3.1's special tokens and TRL's ``llama3_1.jinja`` template (same BPE recipe)."""
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer.from_str(_build(tuple(corpus or DEFAULT_CORPUS), vocab_size).to_str())
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in LLAMA3_SPECIAL])
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|begin_of_text|>",
+        eos_token="<|eot_id|>",
+        pad_token="<|end_of_text|>",
+    )
+    hf.chat_template = chat_template if chat_template is not None else trl_template("llama3_1")
+    return hf
+
+
 def make_qwen_tokenizer(chat_template: str | None = None, corpus: list[str] | None = None, vocab_size: int = 600):
     """A ``transformers`` fast tokenizer with Qwen's special tokens.
 

@@ -193,3 +193,33 @@ def test_no_template_is_an_error():
     tok.chat_template = None
     with pytest.raises(ValueError, match="no chat_template"):
         encode_conversation(tok, NO_CALL)
+
+
+def test_llama3_template_and_format():
+    """A non-Qwen template: Llama 3.1 (TRL's llama3_1.jinja), end of turn <|eot_id|>, llama3_json calls."""
+    from _tok import make_llama3_tokenizer
+
+    tok = make_llama3_tokenizer()
+    msgs = [
+        {"role": "system", "content": "You are a weather assistant."},
+        {"role": "user", "content": "Weather at the city called Lutetia?"},
+        asst(calls=[("get_city_id", {"name": "Lutetia"})]),
+        tool('{"id": "paris"}'),
+        asst(calls=[("get_weather", {"city": "paris"})]),
+        tool('{"temp": 20}'),
+        asst("It is 20 degrees in Lutetia."),
+    ]
+    enc = encode_conversation(tok, msgs, TOOLS)
+    full = tok.apply_chat_template(msgs, tools=TOOLS, tokenize=False)
+    assert tok.decode(enc.input_ids) == full and full.startswith("<|begin_of_text|>")
+    fmt = get_format("llama3_json")
+    turns = [fmt.render([ToolCall("get_city_id", {"name": "Lutetia"})]), fmt.render([ToolCall("get_weather", {"city": "paris"})]), "It is 20 degrees in Lutetia."]
+    assert spans(tok, enc.input_ids, enc.model_mask) == [t + "<|eot_id|>" for t in turns]
+    r = ChatRenderer(tok, TOOLS)
+    assert r.end_of_turn == "<|eot_id|>"
+    assert r.environment_text(msgs[:3], msgs[3:4]).startswith("<|start_header_id|>ipython<|end_header_id|>\n\n")
+    assert r.environment_text(msgs[:3], msgs[3:4]).endswith("<|start_header_id|>assistant<|end_header_id|>\n\n")
+    mm = torch.tensor([enc.model_mask[enc.prompt_length:]])
+    tool_m, summ_m = segment_masks(mm)
+    resp = enc.input_ids[enc.prompt_length:]
+    assert spans(tok, resp, summ_m[0].tolist()) == [turns[-1] + "<|eot_id|>"]
