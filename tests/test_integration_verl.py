@@ -263,3 +263,12 @@ def test_verl_tool_answers_from_slca_and_keeps_state_per_instance(tmp_path):
     cfg = yaml.safe_load((tmp_path / "tool_config.yaml").read_text())
     assert {t["class_name"] for t in cfg["tools"]} == {"slca.integrations.verl_tools.SLCASimulatedTool"}
     assert (tmp_path / "train.parquet").exists()
+
+
+def test_verl_loads_the_reward_function_by_package_and_by_path():
+    from verl.utils.import_utils import load_extern_object
+
+    assert load_extern_object("pkg://slca.integrations.verl", "compute_score") is sv.compute_score
+    by_path = load_extern_object(sv.__file__, "compute_score")  # executes the file again: registration stays put
+    assert by_path.__module__ != sv.__name__
+    assert core_algos.get_adv_estimator_fn("slca") is sv.compute_slca_outcome_advantage

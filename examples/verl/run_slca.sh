@@ -8,8 +8,6 @@ NNODES=${NNODES:-2}
 DATA=${DATA:-data/toolworld}
 EXP=${EXP:-slca-toolworld}
 HERE=$(cd "$(dirname "$0")" && pwd)
-# verl loads the reward function from a file path
-REWARD_FILE=$(python -c 'import slca.integrations.verl as m; print(m.__file__)')
 
 python "$HERE/prepare_data.py" --out "$DATA"
 
@@ -38,7 +36,7 @@ python -m verl.trainer.main_ppo \
   actor_rollout_ref.rollout.multi_turn.tool_config_path="$DATA/tool_config.yaml" \
   actor_rollout_ref.rollout.agent.agent_loop_config_path="$HERE/agent_loop.yaml" \
   actor_rollout_ref.rollout.agent.default_agent_loop=slca_tool_agent \
-  reward.custom_reward_function.path="$REWARD_FILE" \
+  reward.custom_reward_function.path=pkg://slca.integrations.verl \
   reward.custom_reward_function.name=compute_score \
   trainer.use_v1=True \
   trainer.nnodes="$NNODES" \

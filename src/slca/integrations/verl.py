@@ -228,10 +228,12 @@ def register() -> None:
 
     old = core_algos.ADV_ESTIMATOR_REGISTRY.get(ESTIMATOR_NAME)
     fn = compute_slca_outcome_advantage
-    if old is fn:
-        return
-    if old is not None and (old.__module__, old.__qualname__) == (fn.__module__, fn.__qualname__):
-        core_algos.ADV_ESTIMATOR_REGISTRY[ESTIMATOR_NAME] = fn  # this module, re-imported
+    same_definition = old is not None and (old.__qualname__, getattr(old, "__code__", None) and old.__code__.co_filename) == (
+        fn.__qualname__,
+        fn.__code__.co_filename,
+    )
+    if old is fn or same_definition:
+        # this file executed again (a reload, or verl loading it by path as a reward-function module)
         return
     core_algos.register_adv_est(ESTIMATOR_NAME)(fn)
 
