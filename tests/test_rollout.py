@@ -14,7 +14,7 @@ from _tok import DEFAULT_CORPUS, make_qwen_tokenizer, memorise, tiny_qwen2
 
 from slca import segment_masks
 from slca.chat import encode_conversation, get_format, template_messages
-from slca.rollout import RolloutConfig, generate_rollouts, sample_tokens, trajectory_logprobs
+from slca.rollout import RolloutConfig, _answer, _assistant_message, generate_rollouts, sample_tokens, trajectory_logprobs
 from slca.types import Task, ToolResult
 
 ADD = {
@@ -54,8 +54,6 @@ BROKEN = '<tool_call>\n{"name": "add", "arguments": {"a": 4, "b": 4}\n</tool_cal
 def script(user, turns):
     """A conversation where each assistant turn's text is given; tool messages are
     what the rollout engine will answer (the same AddEnv and parse-error messages)."""
-    from slca.rollout import _answer, _assistant_message
-
     fmt, env = get_format("hermes"), AddEnv()
     msgs = [{"role": "user", "content": user}]
     for text in turns:
@@ -260,3 +258,28 @@ def test_parked_rows_keep_exact_logprobs(tok, scripted, monkeypatch):
         assert spans(tok, tr.response_ids, tr.model_mask)[: len(tr.turns)] == [
             t.text + EOT if i < len(tr.turns) - 1 or tr.stop_reason != "max_tokens" else t.text for i, t in enumerate(tr.turns)
         ]
+
+
+def test_llama3_template_rollout_with_llama3_json_calls():
+    """The engine is template-generic: Llama 3.1's template (end of turn <|eot_id|>, tool role 'ipython')."""
+    from _tok import make_llama3_tokenizer
+
+    fmt, env = get_format("llama3_json"), AddEnv()
+    msgs = [{"role": "user", "content": "Add 2 and 3."}]
+    for text in ['{"name": "add", "parameters": {"a": 2, "b": 3}}', "The sum is 5."]:
+        parsed = fmt.parse(text)
+        msgs.append(_assistant_message(text, parsed))
+        if parsed.is_tool_turn:
+            msgs += _answer(parsed, env, 0)[1]
+    base = make_llama3_tokenizer()
+    tok = make_llama3_tokenizer(corpus=list(DEFAULT_CORPUS) + [base.apply_chat_template(template_messages(msgs), tools=TOOLS, tokenize=False)], vocab_size=1000)
+    model = memorise(tiny_qwen2(len(tok), seed=3), tok, [(msgs, TOOLS)])
+    task = Task(id="llama", messages=msgs[:1], tools=TOOLS)
+    res = generate_rollouts(model, tok, [task], lambda t: AddEnv(), greedy(format="llama3_json"))
+    tr = res.trajectories[0]
+    assert tr.stop_reason == "final_answer" and tr.messages == msgs
+    assert [r.content for r in tr.turns[0].results] == [{"sum": 5}]
+    assert spans(tok, tr.response_ids, tr.model_mask) == [t.text + "<|eot_id|>" for t in tr.turns]
+    enc = encode_conversation(tok, tr.messages, TOOLS)
+    assert enc.input_ids == tr.prompt_ids + tr.response_ids  # Llama writes nothing after the last <|eot_id|>
+    assert enc.model_mask == [0] * len(tr.prompt_ids) + tr.model_mask
