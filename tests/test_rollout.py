@@ -14,7 +14,7 @@ from _tok import DEFAULT_CORPUS, make_qwen_tokenizer, memorise, tiny_qwen2
 
 from slca import segment_masks
 from slca.chat import encode_conversation, get_format, template_messages
-from slca.rollout import RolloutConfig, _answer, _assistant_message, generate_rollouts, sample_tokens, trajectory_logprobs
+from slca.rollout import RolloutConfig, answer_turn, assistant_message, generate_rollouts, sample_tokens, trajectory_logprobs
 from slca.types import Task, ToolResult
 
 ADD = {
@@ -58,9 +58,9 @@ def script(user, turns):
     msgs = [{"role": "user", "content": user}]
     for text in turns:
         parsed = fmt.parse(text)
-        msgs.append(_assistant_message(text, parsed))
+        msgs.append(assistant_message(text, parsed))
         if parsed.is_tool_turn:
-            msgs += _answer(parsed, env, 0)[1]
+            msgs += answer_turn(parsed, env, 0)[1]
     return msgs
 
 
@@ -268,9 +268,9 @@ def test_llama3_template_rollout_with_llama3_json_calls():
     msgs = [{"role": "user", "content": "Add 2 and 3."}]
     for text in ['{"name": "add", "parameters": {"a": 2, "b": 3}}', "The sum is 5."]:
         parsed = fmt.parse(text)
-        msgs.append(_assistant_message(text, parsed))
+        msgs.append(assistant_message(text, parsed))
         if parsed.is_tool_turn:
-            msgs += _answer(parsed, env, 0)[1]
+            msgs += answer_turn(parsed, env, 0)[1]
     base = make_llama3_tokenizer()
     tok = make_llama3_tokenizer(corpus=list(DEFAULT_CORPUS) + [base.apply_chat_template(template_messages(msgs), tools=TOOLS, tokenize=False)], vocab_size=1000)
     model = memorise(tiny_qwen2(len(tok), seed=3), tok, [(msgs, TOOLS)])

@@ -17,7 +17,7 @@ from slca.chat import encode_conversation, get_format
 from slca.env import toolworld
 from slca.models.tokenizer import train_tokenizer
 from slca.rewards import in_domain_metrics
-from slca.rollout import RolloutConfig, _answer, _assistant_message, generate_rollouts, trajectory_logprobs
+from slca.rollout import RolloutConfig, answer_turn, assistant_message, generate_rollouts, trajectory_logprobs
 
 
 def demo_messages(task):
@@ -27,8 +27,8 @@ def demo_messages(task):
     for step in task.gold:
         text = fmt.render(step)
         parsed = fmt.parse(text)
-        msgs.append(_assistant_message(text, parsed))
-        msgs += _answer(parsed, env, 0)[1]
+        msgs.append(assistant_message(text, parsed))
+        msgs += answer_turn(parsed, env, 0)[1]
     msgs.append({"role": "assistant", "content": task.meta["reference_answer"]})
     return msgs
 

@@ -48,7 +48,15 @@ import torch
 from slca.chat import ChatRenderer, get_format
 from slca.types import ParsedTurn, Task, ToolResult, Trajectory, Turn
 
-__all__ = ["RolloutConfig", "RolloutResult", "generate_rollouts", "trajectory_logprobs", "sample_tokens"]
+__all__ = [
+    "RolloutConfig",
+    "RolloutResult",
+    "generate_rollouts",
+    "trajectory_logprobs",
+    "sample_tokens",
+    "assistant_message",
+    "answer_turn",
+]
 
 
 @dataclass
@@ -334,7 +342,7 @@ class _Batch:
         return self.feed(ids.to(self.device), valid.to(self.device))
 
 
-def _assistant_message(text: str, parsed: ParsedTurn) -> dict[str, Any]:
+def assistant_message(text: str, parsed: ParsedTurn) -> dict[str, Any]:
     """The assistant message of a turn (OpenAI style). A turn with a blocking parse
     error keeps its raw text as content, so replaying the messages reproduces it."""
     if any(e.kind != "text_around_calls" for e in parsed.errors):
@@ -347,8 +355,14 @@ def _assistant_message(text: str, parsed: ParsedTurn) -> dict[str, Any]:
     return msg
 
 
-def _answer(parsed: ParsedTurn, env: Any, episode: int) -> tuple[list[ToolResult], list[dict[str, Any]]]:
-    """Tool results for a tool turn: one per call, then one per blocking parse error."""
+def answer_turn(parsed: ParsedTurn, env: Any, episode: int | str = 0) -> tuple[list[ToolResult], list[dict[str, Any]]]:
+    """The environment's answer to a tool turn: ``(results, tool messages)``.
+
+    One result per call (``env.call(name, arguments, episode=episode)``), then one
+    ``ToolResult(ok=False)`` per blocking parse error, so a malformed call is
+    answered like a failed one. Messages are ``role: "tool"`` with
+    ``ToolResult.to_text()`` content, in the same order.
+    """
     results: list[ToolResult] = []
     msgs: list[dict[str, Any]] = []
     for i, c in enumerate(parsed.calls):
@@ -560,7 +574,7 @@ def _finish_turn(
     parsed = fmt.parse(text)
     turn = Turn(text=text, parsed=parsed)
     row.turns.append(turn)
-    row.messages.append(_assistant_message(text, parsed))
+    row.messages.append(assistant_message(text, parsed))
     if not ended or last != eot_id:
         # truncated by the token budget, or a non-end-of-turn eos token
         row.stop_reason = "max_tokens" if not ended else "eos"
@@ -570,7 +584,7 @@ def _finish_turn(
         row.stop_reason = "final_answer"
         row.final_text = parsed.content
         return None
-    turn.results, tool_msgs = _answer(parsed, env, row.episode)
+    turn.results, tool_msgs = answer_turn(parsed, env, row.episode)
     env_ids = renderer.tokenize(renderer.environment_text(row.messages, tool_msgs))
     row.messages += tool_msgs
     row.response_ids += env_ids
