@@ -102,3 +102,32 @@ def test_demonstrations_are_deterministic(tasks):
     a = _demos(tasks[:40], **DemoMix().__dict__)
     b = _demos(tasks[:40], **DemoMix().__dict__)
     assert [json.dumps(d.messages) for d in a] == [json.dumps(d.messages) for d in b]
+
+
+def test_synthetic_entities_rewrite_request_gold_results_and_answer_consistently(tasks):
+    from slca.models.augment import synthesize_entities
+
+    rng = random.Random(5)
+    n_synth = 0
+    for i, t in enumerate(tasks):
+        s = synthesize_entities(t, toolworld.make_env(t), rng, episode=i)
+        assert s is not None, t.id
+        for e in t.meta["entities"]:
+            if e in t.messages[-1]["content"] and t.kind not in ("unservable",):
+                assert e not in s.messages[-1]["content"].split(), (e, s.messages[-1]["content"])
+        n_synth += s.messages != t.messages
+        # The rewritten task is a real task: its gold runs, and a clean demo of it scores full rewards.
+        d = demonstrate(s, toolworld.make_env(s), DemoMix(**NONE), random.Random(0), ArgumentPool([s]), [], episode=i)
+        ex, sm = _rewards(d)
+        assert ex == pytest.approx(1.0) and sm.total == pytest.approx(1.0), (s.messages, d.final_text, sm)
+    assert n_synth > 0.7 * len(tasks)
+
+
+def test_make_demonstrations_mixes_synthetic_and_original_tasks():
+    from slca.models.demos import make_demonstrations
+
+    demos = make_demonstrations(60, DemoMix(), seed=0, synthetic=0.5)
+    synth = sum(bool(d.task.meta.get("synthetic_entities")) for d in demos)
+    assert 15 < synth < 45
+    with pytest.raises(ValueError, match="synthetic"):
+        make_demonstrations(5, DemoMix(), synthetic=2.0)

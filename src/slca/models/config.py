@@ -87,6 +87,9 @@ class BuildConfig:
     """Toolworld train-split tasks turned into demonstrations."""
     data_seed: int = 0
     """Seeds task generation, the simulator and the demo flaws."""
+    synthetic_entities: float = 0.5
+    """Fraction of demos whose cities, tickers, people, titles, dates and request numbers are
+    replaced by fresh pseudo-words (teaches copying; see :mod:`slca.models.augment`)."""
     vocab_size: int = 1536
     """BPE vocabulary, special tokens included."""
     model: ModelSize = field(default_factory=ModelSize)

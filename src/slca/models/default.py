@@ -130,7 +130,7 @@ def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, pro
     console = Console(stderr=True, quiet=not progress)
     t0, c0 = time.perf_counter(), time.process_time()
     with console.status("toolworld demonstrations"):
-        demos = make_demonstrations(cfg.n_tasks, cfg.mix, seed=cfg.data_seed)
+        demos = make_demonstrations(cfg.n_tasks, cfg.mix, seed=cfg.data_seed, synthetic=cfg.synthetic_entities)
     console.log(f"{len(demos)} demonstrations from toolworld train tasks")
     with console.status("training the tokenizer"):
         tokenizer = train_tokenizer(render_texts(demos), vocab_size=cfg.vocab_size, model_max_length=cfg.model.max_position_embeddings)

@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from slca.models.augment import replace_value, synthesize_entities
 from slca.models.config import DemoMix
 from slca.types import Task, ToolCall, ToolResult, Turn
 
@@ -141,13 +142,8 @@ def _restate(answer: str, gold_results: list[ToolResult], results: list[ToolResu
         for k, old in g.content.items():
             new = r.content.get(k)
             if new is not None and new != old and not isinstance(old, (list, dict)):
-                answer = _replace_value(answer, str(old), str(new))
+                answer = replace_value(answer, str(old), str(new))
     return answer
-
-
-def _replace_value(text: str, old: str, new: str, count: int = 0) -> str:
-    """Replace ``old`` where it stands as a whole value (not inside a date, id or longer number)."""
-    return re.sub(rf"(?<![\w.:\-]){re.escape(old)}(?![\w:\-]|\.\d)", lambda _: new, text, count=count)
 
 
 def _incomplete(answer: str, facts: list[str], rng: random.Random) -> str:
@@ -223,10 +219,10 @@ def demonstrate(task: Task, env, mix: DemoMix, rng: random.Random, pool: Argumen
         actual = [results_by_call[c.key()] for step in steps for c in step]
         answer = _restate(answer, gold_results, actual)
 
-    facts = [f for f in task.answer_facts if _replace_value(answer, f, "\0") != answer]
+    facts = [f for f in task.answer_facts if replace_value(answer, f, "\0") != answer]
     if facts and rng.random() < mix.unfaithful:
         f = rng.choice(facts)
-        answer = _replace_value(answer, f, _perturb(f, rng, fact_pool, task.tools), count=1)
+        answer = replace_value(answer, f, _perturb(f, rng, fact_pool, task.tools), count=1)
         flaws.append("unfaithful")
     if rng.random() < mix.incomplete:
         answer = _incomplete(answer, facts, rng)
@@ -239,14 +235,24 @@ def demonstrate(task: Task, env, mix: DemoMix, rng: random.Random, pool: Argumen
     return Demonstration(task, messages, flaws, played)
 
 
-def make_demonstrations(n_tasks: int, mix: DemoMix, seed: int = 0, split: str = "train") -> list[Demonstration]:
-    """Demonstrations for ``n_tasks`` toolworld tasks of ``split`` (one per task), seeded."""
+def make_demonstrations(n_tasks: int, mix: DemoMix, seed: int = 0, split: str = "train", synthetic: float = 0.0) -> list[Demonstration]:
+    """Demonstrations for ``n_tasks`` toolworld tasks of ``split`` (one per task), seeded.
+
+    ``synthetic`` is the probability that a task's entities are first replaced
+    by fresh pseudo-words (:func:`~slca.models.augment.synthesize_entities`).
+    """
     from slca.env import toolworld
 
-    tasks = toolworld.make_tasks(split, n=n_tasks, seed=seed)
+    if not 0.0 <= synthetic <= 1.0:
+        raise ValueError(f"synthetic must be a probability in [0, 1], got {synthetic}")
+    rng = random.Random(seed)
+    tasks = []
+    for i, t in enumerate(toolworld.make_tasks(split, n=n_tasks, seed=seed)):
+        if rng.random() < synthetic:
+            t = synthesize_entities(t, toolworld.make_env(t), rng, episode=f"synth-{i}") or t
+        tasks.append(t)
     pool = ArgumentPool(tasks)
     fact_pool = sorted({f for t in tasks for f in t.answer_facts})
-    rng = random.Random(seed)
     return [demonstrate(t, toolworld.make_env(t), mix, rng, pool, fact_pool, episode=f"demo-{i}") for i, t in enumerate(tasks)]
 
 

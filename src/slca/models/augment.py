@@ -1,0 +1,129 @@
+"""Synthetic entities for warm-start tasks: teach copying, not memorising.
+
+toolworld's train split draws its cities, tickers, people, titles and dates from
+short lists. A tiny model trained on those lists learns to emit the list's
+entries (memorisation is easier than copying) and then fails on the test
+split's unseen entities. :func:`synthesize_entities` rewrites a task with fresh
+pseudo-words of the same shape (a capitalised word for a city or a person, 2-5
+capitals for a ticker, lowercase words for a title, any 2024-2026 date) and
+small request numbers redrawn, then replays the gold calls against the same
+environment so that the results, the chained arguments (a flight id found in
+step 1 and booked in step 2), the reference answer and the answer facts all
+follow the new values. The request phrasing is left alone.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import replace
+from typing import Any
+
+from slca.types import Task, ToolCall
+
+__all__ = ["synthesize_entities", "pseudo_word", "replace_value"]
+
+_CONSONANTS = "bdfgklmnprstvz"
+_VOWELS = "aeiou"
+_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
+
+
+def pseudo_word(rng: random.Random, syllables: int | None = None) -> str:
+    """A pronounceable lowercase pseudo-word of 2-3 consonant-vowel syllables (sometimes a final consonant)."""
+    n = syllables or rng.choice((2, 2, 3))
+    w = "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS) for _ in range(n))
+    return w + (rng.choice("lnrs") if rng.random() < 0.3 else "")
+
+
+def replace_value(text: str, old: str, new: str, count: int = 0) -> str:
+    """Replace ``old`` where it stands as a whole value (not inside a word, date, id or longer number)."""
+    return re.sub(rf"(?<![\w.:\-]){re.escape(old)}(?![\w:\-]|\.\d)", lambda _: new, text, count=count)
+
+
+def _like(entity: str, rng: random.Random) -> str:
+    """A fresh value shaped like ``entity``."""
+    if _DATE.fullmatch(entity):
+        return f"{rng.choice((2024, 2025, 2026))}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+    if re.fullmatch(r"[A-Z]{2,5}", entity):
+        return "".join(rng.choice("ABCDEFGHIJKLMNOPRSTUVWXZ") for _ in range(rng.randint(2, 5)))
+    words = entity.split()
+    new = [pseudo_word(rng) for _ in words]
+    return " ".join(w.capitalize() if o[:1].isupper() else w for w, o in zip(new, words))
+
+
+def _map_value(v: Any, mapping: dict[Any, Any]) -> Any:
+    key = (type(v).__name__, v) if isinstance(v, (str, int, float)) and not isinstance(v, bool) else None
+    return mapping.get(key, v) if key is not None else v
+
+
+def synthesize_entities(task: Task, env, rng: random.Random, episode: str | int = "synth") -> Task | None:
+    """``task`` with its entities, dates and small request numbers replaced by fresh values.
+
+    Args:
+        task: a toolworld task (``meta["entities"]``, ``meta["reference_answer"]``).
+        env: the environment its gold calls run against (pure functions of the arguments).
+        rng: draws the new values.
+        episode: simulator episode used for the replay.
+
+    Returns:
+        The rewritten task, or None when it cannot be rewritten consistently
+        (a replayed call fails, or a value to rewrite is not found verbatim).
+    """
+    request = task.messages[-1]["content"]
+    answer = task.meta.get("reference_answer")
+    if task.messages[-1].get("role") != "user" or not isinstance(answer, str):
+        return None
+    entities = [e for e in task.meta.get("entities", []) if isinstance(e, str) and e]
+    entities += sorted(set(_DATE.findall(request)))
+    text_map: dict[str, str] = {}
+    for e in sorted(set(entities), key=len, reverse=True):
+        new = _like(e, rng)
+        while new in text_map.values() or new == e:
+            new = _like(e, rng)
+        text_map[e] = new
+    # Request numbers that are call arguments (amounts, party sizes) are redrawn in their range.
+    arg_map: dict[Any, Any] = {("str", k): v for k, v in text_map.items()}
+    for step in task.gold:
+        for c in step:
+            for v in c.arguments.values():
+                if type(v) is int and ("int", v) not in arg_map and replace_value(request, str(v), "\0") != request:
+                    arg_map[("int", v)] = rng.randint(2, 12) if v <= 12 else rng.randint(13, 999)
+    num_map = {str(k[1]): str(v) for k, v in arg_map.items() if k[0] == "int"}
+
+    old_results = [[env.call(c.name, c.arguments, episode=f"{episode}-old") for c in step] for step in task.gold]
+    gold: list[list[ToolCall]] = []
+    result_map: dict[str, str] = {}
+    for step, olds in zip(task.gold, old_results):
+        new_step = []
+        for c, old in zip(step, olds):
+            args = {k: _map_value(v, arg_map) for k, v in c.arguments.items()}
+            r = env.call(c.name, args, episode=episode)
+            if not (r.ok and old.ok):
+                return None
+            new_step.append(ToolCall(c.name, args, c.id))
+            if isinstance(old.content, dict) and isinstance(r.content, dict):
+                for k, ov in old.content.items():
+                    nv = r.content.get(k)
+                    if not isinstance(ov, (dict, list)) and nv is not None and nv != ov:
+                        # later steps take earlier results as arguments (chains)
+                        arg_map.setdefault((type(ov).__name__, ov), nv)
+                        result_map.setdefault(str(ov), str(nv))
+        gold.append(new_step)
+
+    def rewrite(text: str) -> str:
+        for old, new in text_map.items():
+            text = re.sub(rf"(?<!\w){re.escape(old)}(?!\w)", lambda _: new, text)
+        for old, new in {**num_map, **result_map}.items():
+            if old not in text_map.values():
+                text = replace_value(text, old, new)
+        return text
+
+    new_request = rewrite(request)
+    if any(replace_value(new_request, old, "\0") != new_request for old in text_map):
+        return None
+    messages = [dict(m) for m in task.messages]
+    messages[-1] = {**messages[-1], "content": new_request}
+    meta = {**task.meta, "reference_answer": rewrite(answer), "entities": [text_map.get(e, e) for e in task.meta.get("entities", [])],
+            "synthetic_entities": True}
+    facts = [rewrite(f) for f in task.answer_facts]
+    return replace(task, id=task.id + "-synth", messages=messages, gold=gold, answer_facts=facts, meta=meta)
