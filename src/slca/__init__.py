@@ -6,6 +6,7 @@ Public API; everything not re-exported here may change.
 from slca.advantages import (
     AdvantageInputs,
     compute_advantages,
+    conditional_normalize,
     gdpo_advantages,
     get_estimator,
     group_normalize,
@@ -13,9 +14,12 @@ from slca.advantages import (
     list_estimators,
     register_estimator,
     slca_advantages,
+    slca_cond_advantages,
+    slca_turn_advantages,
+    turn_normalize,
 )
 from slca.losses import aggregate, clipped_surrogate, kl_penalty, masked_mean
-from slca.segments import environment_mask, segment_masks
+from slca.segments import environment_mask, segment_masks, tool_turn_index, turn_index
 from slca.types import (
     ParsedTurn,
     ParseError,
@@ -44,6 +48,7 @@ __all__ = [
     "aggregate",
     "clipped_surrogate",
     "compute_advantages",
+    "conditional_normalize",
     "environment_mask",
     "gdpo_advantages",
     "get_estimator",
@@ -55,6 +60,11 @@ __all__ = [
     "register_estimator",
     "segment_masks",
     "slca_advantages",
+    "slca_cond_advantages",
+    "slca_turn_advantages",
+    "tool_turn_index",
+    "turn_index",
+    "turn_normalize",
 ]
 
 

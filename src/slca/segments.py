@@ -11,7 +11,7 @@ import torch
 
 from slca._checks import as_2d, check_mask, check_same_shape
 
-__all__ = ["segment_masks", "environment_mask"]
+__all__ = ["segment_masks", "environment_mask", "turn_index", "tool_turn_index"]
 
 
 def environment_mask(model_mask: torch.Tensor, valid_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -76,3 +76,56 @@ def segment_masks(
     tool = model & (pos < last_env)
     summary = model & (pos > last_env)
     return tool.to(mm.dtype), summary.to(mm.dtype)
+
+
+def turn_index(model_mask: torch.Tensor, valid_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Which tool turn each execution-segment token belongs to.
+
+    A turn is a maximal run of policy tokens (the rollout engine appends every
+    assistant turn as one run and the environment's answer after it). Runs are
+    numbered ``0, 1, ...`` from the start of the response:
+
+        ``start[i, t] = model[i, t] and (t == 0 or not model[i, t-1])``,
+        ``k[i, t] = sum_{s <= t} start[i, s] - 1``,
+
+    and ``turn_index[i, t] = k[i, t]`` where ``t`` is in the tool mask of
+    :func:`segment_masks`, ``-1`` everywhere else (summary, environment, padding).
+    Run ``k`` of the tool segment is the rollout's ``k``-th tool turn.
+
+    Args:
+        model_mask: (B, T) 0/1, 1 where the policy generated the token.
+        valid_mask: (B, T) 0/1 or None, as in :func:`segment_masks`.
+
+    Returns:
+        (B, T) long.
+
+    Example:
+        >>> import torch
+        >>> turn_index(torch.tensor([[1, 1, 0, 1, 0, 0, 1, 1, 0]])).tolist()
+        [[0, 0, -1, 1, -1, -1, -1, -1, -1]]
+    """
+    mm = as_2d("model_mask", model_mask)
+    tool, _ = segment_masks(mm, valid_mask)
+    return tool_turn_index(mm, tool)
+
+
+def tool_turn_index(model_mask: torch.Tensor, tool_mask: torch.Tensor) -> torch.Tensor:
+    """:func:`turn_index` for a given tool mask: run index of each policy token where
+    ``tool_mask`` is 1, -1 elsewhere.
+
+    Args:
+        model_mask: (B, T) 0/1 policy tokens.
+        tool_mask: (B, T) 0/1 tool tokens (a subset of ``model_mask``).
+
+    Returns:
+        (B, T) long.
+    """
+    model = check_mask("model_mask", as_2d("model_mask", model_mask))
+    tool = check_mask("tool_mask", as_2d("tool_mask", tool_mask))
+    check_same_shape(model_mask=model, tool_mask=tool)
+    if (tool & ~model).any():
+        raise ValueError("tool_mask has 1 where model_mask has 0: tool tokens must be policy tokens")
+    prev = torch.zeros_like(model)
+    prev[:, 1:] = model[:, :-1]
+    k = (model & ~prev).long().cumsum(dim=1) - 1
+    return torch.where(tool, k, torch.full_like(k, -1))

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from slca.advantages import AdvantageInputs, compute_advantages
+from slca.advantages import AdvantageInputs, compute_advantages, get_estimator
 from slca.config import TrainConfig, to_dict, validate
 from slca.diagnostics import advantage_stats, contamination, flat_grad, grad_cosine, rolling_cv
 from slca.losses import aggregate, clipped_surrogate, kl_penalty
@@ -310,8 +310,11 @@ class Trainer:
         batch = collate(trajs, self.pad_id, c.device)
         tool_m, sum_m = segment_masks(batch.model_mask, batch.valid_mask)
 
-        # 4. advantages through the registry
-        inputs = AdvantageInputs(tool_r, sum_r, group_ids, batch.model_mask, tool_m, sum_m, (c.tool_weight, c.summary_weight))
+        # 4. advantages through the registry (plus the optional inputs the estimator needs)
+        from slca.rewards.turns import advantage_extras
+
+        extras = advantage_extras(trajs, getattr(get_estimator(c.estimator), "needs", ()))
+        inputs = AdvantageInputs(tool_r, sum_r, group_ids, batch.model_mask, tool_m, sum_m, (c.tool_weight, c.summary_weight), **extras)
         est_kw = {"scale": c.scale, "eps": c.eps, "empty_tool": c.empty_tool}
         adv = compute_advantages(c.estimator, inputs, **est_kw)  # (B, T)
 
@@ -382,6 +385,12 @@ class Trainer:
             for k, v in advantage_stats(adv, seg).items():
                 m[f"adv/{name}_{k}"] = v
         m["adv/contamination"] = contamination(c.estimator, inputs, **est_kw)
+        if inputs.tool_signatures is not None:
+            from slca.rewards.turns import subgroup_fraction
+
+            m["adv/cond_subgroup_frac"] = subgroup_fraction(group_ids, list(inputs.tool_signatures))
+        if inputs.turn_rewards is not None:
+            m["reward/turn"] = _nanmean(inputs.turn_rewards.flatten())
         n_tok = int(batch.valid_mask.sum())
         m["perf/train_tokens_per_s"] = n_tok * c.ppo_epochs / max(train_s, 1e-9)
         m["rollout/response_tokens"] = n_tok / B
