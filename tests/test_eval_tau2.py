@@ -129,3 +129,36 @@ def test_bad_domain_and_user():
         T.run_tau2(None, ["airline"], user="llm")
     with pytest.raises(ValueError, match="user must be"):
         T.run_tau2(None, ["airline"], user="robot")
+
+
+def test_policy_agent_messages(tmp_path):
+    """The policy as a tau2 agent: history rendered in its format, valid tau2 messages out."""
+    import sys
+
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from _tok import make_qwen_tokenizer
+
+    from slca.eval import GenerationConfig, PolicyAgent
+
+    tok = make_qwen_tokenizer()
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    policy = PolicyAgent(Qwen2ForCausalLM(cfg).eval(), tok, "hermes", GenerationConfig(max_new_tokens=8))
+    t = T.import_tau2()
+    env = t.registry.get_env_constructor("airline")()
+    agent = T.make_policy_agent(policy, env.get_tools(), env.get_policy())
+    history = [
+        t.UserMessage(role="user", content="Cancel EHGLP3."),
+        t.AssistantMessage(role="assistant", tool_calls=[t.ToolCall(id="c1", name="get_reservation_details", arguments={"reservation_id": "EHGLP3"})]),
+        t.ToolMessage(id="c1", role="tool", content='{"status": "ok"}'),
+    ]
+    state = agent.get_init_state(history)
+    assert state[0]["role"] == "system" and "<policy>" in state[0]["content"] and env.get_policy()[:40] in state[0]["content"]
+    assert [m["role"] for m in state[1:]] == ["user", "assistant", "tool"]
+    assert state[2]["content"] == policy.format.render([T.ToolCall("get_reservation_details", {"reservation_id": "EHGLP3"})])
+    msg, state2 = agent.generate_next_message(t.UserMessage(role="user", content="Thanks"), state)
+    msg.validate()  # text or tool calls, never empty
+    assert state2[-2] == {"role": "user", "content": "Thanks"} and state2[-1]["role"] == "assistant"

@@ -35,6 +35,7 @@ from typing import Any, Callable, Optional
 
 from slca.eval.agent import PolicyAgent
 from slca.eval.report import Record, SuiteReport, group_means, mean, pass_hat_k, successes_by_id
+from slca.types import ToolCall
 
 __all__ = ["DOMAINS", "import_tau2", "load_tasks", "make_policy_agent", "ScriptedUser", "scripted_user_for", "llm_user", "run_simulation", "run_tau2"]
 
@@ -93,11 +94,11 @@ def make_policy_agent(policy: PolicyAgent, tools: list[Any], domain_policy: str)
         def get_init_state(self, message_history: Optional[list] = None) -> list[dict[str, Any]]:
             state = [{"role": "system", "content": self.system_prompt}]
             for m in message_history or []:
-                state += _to_openai(m)
+                state += _to_openai(m, policy)
             return state
 
         def generate_next_message(self, message, state):
-            state = state + _to_openai(message)
+            state = state + _to_openai(message, policy)
             turn = policy.act([(state, self.schemas)])[0]
             state = state + [{"role": "assistant", "content": turn.text}]
             if turn.parsed.calls:
@@ -114,23 +115,23 @@ def make_policy_agent(policy: PolicyAgent, tools: list[Any], domain_policy: str)
     return PolicyTau2Agent()
 
 
-def _to_openai(message: Any) -> list[dict[str, Any]]:
-    """tau2 message(s) -> OpenAI-style dicts as the policy's chat template takes them."""
+def _to_openai(message: Any, policy: PolicyAgent) -> list[dict[str, Any]]:
+    """tau2 message(s) -> OpenAI-style dicts as the policy's chat template takes them.
+
+    An assistant message with tool calls (from a task's initial history) is
+    rendered in the policy's own tool-call format.
+    """
     t = import_tau2()
     if isinstance(message, t.MultiToolMessage):
-        return [m for tm in message.tool_messages for m in _to_openai(tm)]
+        return [m for tm in message.tool_messages for m in _to_openai(tm, policy)]
     if isinstance(message, t.ToolMessage):
         return [{"role": "tool", "content": message.content or ""}]
     if isinstance(message, t.UserMessage):
         return [{"role": "user", "content": message.content or ""}]
     if isinstance(message, t.AssistantMessage):
         if message.is_tool_call():
-            import json
-
-            text = "\n".join(
-                "<tool_call>\n" + json.dumps({"name": c.name, "arguments": c.arguments}, ensure_ascii=False) + "\n</tool_call>" for c in message.tool_calls
-            )
-            return [{"role": "assistant", "content": text}]
+            calls = [ToolCall(c.name, dict(c.arguments), c.id or None) for c in message.tool_calls]
+            return [{"role": "assistant", "content": policy.format.render(calls, message.content or "")}]
         return [{"role": "assistant", "content": message.content or ""}]
     return []
 
