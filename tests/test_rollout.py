@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _tok import DEFAULT_CORPUS, make_qwen_tokenizer, memorise, tiny_qwen2
 
-from slca import segment_masks
-from slca.chat import encode_conversation, get_format, template_messages
-from slca.rollout import RolloutConfig, answer_turn, assistant_message, generate_rollouts, sample_tokens, trajectory_logprobs
-from slca.types import Task, ToolResult
+pytest.importorskip("trl")  # the Qwen2.5 / Llama 3.1 chat templates come from TRL's chat_templates/
+
+from _tok import DEFAULT_CORPUS, make_qwen_tokenizer, memorise, tiny_qwen2  # noqa: E402
+
+from slca import segment_masks  # noqa: E402
+from slca.chat import encode_conversation, get_format, template_messages  # noqa: E402
+from slca.rollout import RolloutConfig, answer_turn, assistant_message, generate_rollouts, sample_tokens, trajectory_logprobs  # noqa: E402
+from slca.types import Task, ToolResult  # noqa: E402
 
 ADD = {
     "type": "function",
