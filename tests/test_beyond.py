@@ -540,3 +540,92 @@ def test_registry_dispatch_and_missing_inputs():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# ----------------------------------------------------------------- real rollouts, real trainer step
+
+
+@pytest.fixture(scope="module")
+def world():
+    """A tiny Qwen2 that memorised gold demos of a chain and a parallel toolworld task (as tests/test_rollout_toolworld.py)."""
+    from _tok import memorise, tiny_qwen2
+
+    from slca.chat import get_format
+    from slca.env import toolworld
+    from slca.models.tokenizer import chat_template, train_tokenizer
+    from slca.rollout import answer_turn, assistant_message
+
+    def demo(task):
+        fmt, env = get_format("hermes"), toolworld.make_env(task)
+        msgs = [dict(m) for m in task.messages]
+        for step in task.gold:
+            text = fmt.render(step)
+            parsed = fmt.parse(text)
+            msgs.append(assistant_message(text, parsed))
+            msgs += answer_turn(parsed, env, 0)[1]
+        msgs.append({"role": "assistant", "content": task.meta["reference_answer"]})
+        return msgs
+
+    tasks = toolworld.make_tasks("train", n=80, seed=0)
+    picked = [next(t for t in tasks if t.kind == "chain" and len(t.gold) >= 2), next(t for t in tasks if t.kind == "parallel")]
+    probe = train_tokenizer(["x"], vocab_size=300)
+    texts = [probe.apply_chat_template(demo(t), tools=t.tools, tokenize=False, chat_template=chat_template()) for t in tasks[:40]]
+    tok = train_tokenizer(texts, vocab_size=700)
+    model = memorise(tiny_qwen2(len(tok), seed=2), tok, [(demo(t), t.tools) for t in picked])
+    return tok, model, picked
+
+
+def _answered_tool_turns(traj):
+    return sum(1 for t in traj.turns if t.parsed.is_tool_turn and t.results)
+
+
+@pytest.mark.slow
+def test_turn_runs_line_up_with_scored_turns_on_real_rollouts(world):
+    from slca.env import toolworld
+    from slca.rollout import RolloutConfig, generate_rollouts
+    from slca.trainer import collate
+
+    tok, model, tasks = world
+    greedy = RolloutConfig(group_size=2, max_turns=4, max_new_tokens=96, max_total_tokens=1024, temperature=0.0, seed=0)
+    res = generate_rollouts(model, tok, tasks, toolworld.make_env, greedy)
+    for tr in res.trajectories:  # the gold demos: every turn a new, correct, executed gold step
+        assert turn_scores(tr.task, tr.turns) == [1.0] * len(tr.task.gold)
+        ti = turn_index(torch.tensor([tr.model_mask]))
+        assert sorted(set(ti[0].tolist()) - {-1}) == list(range(len(tr.task.gold)))
+    sigs = advantage_extras(res.trajectories, ["tool_signatures"])["tool_signatures"]
+    assert sigs[0] == sigs[1] != sigs[2] == sigs[3]
+    sampled = RolloutConfig(group_size=4, max_turns=3, max_new_tokens=48, max_total_tokens=600, temperature=1.5, seed=3)
+    trajs = generate_rollouts(model, tok, tasks, toolworld.make_env, sampled).trajectories
+    batch = collate(trajs, tok.pad_token_id)
+    ti = turn_index(batch.model_mask, batch.valid_mask)
+    rk = advantage_extras(trajs, ["turn_rewards"])["turn_rewards"]
+    runs = []
+    for i, tr in enumerate(trajs):
+        n_runs = len(set(ti[i].tolist()) - {-1})
+        assert n_runs == _answered_tool_turns(tr)  # run k of the tool segment is tool turn k
+        assert not torch.isnan(rk[i, :n_runs]).any()  # every turn in the tool segment has a score
+        runs.append(n_runs)
+    assert max(runs) >= 2 and min(runs) < max(runs)  # the sample holds multi-turn and diverging tool segments
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("estimator", ["slca_cond", "slca_turn"])
+def test_trainer_step_fills_the_inputs(tmp_path, world, estimator):
+    import copy
+
+    from slca.config import TrainConfig, validate
+    from slca.env import toolworld
+    from slca.trainer import Trainer
+
+    tok, model, tasks = world
+    cfg = validate(TrainConfig(run_dir=str(tmp_path / "run"), estimator=estimator, steps=1, tasks_per_step=2, group_size=3, max_turns=3,
+                               max_new_tokens=48, max_total_tokens=600, temperature=1.5, minibatches=1, kl_coef=0.0, eval_every=0,
+                               sample_html_every=0, diag_every=1, lr=1e-3))
+    tr = Trainer(cfg, model=copy.deepcopy(model), tokenizer=tok, train_tasks=tasks, eval_tasks=[], make_env=toolworld.make_env)
+    m = tr.train_step()
+    assert math.isfinite(m["loss"])
+    assert m["adv/contamination"] == 0.0 or math.isnan(m["adv/contamination"])  # summary rewards stay off tool tokens
+    if estimator == "slca_cond":
+        assert 0.0 <= m["adv/cond_subgroup_frac"] <= 1.0 and "reward/turn" not in m
+    else:
+        assert math.isfinite(m["reward/turn"]) and "adv/cond_subgroup_frac" not in m
