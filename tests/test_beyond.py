@@ -133,6 +133,7 @@ def test_conditional_normalize_hand_case():
     sd = math.sqrt(0.6875 / 3)
     got = conditional_normalize(r, [0] * 4, sigs, eps=0.0)
     assert got.tolist() == pytest.approx([0.5 / sd, -0.5 / sd, 0.25 / sd, -0.25 / sd], abs=1e-6)
+    assert torch.equal(conditional_normalize(r, torch.tensor([7] * 4), sigs, eps=0.0), got)  # tensor group ids
     # full normalisation inside each sub-group: two members always +-1/sqrt(2)
     sub = conditional_normalize(r, [0] * 4, sigs, eps=0.0, cond_std="subgroup")
     h = 1 / math.sqrt(2)
@@ -195,6 +196,7 @@ def test_turn_normalize_hand_case():
     # group 0: turn 0 equal -> 0; turn 1 [0, 1] -> -.5, .5; turn 2 one member -> 0
     # group 1: turn 0 [0, 1] -> -.5, .5; turn 1 one member -> 0
     assert a.tolist() == [[0.0, -0.5, 0.0], [0.0, 0.5, 0.0], [-0.5, 0.0, 0.0], [0.5, 0.0, 0.0]]
+    assert torch.equal(turn_normalize(rk, torch.tensor([4, 4, 9, 9]), scale="none"), a)
     assert turn_normalize(torch.zeros(3, 0), [0, 0, 0]).shape == (3, 0)
 
 

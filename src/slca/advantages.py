@@ -430,6 +430,7 @@ def conditional_normalize(
     if len(sigs) != B:
         raise ValueError(f"signatures has length {len(sigs)}, expected {B} (one per rollout)")
     idx_g, G = group_index(group_ids, B)
+    idx_g = idx_g.cpu()
     sub_keys = [(int(g), 0, s) if s is not None else (int(g), 1, i) for i, (g, s) in enumerate(zip(idx_g.tolist(), sigs))]
     try:
         idx_s, S = group_index(sub_keys, B)
@@ -548,7 +549,7 @@ def turn_normalize(turn_rewards: torch.Tensor, group_ids: Any, *, scale: str = "
     if K == 0:
         return torch.zeros(B, 0, device=r.device)
     idx, _ = group_index(group_ids, B)
-    cell = idx.unsqueeze(1) * K + torch.arange(K).unsqueeze(0)  # (B, K) dense (group, turn) id
+    cell = idx.cpu().unsqueeze(1) * K + torch.arange(K).unsqueeze(0)  # (B, K) dense (group, turn) id
     a = group_normalize(r.reshape(-1), cell.reshape(-1), scale=scale, eps=eps)
     return a.reshape(B, K)
 
