@@ -12,6 +12,8 @@ import ast
 
 import pytest
 
+pytestmark = pytest.mark.eval
+
 pytest.importorskip("bfcl_eval")
 
 from slca.eval import bfcl  # noqa: E402

@@ -15,6 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+pytestmark = pytest.mark.eval
+
 pytest.importorskip("tau2")
 pytest.importorskip("litellm")
 
