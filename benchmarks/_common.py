@@ -132,20 +132,22 @@ class ScriptedQwen2ForCausalLM(Qwen2ForCausalLM):
 
     * no script: the stop tokens (end of turn, eos, padding) get ``-inf``, so every
       completion runs to its token budget;
-    * a script (a list of assistant turns as token ids): all mass goes to the next
-      token of turn ``k`` at position ``p``, with ``k`` = tool responses seen so far
-      / calls per turn and ``p`` = tokens since the last ``<|im_start|>assistant\\n``.
+    * a script (a list of assistant turns as token ids): all mass goes to token
+      ``p`` of turn ``k``, where the row's next position is ``p`` tokens after the
+      ``k``-th ``<|im_start|>assistant\n`` header seen since the cache was empty.
 
-    Both are pure functions of the tokens a row has been fed, tracked from the
-    attention mask (an empty cache resets them), so Hugging Face ``generate``,
-    TRL's tool loop and slca's rollout engine all sample the same sequences.
+    The header positions are kept per batch, not per row, because every prompt of
+    a workload has the same length (checked in :func:`tasks`) and the script is
+    the same for all rows: a row's position alone says where it is in the
+    conversation. So Hugging Face ``generate``, TRL's tool loop (one prefill per
+    turn) and slca's engine (one cache; rows shared, reordered or parked) all
+    sample the same sequences.
     """
 
     def configure(self, tok, script: list[list[int]] | None = None) -> "ScriptedQwen2ForCausalLM":
         self._stop = [tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
         self._start = tok.convert_tokens_to_ids("<|im_start|>")
-        self._marker = tok.convert_tokens_to_ids("<tool_response>")
-        self._header = len(tok.encode("assistant\n", add_special_tokens=False))
+        self._header = tok.encode("assistant\n", add_special_tokens=False)
         self._script = None
         if script is not None:
             L = max(len(t) for t in script)
@@ -153,17 +155,16 @@ class ScriptedQwen2ForCausalLM(Qwen2ForCausalLM):
             for k, t in enumerate(script):
                 table[k, : len(t)] = torch.tensor(t)
             self._script = table
-        self._marks = self._since = None
+        self._turn_starts: set[int] = set()
         return self
 
     def forward(self, *args, **kwargs):
-        cache = kwargs.get("cache", kwargs.get("past_key_values"))
-        fresh = cache is None or cache.get_seq_length() == 0
+        att, cache = kwargs.get("attention_mask"), kwargs.get("cache", kwargs.get("past_key_values"))
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        past = 0 if cache is None else cache.get_seq_length()
         out = super().forward(*args, **kwargs)
         if torch.is_grad_enabled() or getattr(self, "_stop", None) is None:
             return out
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        att = kwargs.get("attention_mask")
         logits = out.logits  # (B, W or 1, V)
         B, W = ids.shape
         valid = att[:, -W:].bool() if att is not None else torch.ones_like(ids, dtype=torch.bool)
@@ -171,26 +172,29 @@ class ScriptedQwen2ForCausalLM(Qwen2ForCausalLM):
         if logits.shape[1] == W:
             col = torch.where(valid, ar, -1).amax(1).clamp_min(0)  # (B,) each row's last fed token
         else:
-            col = torch.full((B,), logits.shape[1] - 1, device=ids.device)
+            col = torch.full((B,), W - 1, device=ids.device)
         rows = torch.arange(B, device=ids.device)
+        lcol = col if logits.shape[1] == W else torch.full_like(col, logits.shape[1] - 1)
         if self._script is None:
-            logits[rows[:, None], col[:, None], torch.tensor(self._stop)[None, :]] = float("-inf")
+            logits[rows[:, None], lcol[:, None], torch.tensor(self._stop)[None, :]] = float("-inf")
             return out
-        if fresh or self._marks is None or self._marks.shape[0] != B:
-            self._marks = torch.zeros(B, dtype=torch.long)
-            self._since = torch.zeros(B, dtype=torch.long)
-        is_start = (ids == self._start) & valid
-        self._marks += ((ids == self._marker) & valid).sum(1)
-        cum = valid.long().cumsum(1)
-        last_start = torch.where(is_start, ar, -1).amax(1)
-        after = cum[:, -1] - cum.gather(1, last_start.clamp_min(0)[:, None]).squeeze(1)
-        self._since = torch.where(is_start.any(1), after, self._since + cum[:, -1])
-        k = (self._marks // CALLS_PER_TURN).clamp_max(self._script.shape[0] - 1)
-        p = (self._since - self._header).clamp(0, self._script.shape[1] - 1)
-        nxt = self._script[k, p]  # (B,)
+        pos = kwargs.get("position_ids")
+        if pos is None:
+            pos = (att.cumsum(-1) - 1)[:, -W:] if att is not None else (past + ar).expand(B, W)
+        fresh = (att.shape[1] == W) if att is not None else past == 0
+        if fresh:
+            self._turn_starts = set()
+        h = len(self._header)
+        for b, j in torch.nonzero((ids == self._start) & valid).tolist():
+            if ids[b, j + 1 : j + 1 + h].tolist() == self._header:
+                self._turn_starts.add(int(pos[b, j]) + 1 + h)
+        starts = torch.tensor(sorted(self._turn_starts) or [0])
+        q = pos[rows, col] + 1  # (B,) position of the token to sample
+        k = (torch.searchsorted(starts, q, right=True) - 1).clamp(0, self._script.shape[0] - 1)
+        p = (q - starts[k]).clamp(0, self._script.shape[1] - 1)
         forced = torch.full((B, logits.shape[-1]), float("-inf"), dtype=logits.dtype)
-        forced[rows, nxt] = 0.0
-        logits[rows, col] = forced
+        forced[rows, self._script[k, p]] = 0.0
+        logits[rows, lcol] = forced
         return out
 
 
@@ -217,6 +221,8 @@ def tasks(n: int, multi: bool):
     from slca.types import Task, ToolCall
 
     out = []
+    if multi and len({len(user_prompt(i, multi)) for i in range(n)}) != 1:
+        raise ValueError(f"n={n}: the prompts must have one length (the scripted policy relies on it); use n <= 10")
     for i in range(n):
         msgs = [{"role": "user", "content": user_prompt(i, multi)}]
         if multi:
@@ -248,11 +254,25 @@ def parse_threads(s: str) -> list[int]:
     return out
 
 
-@contextlib.contextmanager
-def timer(out: list[float]) -> Iterator[None]:
-    t0 = time.perf_counter()
-    yield
-    out.append(time.perf_counter() - t0)
+class Clock:
+    """Wall and process-CPU seconds of timed sections.
+
+    On a shared machine wall time depends on what else runs; the CPU seconds this
+    process spent (``time.process_time``, all its threads) depend much less on it,
+    so comparisons are made on both. With one thread, CPU time ~ the time the
+    work would take on an idle core.
+    """
+
+    def __init__(self) -> None:
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        w, c = time.perf_counter(), time.process_time()
+        yield
+        self.wall.append(time.perf_counter() - w)
+        self.cpu.append(time.process_time() - c)
 
 
 def med(xs: list[float]) -> float:
@@ -263,17 +283,17 @@ def spread(xs: list[float]) -> str:
     """``median [min-max]`` in seconds."""
     if not xs:
         return "n/a"
-    return f"{med(xs):.3f} s [{min(xs):.3f}-{max(xs):.3f}]"
+    return f"{med(xs):.3f} [{min(xs):.2f}-{max(xs):.2f}]"
 
 
-def time_call(fn: Callable[[], object], repeats: int, warmup: int = 1) -> list[float]:
+def time_call(fn: Callable[[], object], repeats: int, warmup: int = 1) -> Clock:
     for _ in range(warmup):
         fn()
-    ts: list[float] = []
+    clock = Clock()
     for _ in range(repeats):
-        with timer(ts):
+        with clock():
             fn()
-    return ts
+    return clock
 
 
 def machine() -> str:

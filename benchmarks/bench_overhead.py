@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -34,8 +33,8 @@ import torch  # noqa: E402
 
 
 def micro(fn, repeats: int) -> float:
-    """Median seconds of ``fn()`` over ``repeats`` calls (after 3 warm-up calls)."""
-    return C.med(C.time_call(fn, repeats, warmup=3))
+    """Median process-CPU seconds of ``fn()`` over ``repeats`` calls (after 3 warm-up calls)."""
+    return C.med(C.time_call(fn, repeats, warmup=3).cpu)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -101,20 +100,20 @@ def main(argv: list[str] | None = None) -> None:
             t_grpo = micro(lambda: compute_advantages("grpo", inputs), a.micro)
             t_diag = micro(diags, a.micro)
             t_loss = micro(loss, a.micro)
-            steps: dict[str, list[float]] = {"grpo": [], "slca": []}
+            steps = {"grpo": C.Clock(), "slca": C.Clock()}
             for est in ("grpo", "slca"):  # warm-up
                 trainers[est].train_step()
             for _ in range(a.repeats):
                 for est in ("grpo", "slca"):
-                    t0 = time.perf_counter()
-                    trainers[est].train_step()
-                    steps[est].append(time.perf_counter() - t0)
-            s_g, s_s = C.med(steps["grpo"]), C.med(steps["slca"])
+                    with steps[est]():
+                        trainers[est].train_step()
+            s_g, s_s = C.med(steps["grpo"].cpu), C.med(steps["slca"].cpu)
             extra = t_mask + t_slca - t_grpo
             print(f"{th:>3}  {t_mask * 1e3:>7.3f}ms{t_slca * 1e3:>8.3f}ms{t_grpo * 1e3:>8.3f}ms{t_diag * 1e3:>10.3f}ms"
                   f"{t_loss * 1e3:>7.3f}ms  {s_g:>9.3f}s{s_s:>9.3f}s  {extra / s_s * 100:>22.3f} %", flush=True)
-    print("SLCA-only - GRPO = masks + slca adv - grpo adv (the segment masks are computed by the trainer for any "
-          "estimator, so this overstates it). Step medians are noisy; their difference is not the overhead.")
+    print("All figures are median process-CPU time (less sensitive to other load than wall time). SLCA-only - GRPO = "
+          "masks + slca adv - grpo adv (the trainer computes the segment masks for any estimator, so this overstates "
+          "it). Step medians are noisy; their difference is not the overhead.")
 
 
 if __name__ == "__main__":

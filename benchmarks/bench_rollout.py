@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -54,23 +53,26 @@ def main(argv: list[str] | None = None) -> None:
                              pad_token_id=tok.pad_token_id)
         return int((out[:, enc["input_ids"].shape[1]:] != tok.pad_token_id).sum())
 
-    print(f"{'thr':>3}  {'generate s (med [min-max])':<30}{'slca s (med [min-max])':<30}{'generate tok/s':>15}{'slca tok/s':>11}{'slca/generate':>14}")
+    print(f"{'thr':>3}  {'generate wall s':<22}{'slca wall s':<22}{'gen cpu':>9}{'slca cpu':>9}{'generate tok/s':>15}"
+          f"{'slca tok/s':>11}{'slca/gen wall':>14}{'cpu':>10}")
     for th in C.parse_threads(a.threads):
         C.set_threads(th)
-        t: dict[str, list[float]] = {"hf": [], "slca": []}
+        t = {"hf": C.Clock(), "slca": C.Clock()}
         n: dict[str, int] = {}
         for fn in (hf, slca):
             fn()  # warm-up
         for _ in range(a.repeats):
             for name, fn in (("hf", hf), ("slca", slca)):
-                t0 = time.perf_counter()
-                n[name] = fn()
-                t[name].append(time.perf_counter() - t0)
+                with t[name]():
+                    n[name] = fn()
         if n["hf"] != n["slca"]:
             raise RuntimeError(f"the two sides generated different token counts: {n}")
-        th_hf, th_sl = n["hf"] / C.med(t["hf"]), n["slca"] / C.med(t["slca"])
-        print(f"{th:>3}  {C.spread(t['hf']):<30}{C.spread(t['slca']):<30}{th_hf:>15.0f}{th_sl:>11.0f}{th_sl / th_hf:>13.2f}x", flush=True)
-    print("tok/s = generated tokens / wall seconds (prefill included); slca/generate > 1: slca faster.")
+        th_hf, th_sl = n["hf"] / C.med(t["hf"].wall), n["slca"] / C.med(t["slca"].wall)
+        c_hf, c_sl = C.med(t["hf"].cpu), C.med(t["slca"].cpu)
+        print(f"{th:>3}  {C.spread(t['hf'].wall):<22}{C.spread(t['slca'].wall):<22}{c_hf:>9.2f}{c_sl:>9.2f}"
+              f"{th_hf:>15.0f}{th_sl:>11.0f}{th_sl / th_hf:>12.2f}x{c_hf / c_sl:>10.2f}x", flush=True)
+    print("wall: median [min-max] s; cpu: median process CPU s; tok/s = generated tokens / median wall s (prefill "
+          "included); slca/generate > 1: slca faster (on wall, then on cpu).")
 
 
 if __name__ == "__main__":

@@ -83,28 +83,28 @@ def trl_trainer(tok, size: C.Size, multi: bool, out_dir: str, steps: int, callba
 
 
 def run_pair(tok, size: C.Size, multi: bool, threads: int, repeats: int, warmup: int) -> dict:
-    """Interleaved TRL / slca steps at ``threads`` threads; seconds per step of each."""
+    """Interleaved TRL / slca steps at ``threads`` threads: a :class:`_common.Clock` per side."""
     from transformers import TrainerCallback
 
     C.set_threads(threads)
     with tempfile.TemporaryDirectory() as d:
         sl = slca_trainer(tok, size, multi, str(Path(d) / "slca"))
-        res = {"trl": [], "slca": [], "slca_tokens": 0}
+        res = {"trl": C.Clock(), "slca": C.Clock(), "slca_tokens": 0.0}
 
         class Pair(TrainerCallback):
             def on_step_begin(self, args, state, control, **kw):
-                self.t0 = time.perf_counter()
+                self.w, self.c = time.perf_counter(), time.process_time()
 
             def on_step_end(self, args, state, control, **kw):
-                dt = time.perf_counter() - self.t0
-                if state.global_step > warmup:
-                    res["trl"].append(dt)
-                t0 = time.perf_counter()
-                m = sl.train_step()
-                dt = time.perf_counter() - t0
-                if state.global_step > warmup:
-                    res["slca"].append(dt)
-                    res["slca_tokens"] = m["rollout/response_tokens"] * m["rollout/policy_token_frac"]
+                w, c = time.perf_counter() - self.w, time.process_time() - self.c
+                timed = state.global_step > warmup
+                if timed:
+                    res["trl"].wall.append(w)
+                    res["trl"].cpu.append(c)
+                clock = res["slca"] if timed else C.Clock()
+                with clock():
+                    m = sl.train_step()
+                res["slca_tokens"] = m["rollout/response_tokens"] * m["rollout/policy_token_frac"]
 
         tr = trl_trainer(tok, size, multi, str(Path(d) / "trl"), warmup + repeats, [Pair()])
         with warnings.catch_warnings():
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--workload", choices=("single", "multi", "both"), default="both")
     p.add_argument("--threads", default="1,2", help="comma-separated torch thread counts, each run separately")
-    p.add_argument("--repeats", type=int, default=5, help="timed steps per side (median reported)")
+    p.add_argument("--repeats", type=int, default=3, help="timed steps per side (median reported)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps per side first")
     p.add_argument("--tiny", action="store_true", help="a seconds-long smoke run on a tiny model (tests)")
     a = p.parse_args(argv)
@@ -130,17 +130,18 @@ def main(argv: list[str] | None = None) -> None:
     B = size.prompts * size.generations
     print(f"   model: random Qwen2 hidden {size.hidden}, {size.layers} layers, {size.heads}/{size.kv_heads} heads, "
           f"vocab {len(tok)}; batch {size.prompts} prompts x {size.generations} generations")
-    print(f"{'workload':<9}{'thr':>4}  {'TRL s/step (med [min-max])':<30}{'slca s/step (med [min-max])':<30}"
-          f"{'TRL rollouts/s':>15}{'slca rollouts/s':>16}{'slca/TRL':>10}{'policy tok TRL/slca':>21}")
+    print(f"{'workload':<9}{'thr':>4}  {'TRL wall s/step':<22}{'slca wall s/step':<22}{'TRL cpu s':>10}{'slca cpu s':>11}"
+          f"{'slca/TRL wall':>14}{'slca/TRL cpu':>13}{'slca rollouts/s':>16}{'policy tok TRL/slca':>21}")
     for w in workloads:
         for th in C.parse_threads(a.threads):
             r = run_pair(tok, size, w == "multi", th, a.repeats, a.warmup)
-            t_trl, t_sl = C.med(r["trl"]), C.med(r["slca"])
-            print(f"{w:<9}{th:>4}  {C.spread(r['trl']):<30}{C.spread(r['slca']):<30}"
-                  f"{B / t_trl:>15.2f}{B / t_sl:>16.2f}{t_trl / t_sl:>9.2f}x{r['trl_tokens']:>12.0f}/{r['slca_tokens']:<8.0f}",
-                  flush=True)
-    print("slca/TRL = TRL median step time / slca median step time (>1: slca faster). "
-          "policy tok = mean model-written tokens per rollout (tool results excluded).")
+            t, s = r["trl"], r["slca"]
+            print(f"{w:<9}{th:>4}  {C.spread(t.wall):<22}{C.spread(s.wall):<22}{C.med(t.cpu):>10.2f}{C.med(s.cpu):>11.2f}"
+                  f"{C.med(t.wall) / C.med(s.wall):>13.2f}x{C.med(t.cpu) / C.med(s.cpu):>12.2f}x{B / C.med(s.wall):>16.2f}"
+                  f"{r['trl_tokens']:>13.0f}/{r['slca_tokens']:<8.0f}", flush=True)
+    print("wall: median [min-max] seconds per step; cpu: median process CPU seconds per step (less sensitive to other "
+          "load). slca/TRL = TRL time / slca time (>1: slca faster). policy tok = mean model-written tokens per "
+          "rollout (tool results excluded).")
 
 
 if __name__ == "__main__":
