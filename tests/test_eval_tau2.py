@@ -22,8 +22,8 @@ pytest.importorskip("litellm")
 
 from slca.eval import tau2 as T  # noqa: E402
 
-# Airline / retail tasks with gold actions (so a wrong replay changes the database).
-TASKS = {"airline": ["1", "2", "4"], "retail": ["0", "1", "2"]}
+# Tasks whose last gold action writes (or whose info must be said), so a wrong replay fails.
+TASKS = {"airline": ["2", "3", "7"], "retail": ["0", "2", "3"]}
 
 
 def _gold_agent(env, task, wrong: bool):
@@ -66,7 +66,7 @@ def test_gold_replay_scores_one_wrong_scores_lower(domain):
             assert sim.termination_reason.value in ("agent_stop", "user_stop")
             out.append(sim.reward_info.reward)
     assert gold == [1.0] * len(gold)
-    assert sum(wrong) < len(wrong) and max(wrong) <= 1.0
+    assert wrong == [0.0] * len(wrong)
 
 
 class _UserServer:
