@@ -54,6 +54,7 @@ def run_in_domain(
     samples: int = 1,
     max_turns: int = 4,
     max_total_tokens: int = 2048,
+    progress: bool = True,
     model_label: str = "",
 ) -> SuiteReport:
     """Roll out every task ``samples`` times and report the in-domain metrics."""
@@ -76,15 +77,21 @@ def run_in_domain(
         seed=g.seed,
         chat_template=agent.chat_template,
     )
+    from rich.progress import Progress
+
     records: list[Record] = []
     bs = max(1, g.batch_size // samples)
-    for start in range(0, len(tasks), bs):
-        chunk = tasks[start : start + bs]
-        res = generate_rollouts(agent.model, agent.tokenizer, chunk, make_env, cfg)
-        for i, traj in enumerate(res.trajectories):
-            task = chunk[traj.group_id]
-            scores = in_domain_metrics(task, traj.turns)
-            records.append(Record(task.id, task.kind, i % samples, scores, None, {"stop_reason": traj.stop_reason, "final_text": traj.final_text}))
+    with Progress(disable=not progress, transient=True) as bar:
+        bid = bar.add_task(f"{suite} tasks", total=len(tasks))
+        for start in range(0, len(tasks), bs):
+            chunk = tasks[start : start + bs]
+            res = generate_rollouts(agent.model, agent.tokenizer, chunk, make_env, cfg)
+            agent.generated_tokens += res.gen_tokens
+            for i, traj in enumerate(res.trajectories):
+                task = chunk[traj.group_id]
+                scores = in_domain_metrics(task, traj.turns)
+                records.append(Record(task.id, task.kind, i % samples, scores, None, {"stop_reason": traj.stop_reason, "final_text": traj.final_text}))
+            bar.advance(bid, len(chunk))
     groups, counts = group_means(records, METRICS)
     metrics = {k: mean(r.scores[k] for r in records) for k in METRICS}
     succ = successes_by_id(records, "success")

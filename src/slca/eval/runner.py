@@ -126,7 +126,9 @@ def run_eval(cfg: EvalConfig, out_dir: str | pathlib.Path | None = None) -> Suit
                 raise ValueError(f"--categories {bad}: task kinds here are {kinds}")
             tasks = [t for t in tasks if t.kind in cfg.categories]
         tasks = tasks[: cfg.limit] if cfg.limit is not None else tasks
-        report = run_in_domain(agent, tasks, make_env, suite=cfg.suite, samples=cfg.samples, max_turns=cfg.max_turns, model_label=cfg.model)
+        report = run_in_domain(
+            agent, tasks, make_env, suite=cfg.suite, samples=cfg.samples, max_turns=cfg.max_turns, progress=cfg.progress, model_label=cfg.model
+        )
     report.config.update({"generated_tokens": agent.generated_tokens, "max_new_tokens": cfg.gen.max_new_tokens, "temperature": cfg.gen.temperature})
     if out_dir is not None:
         report.save(out_dir)
