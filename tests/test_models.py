@@ -192,3 +192,13 @@ def test_sft_loss_decreases_and_ignores_non_assistant_tokens(tok):
     assert float(out.loss) == pytest.approx(float(nll[on].mean()), rel=1e-5)
     with pytest.raises(ValueError, match="examples"):
         sft_train(model, [], SFTConfig(), pad_id=0)
+
+
+def test_a_name_tokenizes_the_same_in_text_and_in_json_arguments(tok):
+    """Words take no leading space, so copying a request's name into a call is copying its tokens."""
+    for name in ("Bogota", "Zurivaka", "PEP", "piano lesson"):
+        in_text = tok.encode(f"Weather in {name} today?")
+        in_json = tok.encode(json.dumps({"city": name}))
+        alone = tok.encode(name)
+        for ids in (in_text, in_json):
+            assert any(ids[i : i + len(alone)] == alone for i in range(len(ids))), (name, tok.convert_ids_to_tokens(ids))
