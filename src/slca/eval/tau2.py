@@ -44,7 +44,7 @@ DOMAINS = ("airline", "retail")
 
 @functools.lru_cache(maxsize=1)
 def import_tau2() -> types.SimpleNamespace:
-    """Import the tau2 pieces used here (loguru output limited to warnings)."""
+    """Import the tau2 pieces used here; loguru (tau2's logger) is reset to stderr at ``$SLCA_TAU2_LOG_LEVEL`` (default ERROR)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import sys
 
