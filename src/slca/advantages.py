@@ -91,8 +91,8 @@ def group_normalize(
         (B,) float32 advantages.
 
     Example:
-        >>> group_normalize(torch.tensor([1.0, 0.0, 5.0]), [0, 0, 1]).tolist()
-        [0.7071062922477722, -0.7071062922477722, 0.0]
+        >>> [round(a, 4) for a in group_normalize(torch.tensor([1.0, 0.0, 5.0]), [0, 0, 1]).tolist()]
+        [0.7071, -0.7071, 0.0]
     """
     r = as_1d("rewards", rewards)
     if scale not in SCALES:
