@@ -68,10 +68,20 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    # Lazily exposed parts that pull heavier imports (transformers).
-    if name == "encode_conversation":
-        from slca.chat import encode_conversation
+_LAZY = {
+    "encode_conversation": "slca.chat",
+    "get_format": "slca.chat",
+    "generate_rollouts": "slca.rollout",
+    "RolloutConfig": "slca.rollout",
+    "TrainConfig": "slca.config",
+    "train": "slca.trainer",
+}
 
-        return encode_conversation
+
+def __getattr__(name: str):
+    # Lazily exposed parts that pull heavier imports (transformers, the environment).
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'slca' has no attribute {name!r}")
