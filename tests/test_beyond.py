@@ -597,7 +597,7 @@ def test_turn_runs_line_up_with_scored_turns_on_real_rollouts(world):
     sigs = advantage_extras(res.trajectories, ["tool_signatures"])["tool_signatures"]
     assert sigs[0] == sigs[1] != sigs[2] == sigs[3]
     sampled = RolloutConfig(group_size=4, max_turns=3, max_new_tokens=48, max_total_tokens=600, temperature=1.5, seed=3)
-    trajs = generate_rollouts(model, tok, tasks, toolworld.make_env, sampled).trajectories
+    trajs = res.trajectories + generate_rollouts(model, tok, tasks, toolworld.make_env, sampled).trajectories
     batch = collate(trajs, tok.pad_token_id)
     ti = turn_index(batch.model_mask, batch.valid_mask)
     rk = advantage_extras(trajs, ["turn_rewards"])["turn_rewards"]
@@ -607,7 +607,7 @@ def test_turn_runs_line_up_with_scored_turns_on_real_rollouts(world):
         assert n_runs == _answered_tool_turns(tr)  # run k of the tool segment is tool turn k
         assert not torch.isnan(rk[i, :n_runs]).any()  # every turn in the tool segment has a score
         runs.append(n_runs)
-    assert max(runs) >= 2 and min(runs) < max(runs)  # the sample holds multi-turn and diverging tool segments
+    assert max(runs) >= 2 and min(runs) < max(runs)  # multi-turn (the chain demo) and differing tool segments
 
 
 @pytest.mark.slow
