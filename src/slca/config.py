@@ -66,6 +66,8 @@ class TrainConfig:
     """Added to the std in the normalisation."""
     empty_tool: str = "response"
     """SLCA: rollouts with no tool segment ('response', 'include', 'exclude'; see slca_advantages)."""
+    turn_lambda: float = 1.0
+    """slca_turn: weight of the per-turn advantage added on each tool turn's tokens (beyond the paper, docs/beyond.md)."""
     tool_weight: float = 1.0
     """Weight of the execution reward in the scalar reward of trajectory-level estimators (grpo)."""
     summary_weight: float = 1.0
@@ -123,7 +125,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "loss_agg": ("token_mean", "seq_mean", "token_sum_norm", "segment_balanced"),
 }
 _POSITIVE = ("steps", "tasks_per_step", "max_turns", "max_new_tokens", "max_total_tokens", "ppo_epochs", "minibatches", "eval_tasks", "volatility_window")
-_NONNEG = ("warmup_steps", "weight_decay", "kl_coef", "summary_noise", "eval_every", "save_every", "diag_every", "eps", "tool_weight", "summary_weight", "sample_html_every", "eval_temperature")
+_NONNEG = ("warmup_steps", "weight_decay", "kl_coef", "summary_noise", "eval_every", "save_every", "diag_every", "eps", "tool_weight", "summary_weight", "turn_lambda", "sample_html_every", "eval_temperature")
 
 
 def validate(cfg: TrainConfig) -> TrainConfig:

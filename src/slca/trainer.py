@@ -315,7 +315,7 @@ class Trainer:
 
         extras = advantage_extras(trajs, getattr(get_estimator(c.estimator), "needs", ()))
         inputs = AdvantageInputs(tool_r, sum_r, group_ids, batch.model_mask, tool_m, sum_m, (c.tool_weight, c.summary_weight), **extras)
-        est_kw = {"scale": c.scale, "eps": c.eps, "empty_tool": c.empty_tool}
+        est_kw = {"scale": c.scale, "eps": c.eps, "empty_tool": c.empty_tool, "turn_lambda": c.turn_lambda}
         adv = compute_advantages(c.estimator, inputs, **est_kw)  # (B, T)
 
         # 5. PPO epochs over minibatches
