@@ -41,7 +41,7 @@ with tempfile.TemporaryDirectory() as d:
 
 
 def run_child(cmd: list[str]) -> tuple[int, float, float]:
-    """``(exit code, peak RSS in GB, wall seconds)`` of ``cmd`` run to completion."""
+    """``(exit code, peak RSS in GB (10^9 bytes), wall seconds)`` of ``cmd`` run to completion."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t0 = time.perf_counter()
     rc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
@@ -52,7 +52,7 @@ def run_child(cmd: list[str]) -> tuple[int, float, float]:
     if rc.returncode != 0:
         print(f"   command failed (exit {rc.returncode}); last lines of its stderr:")
         print("   " + "\n   ".join(rc.stderr.strip().splitlines()[-8:]))
-    return rc.returncode, peak_kb / 1024**2, wall
+    return rc.returncode, peak_kb * 1024 / 1e9, wall  # Linux ru_maxrss is in KiB
 
 
 def main(argv: list[str] | None = None) -> None:
