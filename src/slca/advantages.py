@@ -193,16 +193,7 @@ def slca_advantages(
     Returns:
         (B, T) float32 advantages, zero outside ``tool_mask | summary_mask``.
     """
-    tm = check_mask("tool_mask", as_2d("tool_mask", tool_mask))
-    sm = check_mask("summary_mask", as_2d("summary_mask", summary_mask))
-    check_same_shape(tool_mask=tm, summary_mask=sm)
-    if (tm & sm).any():
-        raise ValueError("tool_mask and summary_mask overlap: a token belongs to one segment only")
-    if empty_tool not in EMPTY_TOOL_MODES:
-        raise ValueError(f"empty_tool must be one of {EMPTY_TOOL_MODES}, got {empty_tool!r}")
-    B = tm.shape[0]
-    rt = as_1d("tool_rewards", tool_rewards, B).to(tm.device)
-    rs = as_1d("summary_rewards", summary_rewards, B).to(tm.device)
+    tm, sm, rt, rs = _segment_checks(tool_rewards, summary_rewards, tool_mask, summary_mask, empty_tool)
     has_tool = tm.any(dim=1)  # (B,)
     if empty_tool == "exclude":
         rt = torch.where(has_tool, rt, torch.full_like(rt, float("nan")))
