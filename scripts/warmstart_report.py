@@ -69,6 +69,8 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="write the rates here")
     ap.add_argument("--model-dir", default=None, help="a saved model + tokenizer to evaluate instead of load_default()")
     ap.add_argument("--modes", default="greedy,sampled", help="comma-separated: greedy, sampled")
+    ap.add_argument("--split", default="test", help="toolworld split (test, train, heldout_tools)")
+    ap.add_argument("--seed", type=int, default=0, help="toolworld generator seed (train split: use one the warm start did not see)")
     args = ap.parse_args()
     torch.set_num_threads(1)
 
@@ -85,7 +87,7 @@ def main() -> None:
     else:
         model, tok = load_default(progress=True)
     print(f"load_default: {time.perf_counter() - t0:.1f}s, {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params")
-    tasks = toolworld.make_tasks("test", n=args.n)
+    tasks = toolworld.make_tasks(args.split, n=args.n, seed=args.seed)
     out = {}
     for name, cfg in (
         ("greedy", RolloutConfig(group_size=1, temperature=0.0, max_turns=4, max_new_tokens=128, max_total_tokens=768)),

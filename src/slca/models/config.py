@@ -90,7 +90,7 @@ class BuildConfig:
     synthetic_entities: float = 0.5
     """Fraction of demos whose cities, tickers, people, titles, dates and request numbers are
     replaced by fresh pseudo-words (teaches copying; see :mod:`slca.models.augment`)."""
-    vocab_size: int = 1536
+    vocab_size: int = 1024
     """BPE vocabulary, special tokens included."""
     model: ModelSize = field(default_factory=ModelSize)
     """Architecture."""

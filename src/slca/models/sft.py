@@ -25,9 +25,9 @@ __all__ = ["SFTConfig", "SFTExample", "SFTStats", "encode_examples", "make_batch
 class SFTConfig:
     """Optimisation settings of the warm start."""
 
-    steps: int = 300
+    steps: int = 360
     """Optimizer steps (each one batch)."""
-    batch_tokens: int = 8192
+    batch_tokens: int = 4096
     """Token budget of a batch: rows x padded length <= this (length-bucketed)."""
     lr: float = 3e-3
     """Peak AdamW learning rate (tiny models take large rates)."""
