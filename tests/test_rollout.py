@@ -286,3 +286,19 @@ def test_llama3_template_rollout_with_llama3_json_calls():
     enc = encode_conversation(tok, tr.messages, TOOLS)
     assert enc.input_ids == tr.prompt_ids + tr.response_ids  # Llama writes nothing after the last <|eot_id|>
     assert enc.model_mask == [0] * len(tr.prompt_ids) + tr.model_mask
+
+
+def test_calls_in_a_cut_off_turn_are_recorded_as_not_executed(tok, scripted):
+    from slca.rewards import execution_reward
+
+    full = generate_rollouts(scripted, tok, [make_task("single")], lambda t: AddEnv(), greedy()).trajectories[0]
+    n_first = full.model_mask.index(0)  # the first turn: the call and its end-of-turn token
+    env = AddEnv()
+    tr = generate_rollouts(scripted, tok, [make_task("single")], lambda t: env, greedy(max_new_tokens=n_first - 1)).trajectories[0]
+    assert tr.stop_reason == "max_tokens" and env.calls == []  # the call never reached the environment
+    turn = tr.turns[0]
+    assert turn.parsed.calls and len(turn.results) == len(turn.parsed.calls)
+    assert all(not r.ok and "not executed" in r.error for r in turn.results)
+    # so the execution reward scores the rollout (no NaN) and gives no execution credit
+    r = execution_reward(make_task("single"), tr.turns)
+    assert r.total == r.total and r.components.get("success", 0.0) == 0.0

@@ -576,9 +576,14 @@ def _finish_turn(
     row.turns.append(turn)
     row.messages.append(assistant_message(text, parsed))
     if not ended or last != eot_id:
-        # truncated by the token budget, or a non-end-of-turn eos token
+        # truncated by the token budget, or a non-end-of-turn eos token: calls in
+        # this unfinished turn never reach the environment, and are recorded as
+        # not executed (so the execution reward scores them, instead of NaN)
         row.stop_reason = "max_tokens" if not ended else "eos"
         row.final_text = parsed.content
+        why = "the token budget" if not ended else "an end-of-sequence token"
+        turn.results = [ToolResult(ok=False, error=f"not executed: the turn was cut off by {why} before it ended")
+                        for _ in parsed.calls]
         return None
     if not parsed.is_tool_turn:
         row.stop_reason = "final_answer"
