@@ -10,3 +10,9 @@ COMMON="--set model=$M --set steps=30 --set lr=5e-4 --set eval_every=10 --set ev
 # Sensitivity to summary-reward noise (fewer seeds and steps: the session's time)
 .venv/bin/slca compare --estimators grpo,slca --seeds 0,1 --out runs/study/noise $COMMON --set steps=20 --set summary_noise=0.5 \
   --title "Sensitivity: summary-reward noise 0.5" > runs/study-noise.log 2>&1
+# Sensitivity to group size (same batch of 32 rollouts: 4 tasks x 8) and to loss aggregation
+S20="--set model=$M --set lr=5e-4 --set eval_every=10 --set eval_tasks=48 --set save_every=10 --set steps=20"
+.venv/bin/slca compare --estimators grpo,slca --seeds 0,1 --out runs/study/group8 $S20 --set tasks_per_step=4 --set group_size=8 \
+  --title "Sensitivity: group size 8 (4 tasks x 8)" > runs/study-group8.log 2>&1
+.venv/bin/slca compare --estimators grpo,slca --seeds 0,1 --out runs/study/segbal $S20 --set loss_agg=segment_balanced \
+  --title "Sensitivity: segment-balanced loss aggregation" > runs/study-segbal.log 2>&1
