@@ -205,7 +205,8 @@ def compare(
     except (ValueError, RuntimeError) as e:
         _fail(str(e))
     command = "slca " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    md = write_compare_report(specs, out, level=level, command=command, wall_s=time.time() - t0, title=title)
+    wall = json.loads((out / "compare.json").read_text()).get("train_wall_s", time.time() - t0)
+    md = write_compare_report(specs, out, level=level, command=command, wall_s=wall, title=title)
     console.print(f"report: [bold]{md}[/bold]")
 
 

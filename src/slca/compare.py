@@ -79,6 +79,7 @@ def run_compare(estimators: list[str], seeds: list[int], out: Path, overrides: l
     (out / "logs").mkdir(exist_ok=True)
     specs = [RunSpec(e, s, out / f"{e}-seed{s}") for s in seeds for e in estimators]
     todo = [sp for sp in specs if not _finished(sp.run_dir, overrides)]
+    t0 = time.time()
     failed = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
         for spec, rc, secs in ex.map(lambda sp: _run_one(sp, overrides, out / "logs"), todo):
@@ -88,7 +89,11 @@ def run_compare(estimators: list[str], seeds: list[int], out: Path, overrides: l
                 failed.append(f"{spec.estimator} seed {spec.seed} (see {out / 'logs'})")
     if failed:
         raise RuntimeError("runs failed: " + ", ".join(failed))
-    (out / "compare.json").write_text(json.dumps({"estimators": estimators, "seeds": seeds, "overrides": overrides}, indent=2))
+    # training wall time, summed over invocations (a re-run with every run finished only rewrites the report)
+    meta = out / "compare.json"
+    prev = json.loads(meta.read_text()).get("train_wall_s", 0.0) if meta.exists() else 0.0
+    wall = prev + (time.time() - t0 if todo else 0.0)
+    meta.write_text(json.dumps({"estimators": estimators, "seeds": seeds, "overrides": overrides, "train_wall_s": wall}, indent=2))
     return specs
 
 
@@ -129,7 +134,10 @@ def summarize(specs: list[RunSpec], level: float) -> dict[str, Any]:
         ev = final_eval(rows)
         rec: dict[str, Any] = {"estimator": sp.estimator, "seed": sp.seed}
         rec.update({k: ev.get(k, float("nan")) for k in SUMMARY_KEYS})
-        rec.update({k: v for k, v in ev.items() if k.startswith("eval/kind/") or k.startswith("probe/")})
+        rec.update({k: v for k, v in ev.items() if k.startswith("eval/kind/")})
+        probes = [r for r in rows if "probe/parallel_pref" in r]
+        if probes:
+            rec.update({k: v for k, v in probes[-1].items() if k.startswith("probe/")})
         rec.update({k: _mean_key(rows, k) for k in DIAG_KEYS})
         rec["steps_to_level"] = _steps_to(rows, "reward/exec/success" if any("reward/exec/success" in r for r in rows) else "reward/tool", level)
         per_run.append(rec)
