@@ -131,3 +131,17 @@ def test_make_demonstrations_mixes_synthetic_and_original_tasks():
     assert 15 < synth < 45
     with pytest.raises(ValueError, match="synthetic"):
         make_demonstrations(5, DemoMix(), synthetic=2.0)
+
+
+def test_demonstrations_do_not_depend_on_the_process_hash_seed():
+    # the cached model must be the same build for every user: no set/dict order leaks in
+    import os
+    import subprocess
+    import sys
+
+    code = ("import hashlib; from slca.models.demos import make_demonstrations, render_texts; from slca.models.config import BuildConfig; "
+            "c = BuildConfig(); d = make_demonstrations(150, c.mix, seed=0, synthetic=c.synthetic_entities); "
+            "print(hashlib.md5(''.join(render_texts(d)).encode()).hexdigest())")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env=dict(os.environ, PYTHONHASHSEED=str(s))).stdout for s in (1, 2, 3)}
+    assert len(outs) == 1

@@ -76,7 +76,7 @@ def synthesize_entities(task: Task, env, rng: random.Random, episode: str | int 
     entities = [e for e in task.meta.get("entities", []) if isinstance(e, str) and e]
     entities += sorted(set(_DATE.findall(request)))
     text_map: dict[str, str] = {}
-    for e in sorted(set(entities), key=len, reverse=True):
+    for e in sorted(set(entities), key=lambda e: (-len(e), e)):  # longest first; ties by text (a set's order varies per process)
         new = _like(e, rng)
         while new in text_map.values() or new == e:
             new = _like(e, rng)

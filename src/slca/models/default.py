@@ -48,11 +48,15 @@ def default_cache_root() -> Path:
 
 
 def _source_digest() -> str:
-    # What else decides the built model: the chat template and the task suite's code.
+    # What else decides the built model: the chat template, the task suite's code and
+    # the recipe's own code (demonstrations, entity synthesis, tokenizer, SFT).
     h = hashlib.sha256(chat_template().encode())
     env = resources.files("slca.env")
     for name in sorted(p.name for p in env.iterdir() if p.name.startswith("toolworld") and p.name.endswith(".py")):
         h.update(env.joinpath(name).read_bytes())
+    models = resources.files("slca.models")
+    for name in ("augment.py", "demos.py", "sft.py", "tokenizer.py"):
+        h.update(models.joinpath(name).read_bytes())
     return h.hexdigest()
 
 
