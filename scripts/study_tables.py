@@ -83,7 +83,42 @@ def probe_table(folder: str = "main", estimators=("grpo", "slca", "gdpo"), seeds
         print(f"| {est} | " + " | ".join(cells) + " |")
 
 
+def paired_train_table(folder: str = "main", seeds=range(5)) -> None:
+    """Training execution / summary reward, paired by seed (same seed = same tasks each step)."""
+    pairs = (("slca", "grpo"), ("gdpo", "grpo"), ("slca", "gdpo"))
+    wins = ((1, 10), (11, 20), (21, 30), (1, 30))
+    for key in ("reward/tool", "reward/summary"):
+        print(f"| {key}: pair | " + " | ".join(f"steps {lo}-{hi}" for lo, hi in wins) + " | seeds a > b (steps 1-30) |")
+        print("|---" * (len(wins) + 2) + "|")
+        for a, b in pairs:
+            cells = []
+            for lo, hi in wins:
+                d = [train_window(ROOT / folder / f"{a}-seed{s}", key, lo, hi) - train_window(ROOT / folder / f"{b}-seed{s}", key, lo, hi) for s in seeds]
+                mu, hw = t_interval(d)
+                cells.append(f"{mu:+.3f} ± {hw:.3f}")
+            d = [train_window(ROOT / folder / f"{a}-seed{s}", key, 1, 30) - train_window(ROOT / folder / f"{b}-seed{s}", key, 1, 30) for s in seeds]
+            print(f"| {a} - {b} | " + " | ".join(cells) + f" | {sum(x > 0 for x in d)}/{len(d)} |")
+        print()
+
+
+def sensitivity_train_table(seeds=(0, 1)) -> None:
+    """Training execution reward over steps 1-20 per setting; baseline = main study steps 1-20."""
+    print("| setting | grpo | slca | slca - grpo, per seed |")
+    print("|---|---|---|---|")
+    for setting, folder in (("baseline (main study)", "main"), ("summary noise 0.5", "noise"), ("group size 8", "group8"), ("segment-balanced loss", "segbal")):
+        g = [train_window(ROOT / folder / f"grpo-seed{s}", "reward/tool", 1, 20) for s in seeds if (ROOT / folder / f"grpo-seed{s}" / "metrics.jsonl").exists()]
+        l = [train_window(ROOT / folder / f"slca-seed{s}", "reward/tool", 1, 20) for s in seeds if (ROOT / folder / f"slca-seed{s}" / "metrics.jsonl").exists()]
+        if not g or len(g) != len(l):
+            print(f"| {setting} | not run | | |")
+            continue
+        d = ", ".join(f"{b - a:+.3f}" for a, b in zip(g, l))
+        print(f"| {setting} | {sum(g) / len(g):.3f} | {sum(l) / len(l):.3f} | {d} |")
+
+
 def main() -> None:
+    sensitivity_train_table()
+    print()
+    paired_train_table()
     training_table()
     print()
     probe_table()
