@@ -158,3 +158,17 @@ def memorise(model, tokenizer, conversations, max_steps: int = 400, lr: float = 
         out.loss.backward()
         opt.step()
     raise AssertionError(f"the model did not memorise the conversations (loss {out.loss.item():.3f})")
+
+
+def spans(tok, ids, mask):
+    """Decoded runs of consecutive 1s in ``mask`` (e.g. the assistant turns of a policy mask)."""
+    out, cur = [], []
+    for i, m in zip(ids, mask):
+        if m:
+            cur.append(i)
+        elif cur:
+            out.append(tok.decode(cur))
+            cur = []
+    if cur:
+        out.append(tok.decode(cur))
+    return out

@@ -7,7 +7,7 @@ import torch
 
 pytest.importorskip("trl")
 
-from _tok import make_qwen_tokenizer, trl_template, trl_template_dir  # noqa: E402
+from _tok import make_qwen_tokenizer, spans, trl_template, trl_template_dir  # noqa: E402
 
 from slca import segment_masks  # noqa: E402
 from slca.chat import ChatRenderer, TemplateNotPrefixPreserving, encode_conversation, get_format  # noqa: E402
@@ -84,18 +84,6 @@ def with_reasoning(messages):
     return out
 
 
-def spans(tok, ids, mask):
-    """Decoded runs of consecutive 1s in mask."""
-    out, cur = [], []
-    for i, m in zip(ids, mask):
-        if m:
-            cur.append(i)
-        elif cur:
-            out.append(tok.decode(cur))
-            cur = []
-    if cur:
-        out.append(tok.decode(cur))
-    return out
 
 
 def expected_turns(messages, reasoning: bool):

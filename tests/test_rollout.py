@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip("trl")  # the Qwen2.5 / Llama 3.1 chat templates come from TRL's chat_templates/
 
-from _tok import DEFAULT_CORPUS, make_qwen_tokenizer, memorise, tiny_qwen2  # noqa: E402
+from _tok import DEFAULT_CORPUS, make_qwen_tokenizer, memorise, spans, tiny_qwen2  # noqa: E402
 
 from slca import segment_masks  # noqa: E402
 from slca.chat import encode_conversation, get_format, template_messages  # noqa: E402
@@ -96,17 +96,6 @@ def greedy(**kw):
     return RolloutConfig(**{"group_size": 1, "max_turns": 6, "max_new_tokens": 80, "max_total_tokens": 1024, "temperature": 0.0, **kw})
 
 
-def spans(tok, ids, mask):
-    out, cur = [], []
-    for i, m in zip(ids, mask):
-        if m:
-            cur.append(i)
-        elif cur:
-            out.append(tok.decode(cur))
-            cur = []
-    if cur:
-        out.append(tok.decode(cur))
-    return out
 
 
 def test_scripted_rollouts_follow_the_scripts_with_exact_masks(tok, scripted):
