@@ -172,3 +172,21 @@ def spans(tok, ids, mask):
     if cur:
         out.append(tok.decode(cur))
     return out
+
+
+def gold_demo_messages(task):
+    """Gold demonstration of a toolworld task: one hermes turn per gold step, answered by
+    ``toolworld.make_env``, then the task's reference answer."""
+    from slca.chat import get_format
+    from slca.env import toolworld
+    from slca.rollout import answer_turn, assistant_message
+
+    fmt, env = get_format("hermes"), toolworld.make_env(task)
+    msgs = [dict(m) for m in task.messages]
+    for step in task.gold:
+        text = fmt.render(step)
+        parsed = fmt.parse(text)
+        msgs.append(assistant_message(text, parsed))
+        msgs += answer_turn(parsed, env, 0)[1]
+    msgs.append({"role": "assistant", "content": task.meta["reference_answer"]})
+    return msgs

@@ -550,23 +550,12 @@ def test_bad_input(call, match):
 @pytest.fixture(scope="module")
 def world():
     """A tiny Qwen2 that memorised gold demos of a chain and a parallel toolworld task (as tests/test_rollout_toolworld.py)."""
-    from _tok import memorise, tiny_qwen2
+    from _tok import gold_demo_messages, memorise, tiny_qwen2
 
-    from slca.chat import get_format
     from slca.env import toolworld
     from slca.models.tokenizer import chat_template, train_tokenizer
-    from slca.rollout import answer_turn, assistant_message
 
-    def demo(task):
-        fmt, env = get_format("hermes"), toolworld.make_env(task)
-        msgs = [dict(m) for m in task.messages]
-        for step in task.gold:
-            text = fmt.render(step)
-            parsed = fmt.parse(text)
-            msgs.append(assistant_message(text, parsed))
-            msgs += answer_turn(parsed, env, 0)[1]
-        msgs.append({"role": "assistant", "content": task.meta["reference_answer"]})
-        return msgs
+    demo = gold_demo_messages
 
     tasks = toolworld.make_tasks("train", n=80, seed=0)
     picked = [next(t for t in tasks if t.kind == "chain" and len(t.gold) >= 2), next(t for t in tasks if t.kind == "parallel")]

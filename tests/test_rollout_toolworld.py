@@ -10,27 +10,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _tok import memorise, tiny_qwen2
+from _tok import gold_demo_messages, memorise, tiny_qwen2
 
 from slca import segment_masks
-from slca.chat import encode_conversation, get_format
+from slca.chat import encode_conversation
 from slca.env import toolworld
 from slca.models.tokenizer import train_tokenizer
 from slca.rewards import in_domain_metrics
-from slca.rollout import RolloutConfig, answer_turn, assistant_message, generate_rollouts, trajectory_logprobs
+from slca.rollout import RolloutConfig, generate_rollouts, trajectory_logprobs
 
 
-def demo_messages(task):
-    """Gold demonstration: one hermes turn per gold step, answered by toolworld, then the reference answer."""
-    fmt, env = get_format("hermes"), toolworld.make_env(task)
-    msgs = [dict(m) for m in task.messages]
-    for step in task.gold:
-        text = fmt.render(step)
-        parsed = fmt.parse(text)
-        msgs.append(assistant_message(text, parsed))
-        msgs += answer_turn(parsed, env, 0)[1]
-    msgs.append({"role": "assistant", "content": task.meta["reference_answer"]})
-    return msgs
+demo_messages = gold_demo_messages
 
 
 @pytest.fixture(scope="module")
