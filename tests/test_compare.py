@@ -18,6 +18,22 @@ def test_t_interval_hand_values():
     assert t_interval([float("nan"), 2.0, 4.0])[0] == pytest.approx(3.0)
 
 
+def test_t_interval_past_30_degrees_of_freedom():
+    xs = [float(i % 7) for i in range(41)]  # 40 degrees of freedom: t = 2.0211 (a table capped at 30 said 2.042)
+    mu, hw = t_interval(xs)
+    sd = math.sqrt(sum((x - mu) ** 2 for x in xs) / 40)
+    assert hw == pytest.approx(2.021075 * sd / math.sqrt(41), rel=1e-5)
+
+
+def test_bands_are_clipped_to_the_metric_range():
+    from slca.compare import band
+
+    mu, hw = t_interval([0.0, 1.0])  # 2 seeds: half-width 6.35
+    assert band("eval/success", [mu], [hw]) == ([0.0], [1.0])
+    assert band("grad/cosine_tool_summary", [0.9], [0.5]) == ([0.4], [1.0])
+    assert band("probe/parallel_pref", [0.0], [2.0]) == ([-2.0], [2.0])
+
+
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
     from slca.env import toolworld

@@ -13,11 +13,24 @@ from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Segment-Locked Credit Assignment for tool-calling RL.")
 console = Console()
+console.soft_wrap = not console.is_terminal  # in logs and CI, long lines (paths, errors) stay whole, not wrapped at 80 columns
 
 
 @app.callback()
 def _root() -> None:
     """Segment-Locked Credit Assignment for tool-calling RL."""
+
+
+def _print_table(table: Table) -> None:
+    """Print a table whole: on a terminal at its width; elsewhere (logs, CI, pipes, where rich
+    assumes 80 columns) at the table's natural width, so no cell is cut."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    from rich.measure import Measurement
+
+    width = Measurement.get(console, console.options.update_width(10_000), table).maximum
+    Console(file=console.file, width=max(width, console.width), color_system=None, highlight=False).print(table)
 
 
 def _fail(msg: str) -> None:
@@ -110,7 +123,7 @@ def demo(
         write_token_html(tr.samples, out / est / "tokens.html", title=f"{est.upper()} run: token-level advantages")
     wall = time.time() - t0
     md = write_report(runs, out, title="slca demo: GRPO vs SLCA on toolworld", extra_md=f"Wall time: {wall / 60:.1f} min (seed {seed}, {'quick' if quick else 'full'} budget).")
-    console.print(_compare_table(runs, "held-out toolworld test split (final)"))
+    _print_table(_compare_table(runs, "held-out toolworld test split (final)"))
     console.print(f"report: [bold]{md}[/bold]  plots: {out / 'curves.png'}  token view: {out / 'slca' / 'tokens.html'}  ({wall / 60:.1f} min)")
 
 
@@ -143,18 +156,26 @@ def report(
     out: Optional[Path] = typer.Option(None, help="Where to write report.md and curves.png (default: the first run)."),
 ) -> None:
     """Write the markdown + PNG report for one or more runs."""
-    from slca.report import write_report, write_token_html
+    from slca.report import check_samples, run_labels, write_report, write_token_html
 
     for d in run_dirs:
         if not (d / "metrics.jsonl").exists():
             _fail(f"{d} is not a run folder (no metrics.jsonl)")
-    runs = {d.name: d for d in run_dirs}
-    md = write_report(runs, out or run_dirs[0])
-    for d in run_dirs:
-        s = d / "samples.json"
-        if s.exists():
-            write_token_html(json.loads(s.read_text()), d / "tokens.html")
-    console.print(_compare_table(runs, "final held-out metrics"))
+    runs = run_labels(run_dirs)  # unique even when two folders share a name
+    try:
+        md = write_report(runs, out or run_dirs[0])
+        for d in run_dirs:
+            s = d / "samples.json"
+            if s.exists():
+                try:
+                    samples = json.loads(s.read_text())
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{s} is not valid JSON: {e}") from None
+                check_samples(samples, str(s))
+                write_token_html(samples, d / "tokens.html")
+    except ValueError as e:
+        _fail(str(e))
+    _print_table(_compare_table(runs, "final held-out metrics"))
     console.print(f"report: {md}")
 
 
@@ -246,7 +267,7 @@ def eval_(
         rep = run_eval(cfg, out)
     except (ValueError, ModuleNotFoundError) as e:
         _fail(str(e))
-    console.print(rep.to_markdown())
+    console.print(rep.to_markdown(), soft_wrap=True, markup=False, highlight=False)  # markdown tables: never wrapped
     console.print(f"saved: [bold]{out / (suite + '.json')}[/bold], [bold]{out / (suite + '.md')}[/bold]")
 
 

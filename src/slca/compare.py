@@ -21,26 +21,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slca.report import final_eval, read_metrics
+from slca.report import final_eval, metric_range, read_metrics
 
-__all__ = ["RunSpec", "run_compare", "summarize", "write_compare_report", "t_interval"]
+__all__ = ["RunSpec", "run_compare", "summarize", "write_compare_report", "t_interval", "band"]
 
-# two-sided 95% Student-t critical values, dof 1..30
-_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+def t_interval(xs: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Mean and half-width of the two-sided Student-t interval (``scipy.stats.t``; half-width NaN for n < 2).
 
+    Non-finite values are left out; NaN mean when none is left.
+    """
+    from scipy import stats
 
-def t_interval(xs: list[float]) -> tuple[float, float]:
-    """Mean and half-width of the 95% Student-t interval (half-width NaN for n < 2)."""
-    v = [x for x in xs if isinstance(x, (int, float)) and math.isfinite(x)]
+    v = [float(x) for x in xs if isinstance(x, (int, float)) and math.isfinite(x)]
     if not v:
         return float("nan"), float("nan")
     mu = sum(v) / len(v)
     if len(v) < 2:
         return mu, float("nan")
     sd = math.sqrt(sum((x - mu) ** 2 for x in v) / (len(v) - 1))
-    t = _T95[min(len(v) - 1, 30) - 1]
-    return mu, t * sd / math.sqrt(len(v))
+    return mu, float(stats.t.ppf(0.5 + level / 2, len(v) - 1)) * sd / math.sqrt(len(v))
 
 
 @dataclass(frozen=True)
@@ -113,7 +112,7 @@ def _steps_to(rows: list[dict[str, Any]], key: str, level: float, k: int = 5) ->
         if isinstance(v, (int, float)) and math.isfinite(v):
             win = (win + [float(v)])[-k:]
             if len(win) == k and sum(win) / k >= level:
-                return float(r["step"] + 1)
+                return float(r["step"])
     return float("nan")
 
 
@@ -175,10 +174,17 @@ def _curve(specs: list[RunSpec], est: str, key: str) -> tuple[list[int], list[fl
         for r in read_metrics(sp.run_dir):
             v = r.get(key)
             if isinstance(v, (int, float)) and math.isfinite(v):
-                by_step.setdefault(r["step"] + 1, []).append(float(v))
+                by_step.setdefault(r["step"], []).append(float(v))
     xs = sorted(by_step)
     mus, hws = zip(*[t_interval(by_step[x]) for x in xs]) if xs else ((), ())
     return xs, list(mus), [0.0 if math.isnan(h) else h for h in hws]
+
+
+def band(key: str, mu: list[float], hw: list[float]) -> tuple[list[float], list[float]]:
+    """Lower and upper edges of an interval band (``mu -/+ hw``), clipped to the metric's range
+    (:func:`slca.report.metric_range`): with 2 seeds a t-interval on Success can reach below 0."""
+    lo, hi = metric_range(key)
+    return [max(lo, m - h) for m, h in zip(mu, hw)], [min(hi, m + h) for m, h in zip(mu, hw)]
 
 
 def write_compare_report(specs: list[RunSpec], out: Path, *, level: float, command: str, wall_s: float, title: str = "slca compare") -> Path:
@@ -204,11 +210,12 @@ def write_compare_report(specs: list[RunSpec], out: Path, *, level: float, comma
             if not xs:
                 continue
             ax.plot(xs, mu, label=est, marker="o" if len(xs) < 12 else "")
-            ax.fill_between(xs, [m - h for m, h in zip(mu, hw)], [m + h for m, h in zip(mu, hw)], alpha=0.2)
+            ax.fill_between(xs, *band(key, mu, hw), alpha=0.2)
         ax.set_title(ttl, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     axes.flat[0].legend()
+    fig.suptitle("lines: mean over seeds per step; bands: 95% Student-t intervals over seeds, clipped to each metric's range", fontsize=10)
     fig.tight_layout()
     fig.savefig(out / "curves_compare.png", dpi=90)
     plt.close(fig)
@@ -263,7 +270,9 @@ def write_compare_report(specs: list[RunSpec], out: Path, *, level: float, comma
         n_sign = sum(1 for c in cases if c["grpo"] > 0 > c["slca"])
         L += ["", f"{len(cases)} such rollouts recorded; in {n_sign} of them GRPO *rewarded* the bad tool segment (advantage > 0) while SLCA punished it."]
     L += ["", f"Steps to level: first step at which the 5-step moving average of the training tool success reaches {level}.", "",
-          "![curves](curves_compare.png)", ""]
+          "![curves](curves_compare.png)", "",
+          "Curves: the mean over seeds at each `step` of metrics.jsonl (raw, not smoothed); bands: 95% Student-t intervals over seeds, "
+          "clipped to the metric's range (e.g. [0, 1] for Success and rewards, [-1, 1] for the cosine).", ""]
     md = out / "report.md"
     md.write_text("\n".join(L))
     return md

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import html
+import functools
 import json
 import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["read_metrics", "write_report", "write_token_html", "final_eval", "PLOTS"]
+__all__ = ["read_metrics", "read_config", "write_report", "write_token_html", "check_samples", "final_eval", "run_labels", "provenance", "metric_range", "smoothed", "PLOTS", "SMOOTH_K"]
 
 # (metric, title) pairs; each becomes one panel, one line per run
 PLOTS = [
@@ -21,6 +21,80 @@ PLOTS = [
     ("adv/contamination", "advantage contamination"),
     ("grad/norm", "gradient norm (pre-clip)"),
 ]
+SMOOTH_K = 5
+"""Training reward, gradient-norm and cosine curves are drawn as a trailing mean over this many steps."""
+
+
+def smoothed(key: str) -> bool:
+    """Whether a curve of ``key`` is drawn as a :data:`SMOOTH_K`-step trailing mean: the noisy per-step
+    training rewards, gradient norm and cosine. Held-out metrics, the rolling volatility and contamination are drawn raw."""
+    return key.startswith(("reward/", "grad/norm", "grad/cos"))
+
+
+def metric_range(key: str) -> tuple[float, float]:
+    """The values a metric can take: (lo, hi), infinite where unbounded. Bands are clipped to it."""
+    inf = math.inf
+    if key.startswith("eval/") or key in ("reward/tool", "reward/summary", "reward/turn") or key.startswith(("reward/exec/", "reward/summ")):
+        return 0.0, 1.0
+    if key.startswith("grad/cos"):
+        return -1.0, 1.0
+    if key.startswith(("grad/", "adv/contamination", "reward/unscored")):
+        return 0.0, inf
+    return -inf, inf
+
+
+def run_labels(run_dirs: list[str | Path]) -> dict[str, Path]:
+    """One unique label per run folder: the folder name, or as many trailing path parts as it takes
+    to tell folders with one name apart (``a/seed0``, ``b/seed0``); a folder given twice gets ``#2``."""
+    paths = [Path(d) for d in run_dirs]
+    full = [p.resolve().parts for p in paths]
+    labels: list[str] = []
+    for i, parts in enumerate(full):
+        k = 1
+        while k < len(parts) and any(j != i and full[j][-k:] == parts[-k:] and full[j] != parts for j in range(len(full))):
+            k += 1
+        labels.append("/".join(parts[-k:]) if parts else str(paths[i]))
+    out: dict[str, Path] = {}
+    for lab, p in zip(labels, paths):
+        name, n = lab, 1
+        while name in out:
+            n += 1
+            name = f"{lab} #{n}"
+        out[name] = p
+    return out
+
+
+def provenance() -> dict[str, str]:
+    """The slca version and the git commit of the slca source (``-dirty`` with uncommitted changes; ``unknown`` outside a git checkout)."""
+    import subprocess
+
+    import slca
+
+    src = Path(slca.__file__).resolve().parent
+    commit = "unknown (not a git checkout)"
+    try:
+        git = ["git", "-C", str(src)]
+        head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        if head.returncode == 0:
+            dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=10).stdout.strip()
+            commit = head.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"slca_version": slca.__version__, "git_commit": commit}
+
+
+def read_config(run_dir: str | Path) -> dict[str, Any] | None:
+    """The run's ``config.json`` (None when the folder has none)."""
+    p = Path(run_dir) / "config.json"
+    if not p.exists():
+        return None
+    try:
+        cfg = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{str(p)!r} is not valid JSON: {e}") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{str(p)!r}: expected a JSON object of config fields")
+    return cfg
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -35,12 +109,13 @@ def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float
     for r in rows:
         v = r.get(key)
         if isinstance(v, (int, float)) and math.isfinite(v):
-            xs.append(r["step"] + 1)
+            xs.append(r["step"])
             ys.append(float(v))
     return xs, ys
 
 
-def _smooth(y: list[float], k: int = 5) -> list[float]:
+def _smooth(y: list[float], k: int = SMOOTH_K) -> list[float]:
+    """Trailing mean over the last ``k`` points (fewer at the start)."""
     out = []
     for i in range(len(y)):
         w = y[max(0, i - k + 1) : i + 1]
@@ -62,26 +137,60 @@ def _mean_of(rows: list[dict[str, Any]], key: str) -> float:
     return sum(v) / len(v) if v else float("nan")
 
 
+def _md_cell(x: Any) -> str:
+    return str(x).replace("|", "\\|").replace("\n", " ")
+
+
+def _config_md(configs: dict[str, dict[str, Any] | None]) -> list[str]:
+    have = {k: v for k, v in configs.items() if v is not None}
+    lines = ["## Config", ""]
+    missing = [k for k, v in configs.items() if v is None]
+    if missing:
+        lines += [f"No config.json in the run folder of: {', '.join(missing)}.", ""]
+    if not have:
+        return lines
+    fields = list(dict.fromkeys(f for c in have.values() for f in c))
+    if len(have) > 1:
+        differ = [f for f in fields if len({json.dumps(c.get(f), sort_keys=True) for c in have.values()}) > 1]
+        if differ:
+            lines += ["Fields that differ between runs:", "", "| field | " + " | ".join(_md_cell(k) for k in have) + " |", "|---" * (len(have) + 1) + "|"]
+            lines += [f"| {f} | " + " | ".join(_md_cell(json.dumps(c.get(f))) for c in have.values()) + " |" for f in differ]
+        else:
+            lines += ["Every run has the same config."]
+        lines.append("")
+    for label, c in have.items():
+        lines += [f"<details><summary>{_md_cell(label)}: every field</summary>", "", "```json", json.dumps(c, indent=2, sort_keys=True), "```", "", "</details>", ""]
+    return lines
+
+
 def write_report(runs: dict[str, str | Path], out_dir: str | Path, title: str = "slca run report", extra_md: str = "") -> Path:
-    """Markdown report + one PNG of all panels comparing ``runs`` ({label: run_dir})."""
+    """Markdown report + one PNG of all panels comparing ``runs`` ({label: run_dir}).
+
+    The markdown records the slca version and git commit that wrote it and each
+    run's config (``config.json``; the fields that differ between runs first).
+    Steps on the plots are the ``step`` values of ``metrics.jsonl``; training
+    curves are a :data:`SMOOTH_K`-step trailing mean (said in each panel title).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     data = {label: read_metrics(d) for label, d in runs.items()}
+    configs = {label: read_config(d) for label, d in runs.items()}
     fig, axes = plt.subplots(2, 4, figsize=(18, 7))
     for ax, (key, ttl) in zip(axes.flat, PLOTS):
         for label, rows in data.items():
             xs, ys = _series(rows, key)
             if not xs:
                 continue
-            smooth = key.startswith(("reward/", "grad/norm", "grad/cos"))
-            ax.plot(xs, _smooth(ys) if smooth else ys, marker="" if len(xs) > 12 else "o", label=label)
-        ax.set_title(ttl, fontsize=10)
+            ax.plot(xs, _smooth(ys) if smoothed(key) else ys, marker="" if len(xs) > 12 else "o", label=label)
+        ax.set_title(ttl + (f"\n{SMOOTH_K}-step trailing mean" if smoothed(key) else ""), fontsize=10)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     axes.flat[0].legend()
     fig.tight_layout()
@@ -89,18 +198,23 @@ def write_report(runs: dict[str, str | Path], out_dir: str | Path, title: str = 
     fig.savefig(png, dpi=90)
     plt.close(fig)
 
+    prov = provenance()
     keys = ["eval/success", "eval/name_f1", "eval/arg_match", "eval/process", "eval/reward_tool", "eval/reward_summary", "eval/parse_ok"]
-    lines = [f"# {title}", "", "## Final held-out metrics", "", "| run | " + " | ".join(k.split("/")[1] for k in keys) + " |", "|---" * (len(keys) + 1) + "|"]
+    lines = [f"# {title}", "", f"Written by slca {prov['slca_version']}, commit `{prov['git_commit']}`.", "",
+             "## Final held-out metrics", "", "| run | " + " | ".join(k.split("/")[1] for k in keys) + " |", "|---" * (len(keys) + 1) + "|"]
     for label, rows in data.items():
         ev = final_eval(rows)
-        lines.append(f"| {label} | " + " | ".join(f"{ev.get(k, float('nan')):.3f}" for k in keys) + " |")
+        lines.append(f"| {_md_cell(label)} | " + " | ".join(f"{ev.get(k, float('nan')):.3f}" for k in keys) + " |")
     diag = ["grad/cosine_tool_summary", "grad/volatility", "adv/contamination", "perf/gen_tokens_per_s", "perf/train_tokens_per_s"]
     lines += ["", "## Diagnostics (mean over steps)", "", "| run | " + " | ".join(diag) + " |", "|---" * (len(diag) + 1) + "|"]
     for label, rows in data.items():
-        lines.append(f"| {label} | " + " | ".join(f"{_mean_of(rows, k):.3f}" for k in diag) + " |")
-    lines += ["", "![curves](curves.png)", ""]
+        lines.append(f"| {_md_cell(label)} | " + " | ".join(f"{_mean_of(rows, k):.3f}" for k in diag) + " |")
+    lines += ["", "![curves](curves.png)", "",
+              f"Steps are the `step` values in each run's metrics.jsonl. Panels titled '{SMOOTH_K}-step trailing mean' "
+              f"(training rewards, gradient norm and cosine) show the mean of the last {SMOOTH_K} steps; the others show raw values.", ""]
     if extra_md:
         lines += [extra_md, ""]
+    lines += _config_md(configs)
     md = out / "report.md"
     md.write_text("\n".join(lines))
     return md
@@ -113,47 +227,97 @@ def _color(a: float, scale: float) -> str:
     return f"rgba(220,38,38,{0.12 + 0.75 * -x:.2f})"
 
 
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def check_samples(samples: Any, source: str = "samples") -> None:
+    """Refuse a ``samples.json`` the token page cannot show, naming the group, rollout and field.
+
+    Display fields (``step``, ``task``, ``kind``, ``prompt``, ``stop_reason``,
+    tokens) may hold any value: the page escapes all of them. What must hold:
+    a list of groups, each with a ``rollouts`` list; each rollout with
+    ``tokens``, ``model_mask`` and ``tool_mask`` lists of one length and ``adv``
+    a mapping of estimator -> list of finite numbers.
+    """
+    if not isinstance(samples, list):
+        raise ValueError(f"{source}: expected a list of recorded groups, got {type(samples).__name__}")
+    for gi, g in enumerate(samples):
+        where = f"{source}: group {gi}"
+        if not isinstance(g, dict) or not isinstance(g.get("rollouts"), list):
+            raise ValueError(f"{where}: field 'rollouts' must be a list")
+        for ri, r in enumerate(g["rollouts"]):
+            w = f"{where} rollout {ri}"
+            if not isinstance(r, dict):
+                raise ValueError(f"{w}: expected an object")
+            toks = r.get("tokens")
+            if not isinstance(toks, list):
+                raise ValueError(f"{w}: field 'tokens' must be a list")
+            for f in ("model_mask", "tool_mask"):
+                if not isinstance(r.get(f), list) or len(r[f]) != len(toks):
+                    raise ValueError(f"{w}: field {f!r} must be a list as long as 'tokens' ({len(toks)})")
+            adv = r.get("adv")
+            if not isinstance(adv, dict):
+                raise ValueError(f"{w}: field 'adv' must be an object (estimator -> advantages)")
+            for e, a in adv.items():
+                if not isinstance(a, list) or not all(_is_num(x) for x in a):
+                    raise ValueError(f"{w}: field 'adv.{e}' must be a list of finite numbers")
+
+
+def _token_runs(r: dict[str, Any], adv: list[float], scale: float) -> list[dict[str, Any]]:
+    """A rollout's tokens cut into runs of one kind (env / tool / summ) and one advantage (to 3 decimals)."""
+    runs: list[dict[str, Any]] = []
+    for t, tok in enumerate(r["tokens"]):
+        a = float(adv[t]) if t < len(adv) else 0.0
+        kind = "env" if not r["model_mask"][t] else ("tool" if r["tool_mask"][t] else "summ")
+        key = (kind, None if kind == "env" else round(a, 3))
+        if not runs or runs[-1]["key"] != key:
+            runs.append({"key": key, "kind": kind, "adv": a, "tokens": []})
+        runs[-1]["tokens"].append({"text": tok if isinstance(tok, str) else str(tok), "adv": a, "color": _color(a, scale)})
+    return runs
+
+
+def _seg_mean(r: dict[str, Any], adv: list[float], tool: bool) -> float:
+    v = [float(adv[t]) for t in range(min(len(adv), len(r["tokens"]))) if r["model_mask"][t] and bool(r["tool_mask"][t]) == tool]
+    return sum(v) / len(v) if v else float("nan")
+
+
+def _fmt(x: Any, spec: str) -> str:
+    return format(x, spec) if _is_num(x) else ("n/a" if isinstance(x, float) else str(x))
+
+
+@functools.lru_cache(maxsize=1)
+def _templates():
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("slca", "templates"), autoescape=True, undefined=jinja2.StrictUndefined)
+    env.filters["num"] = lambda x: _fmt(x, ".3f")
+    env.filters["signed"] = lambda x: _fmt(x, "+.3f")
+    return env
+
+
 def write_token_html(samples: list[dict[str, Any]], out_path: str | Path, title: str = "token-level advantages", estimators: tuple[str, ...] = ("grpo", "slca")) -> Path:
     """One page: for each recorded group, every rollout's tokens coloured by the
     advantage each estimator gives them, side by side (green +, red -, grey =
     environment tokens). Tool-segment tokens carry a blue underline, summary
-    tokens a purple one."""
-    esc = html.escape
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>" + esc(title) + "</title><style>",
-        "body{font-family:system-ui,sans-serif;margin:20px;max-width:1600px}",
-        ".grid{display:grid;grid-template-columns:repeat(%d,1fr);gap:12px}" % len(estimators),
-        ".tok{font-family:monospace;font-size:12px;white-space:pre-wrap;padding:1px 0}",
-        ".env{background:#e5e7eb;color:#6b7280}.tool{border-bottom:2px solid #2563eb}.summ{border-bottom:2px solid #9333ea}",
-        ".roll{border:1px solid #ddd;border-radius:6px;padding:8px;margin:6px 0;line-height:1.7}",
-        "h3{margin-bottom:4px} .meta{color:#555;font-size:13px}",
-        "</style></head><body>",
-        f"<h1>{esc(title)}</h1>",
-        "<p class='meta'>Green = positive advantage, red = negative (intensity = magnitude, same scale across columns); "
-        "grey = environment (tool-response) tokens, which get no advantage. Blue underline = execution segment, purple = summary segment. "
-        "Each group is shown under every estimator: the same tokens and rewards, different credit.</p>",
-    ]
-    for gi, s in enumerate(samples):
-        scale = max((abs(x) for r in s["rollouts"] for e in estimators for x in r["adv"].get(e, [])), default=1.0) or 1.0
-        parts.append(f"<h2 id='g{gi}'>step {s['step']} &middot; task {esc(str(s['task']))} ({esc(str(s.get('kind', '')))})</h2>")
-        parts.append(f"<details><summary class='meta'>prompt</summary><pre>{esc(s.get('prompt', ''))}</pre></details>")
-        parts.append("<div class='grid'>" + "".join(f"<h3>{esc(e.upper())}</h3>" for e in estimators) + "</div>")
-        for ri, r in enumerate(s["rollouts"]):
-            parts.append(f"<p class='meta'>rollout {ri}: execution reward {r['tool_reward']:.3f}, summary reward {r['summary_reward']:.3f}, stop: {esc(r['stop_reason'])}</p><div class='grid'>")
+    tokens a purple one; each run of tokens with one advantage ends in a box
+    with that number, and each column starts with the mean advantage on the
+    execution and summary segments. Rendered by a jinja2 template with
+    autoescape: every value from ``samples`` is escaped."""
+    check_samples(samples)
+    groups = []
+    for s in samples:
+        scale = max((abs(float(x)) for r in s["rollouts"] for e in estimators for x in r["adv"].get(e, [])), default=1.0) or 1.0
+        rolls = []
+        for r in s["rollouts"]:
+            cols = []
             for e in estimators:
                 adv = r["adv"].get(e, [])
-                spans = []
-                for t, tok in enumerate(r["tokens"]):
-                    a = adv[t] if t < len(adv) else 0.0
-                    if not r["model_mask"][t]:
-                        spans.append(f"<span class='tok env'>{esc(tok)}</span>")
-                        continue
-                    seg = "tool" if r["tool_mask"][t] else "summ"
-                    spans.append(f"<span class='tok {seg}' style='background:{_color(a, scale)}' title='{e} A={a:+.3f}'>{esc(tok)}</span>")
-                parts.append(f"<div class='roll' data-estimator='{esc(e)}'>" + "".join(spans) + "</div>")
-            parts.append("</div>")
-    parts.append("</body></html>")
+                cols.append({"estimator": e, "runs": _token_runs(r, adv, scale), "mean_tool": _seg_mean(r, adv, True), "mean_summary": _seg_mean(r, adv, False)})
+            rolls.append({"tool_reward": r.get("tool_reward"), "summary_reward": r.get("summary_reward"), "stop_reason": r.get("stop_reason", ""), "columns": cols})
+        groups.append({"step": s.get("step", ""), "task": s.get("task", ""), "kind": s.get("kind", ""), "prompt": s.get("prompt", ""), "rollouts": rolls})
+    page = _templates().get_template("tokens.html.jinja").render(title=title, estimators=list(estimators), groups=groups)
     p = Path(out_path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text("\n".join(parts))
+    p.write_text(page)
     return p
