@@ -574,7 +574,7 @@ def _answered_tool_turns(traj):
 def test_turn_runs_line_up_with_scored_turns_on_real_rollouts(world):
     from slca.env import toolworld
     from slca.rollout import RolloutConfig, generate_rollouts
-    from slca.trainer import collate
+    from slca.batching import collate
 
     tok, model, tasks = world
     greedy = RolloutConfig(group_size=2, max_turns=4, max_new_tokens=96, max_total_tokens=1024, temperature=0.0, seed=0)

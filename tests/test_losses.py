@@ -89,3 +89,16 @@ def test_masked_mean_empty_is_zero():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_clipped_surrogate_stats_are_the_clipped_tokens():
+    lp = torch.log(torch.tensor([[1.5, 1.0, 0.5, 1.1]]))
+    old = torch.zeros(1, 4)
+    adv = torch.ones(1, 4)
+    loss, st = clipped_surrogate(lp, old, adv, clip_low=0.2, clip_high=0.28, return_stats=True)
+    assert torch.equal(loss, clipped_surrogate(lp, old, adv, clip_low=0.2, clip_high=0.28))
+    assert st.clipped.tolist() == [[True, False, True, False]]
+    assert torch.allclose(st.ratio, torch.tensor([[1.5, 1.0, 0.5, 1.1]]))
+    assert st.clip_frac(torch.ones(1, 4)) == 0.5
+    assert st.clip_frac(torch.tensor([[1, 1, 0, 0]])) == 0.5  # only masked tokens count
+    assert st.clip_frac(torch.zeros(1, 4)) == 0.0

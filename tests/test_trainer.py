@@ -11,7 +11,8 @@ from slca.env import toolworld
 from slca.models.config import ModelSize
 from slca.models.default import make_model
 from slca.models.tokenizer import train_tokenizer
-from slca.trainer import Trainer, collate, response_logprobs, train
+from slca.batching import collate, response_logprobs
+from slca.trainer import Trainer, train
 
 TINY = ModelSize(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128, max_position_embeddings=1024)
 

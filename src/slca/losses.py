@@ -3,17 +3,21 @@
 Pure functions on (B, T) tensors. The trainer composes them::
 
     pg = clipped_surrogate(logp, old_logp, adv, clip_low, clip_high)     # (B, T)
+    pg, st = clipped_surrogate(..., return_stats=True)  # + SurrogateStats (clip fraction)
     kl = kl_penalty(logp, ref_logp, kind="k3")                            # (B, T)
     loss = aggregate(pg + beta * kl, mask, mode, tool_mask=..., summary_mask=...)
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal, overload
+
 import torch
 
 from slca._checks import as_2d, check_mask, check_same_shape
 
-__all__ = ["AGG_MODES", "KL_KINDS", "clipped_surrogate", "kl_penalty", "aggregate", "masked_mean"]
+__all__ = ["AGG_MODES", "KL_KINDS", "SurrogateStats", "clipped_surrogate", "kl_penalty", "aggregate", "masked_mean"]
 
 AGG_MODES = ("token_mean", "seq_mean", "token_sum_norm", "segment_balanced")
 KL_KINDS = ("k1", "k2", "k3")
@@ -31,6 +35,34 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
     return (x * m).sum(dim) / m.sum(dim).clamp_min(1.0)
 
 
+@dataclass(frozen=True)
+class SurrogateStats:
+    """What the clipped surrogate saw, per token (detached).
+
+    Attributes:
+        ratio: (B, T) ``rho = exp(logp - old_logp)``.
+        clipped: (B, T) bool, ``rho`` outside ``[1 - clip_low, 1 + clip_high]``.
+    """
+
+    ratio: torch.Tensor
+    clipped: torch.Tensor
+
+    def clip_frac(self, mask: torch.Tensor) -> float:
+        """Share of the ``mask`` tokens (B, T) whose ratio was clipped (0 on an empty mask)."""
+        m = mask.bool()
+        return float((self.clipped & m).sum() / mask.sum().clamp_min(1))
+
+
+@overload
+def clipped_surrogate(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, *,
+    clip_low: float = ..., clip_high: float = ..., return_stats: Literal[False] = ...,
+) -> torch.Tensor: ...
+@overload
+def clipped_surrogate(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, *,
+    clip_low: float = ..., clip_high: float = ..., return_stats: Literal[True],
+) -> tuple[torch.Tensor, SurrogateStats]: ...
 def clipped_surrogate(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -38,7 +70,8 @@ def clipped_surrogate(
     *,
     clip_low: float = 0.2,
     clip_high: float = 0.2,
-) -> torch.Tensor:
+    return_stats: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, SurrogateStats]:
     """PPO clipped surrogate, per token (Schulman et al. 2017, arXiv 1707.06347, Eq. 7).
 
     ``rho = exp(logp - old_logp)``;
@@ -49,9 +82,11 @@ def clipped_surrogate(
         logprobs: (B, T) log-probabilities under the current policy (with grad).
         old_logprobs: (B, T) log-probabilities under the sampling policy.
         advantages: (B, T) per-token advantages.
+        return_stats: also return the :class:`SurrogateStats` (ratio, clipped tokens).
 
     Returns:
-        (B, T) per-token loss (to be masked and aggregated).
+        (B, T) per-token loss (to be masked and aggregated); with
+        ``return_stats``, ``(loss, SurrogateStats)``.
     """
     lp = as_2d("logprobs", logprobs)
     check_same_shape(logprobs=lp, old_logprobs=as_2d("old_logprobs", old_logprobs), advantages=as_2d("advantages", advantages))
@@ -60,7 +95,11 @@ def clipped_surrogate(
     ratio = torch.exp(lp - old_logprobs)
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages
-    return -torch.minimum(unclipped, clipped)
+    loss = -torch.minimum(unclipped, clipped)
+    if not return_stats:
+        return loss
+    r = ratio.detach()
+    return loss, SurrogateStats(r, (r < 1 - clip_low) | (r > 1 + clip_high))
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, *, kind: str = "k3") -> torch.Tensor:

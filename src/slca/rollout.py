@@ -616,20 +616,11 @@ def trajectory_logprobs(model: torch.nn.Module, trajectories: Sequence[Trajector
         One (T_i,) float tensor per trajectory, aligned with ``response_ids``;
         on policy tokens it matches ``Trajectory.logprobs`` within float tolerance.
     """
+    from slca.batching import collate, response_logprobs
+
     if not trajectories:
         return []
     device = next(model.parameters()).device
-    P = max(len(t.prompt_ids) for t in trajectories)
-    R = max(len(t.response_ids) for t in trajectories)
-    ids = torch.zeros(len(trajectories), P + R, dtype=torch.long)
-    att = torch.zeros_like(ids)
-    for i, t in enumerate(trajectories):
-        seq = t.prompt_ids + t.response_ids
-        ids[i, P - len(t.prompt_ids) : P - len(t.prompt_ids) + len(seq)] = torch.tensor(seq)
-        att[i, P - len(t.prompt_ids) : P - len(t.prompt_ids) + len(seq)] = 1
-    pos = (att.cumsum(1) - 1).clamp_min(0)
-    ids, att, pos = ids.to(device), att.to(device), pos.to(device)
-    logits = model(input_ids=ids, attention_mask=att, position_ids=pos).logits[:, P - 1 : -1].float()
-    logits = logits / (temperature if temperature > 0 else 1.0)
-    lp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, P:, None]).squeeze(-1)  # (B, R)
+    batch = collate(list(trajectories), 0, device)
+    lp = response_logprobs(model, batch, temperature if temperature > 0 else 1.0)  # (B, R)
     return [lp[i, : len(t.response_ids)].cpu() for i, t in enumerate(trajectories)]

@@ -1,29 +1,35 @@
 """The single-machine reference trainer: GRPO-family RL for tool-calling agents.
 
-One step, top to bottom (see :func:`train_step`):
+A short recipe over library components. One step (:meth:`Trainer.train_step`)
+reads as five named phases, each returning a typed record:
 
-1. sample ``tasks_per_step`` tasks; roll out ``group_size`` samples of each
-   against the simulator (multi-turn, batched generation);
-2. score every rollout with the hierarchical rewards (execution tier, summary tier);
-3. split each response into tool / summary segments from the environment mask;
-4. compute advantages with the estimator named in the config (registry dispatch);
-5. PPO-style epochs over minibatches: clipped surrogate + KL to a frozen
-   reference, aggregated as configured; optimizer step;
-6. diagnostics (per-segment gradient norms and cosine, volatility, contamination),
-   logging, held-out evaluation, checkpoints.
+1. :meth:`Trainer.rollout` -- sample ``tasks_per_step`` tasks and roll out
+   ``group_size`` samples of each against the simulator (:mod:`slca.rollout`),
+   stacked into a :class:`~slca.batching.RolloutBatch`;
+2. :meth:`Trainer.score` -- hierarchical rewards of every rollout
+   (:func:`slca.rewards.score_batch`), plus optional summary noise;
+3. :meth:`Trainer.credit` -- tool / summary segments from the environment mask
+   (:func:`slca.segments.segment_masks`) and advantages from the estimator named
+   in the config (registry dispatch, :mod:`slca.advantages`);
+4. :meth:`Trainer.update` -- PPO-style epochs over minibatches: clipped surrogate
+   + KL to a frozen reference, aggregated as configured (:mod:`slca.losses`);
+   on diagnostic steps the first backward is split by segment;
+5. :meth:`Trainer.step_metrics` -- diagnostics and the metrics row
+   (:mod:`slca.stats`, :mod:`slca.diagnostics`).
+
+:func:`train` runs the steps with held-out evaluation, logging and checkpoints.
 """
 
 from __future__ import annotations
 
 import copy
-import inspect
 import json
 import math
 import random
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,89 +37,18 @@ import numpy as np
 import torch
 
 from slca.advantages import AdvantageInputs, compute_advantages, get_estimator
+from slca.batching import RolloutBatch, collate, response_logprobs, token_logprobs
 from slca.config import TrainConfig, to_dict, validate
 from slca.diagnostics import advantage_stats, contamination, flat_grad, grad_cosine, rolling_cv
+from slca.env.suites import load_suite
 from slca.losses import aggregate, clipped_surrogate, kl_penalty
+from slca.policy import load_policy
+from slca.rewards.batch import ScoredBatch, score_batch
 from slca.segments import segment_masks
+from slca.stats import CreditStats, GradSplit, RewardStats, RolloutStats, UpdateStats, nanmean, step_metrics
 from slca.types import Task, Trajectory
 
-__all__ = ["RolloutBatch", "collate", "response_logprobs", "TaskSampler", "Trainer", "train"]
-
-
-# --------------------------------------------------------------------------- tensors
-
-
-@dataclass
-class RolloutBatch:
-    """Token tensors of one rollout batch, prompts left-padded so responses align.
-
-    Attributes:
-        input_ids: (B, P + T) prompt (left-padded) + response (right-padded).
-        attention_mask: (B, P + T) 1 on real tokens.
-        position_ids: (B, P + T) positions that ignore the left padding.
-        prompt_len: P, where every response starts.
-        model_mask: (B, T) 1 on policy tokens.
-        valid_mask: (B, T) 1 on real response tokens (policy and environment).
-        old_logprobs: (B, T) sampling log-probabilities (0 off policy tokens).
-    """
-
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    position_ids: torch.Tensor
-    prompt_len: int
-    model_mask: torch.Tensor
-    valid_mask: torch.Tensor
-    old_logprobs: torch.Tensor
-
-    def rows(self, idx: torch.Tensor) -> "RolloutBatch":
-        return RolloutBatch(
-            self.input_ids[idx], self.attention_mask[idx], self.position_ids[idx], self.prompt_len,
-            self.model_mask[idx], self.valid_mask[idx], self.old_logprobs[idx],
-        )
-
-
-def collate(trajs: list[Trajectory], pad_id: int, device: str | torch.device = "cpu") -> RolloutBatch:
-    """Stack trajectories into a :class:`RolloutBatch`."""
-    if not trajs:
-        raise ValueError("collate: trajs is empty")
-    P = max(len(t.prompt_ids) for t in trajs)
-    T = max(max(len(t.response_ids) for t in trajs), 1)
-    B = len(trajs)
-    ids = torch.full((B, P + T), pad_id, dtype=torch.long)
-    att = torch.zeros(B, P + T, dtype=torch.long)
-    mm = torch.zeros(B, T, dtype=torch.long)
-    vm = torch.zeros(B, T, dtype=torch.long)
-    lp = torch.zeros(B, T, dtype=torch.float32)
-    for i, t in enumerate(trajs):
-        p, r = len(t.prompt_ids), len(t.response_ids)
-        ids[i, P - p : P] = torch.tensor(t.prompt_ids)
-        att[i, P - p : P] = 1
-        if r:
-            ids[i, P : P + r] = torch.tensor(t.response_ids)
-            att[i, P : P + r] = 1
-            mm[i, :r] = torch.tensor(t.model_mask)
-            vm[i, :r] = 1
-            lp[i, :r] = torch.tensor(t.logprobs, dtype=torch.float32)
-    pos = (att.cumsum(1) - 1).clamp_min(0)
-    d = torch.device(device)
-    return RolloutBatch(ids.to(d), att.to(d), pos.to(d), P, mm.to(d), vm.to(d), lp.to(d))
-
-
-def response_logprobs(model: torch.nn.Module, batch: RolloutBatch, temperature: float = 1.0) -> torch.Tensor:
-    """Log-probabilities of the response tokens under ``model`` at ``temperature``.
-
-    Returns:
-        (B, T) float32; the value at ``t`` is ``log p(response_t | prefix)``.
-    """
-    P = batch.prompt_len
-    T = batch.input_ids.shape[1] - P
-    # Only the T + 1 last positions reach the LM head: on prompt positions it is
-    # wasted work (about 10% of a training pass of the default model, see docs/performance.md).
-    kw = {"logits_to_keep": T + 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids, **kw)
-    logits = out.logits[:, -(T + 1) : -1, :].float() / temperature  # (B, T, V) predicts response tokens
-    targets = batch.input_ids[:, P:]  # (B, T)
-    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+__all__ = ["Rollouts", "Credit", "TaskSampler", "Trainer", "train"]
 
 
 # --------------------------------------------------------------------------- data
@@ -147,79 +82,32 @@ class TaskSampler:
         return {"epoch": self.epoch, "pos": self.pos}
 
 
-# --------------------------------------------------------------------------- rewards
+@dataclass
+class Rollouts:
+    """Phase 1's output: the trajectories (task-major) and their token batch."""
+
+    trajs: list[Trajectory]
+    batch: RolloutBatch
+    gen_tokens_per_s: float
 
 
 @dataclass
-class ScoredBatch:
-    """Per-rollout rewards: (B,) tensors plus the named components of each tier."""
+class Credit:
+    """Phase 3's output: segments, the estimator's inputs and its advantages.
 
-    tool: torch.Tensor
-    summary: torch.Tensor
-    components: dict[str, list[float]] = field(default_factory=dict)
-    reasons: list[str] = field(default_factory=list)
+    Attributes:
+        tool_mask, summary_mask: (B, T) 0/1 segments.
+        inputs: what the estimator read (rewards, masks, optional inputs).
+        advantages: (B, T) float32.
+    """
 
-
-def score(trajs: list[Trajectory]) -> ScoredBatch:
-    """Hierarchical rewards for every rollout (NaN + reason when unscorable)."""
-    from slca.rewards import execution_reward, summary_reward
-
-    tool, summ, comps, reasons = [], [], {}, []
-    for t in trajs:
-        e = execution_reward(t.task, t.turns)
-        s = summary_reward(t.task, t.turns, t.final_text)
-        tool.append(e.total)
-        summ.append(s.total)
-        for prefix, rb in (("exec", e), ("summary", s)):
-            for k, v in rb.components.items():
-                comps.setdefault(f"{prefix}/{k}", []).append(float(v))
-            if rb.reason and math.isnan(rb.total):
-                reasons.append(f"{t.task.id}: {rb.reason}")
-    return ScoredBatch(torch.tensor(tool, dtype=torch.float32), torch.tensor(summ, dtype=torch.float32), comps, reasons)
+    tool_mask: torch.Tensor
+    summary_mask: torch.Tensor
+    inputs: AdvantageInputs
+    advantages: torch.Tensor
 
 
 # --------------------------------------------------------------------------- trainer
-
-
-def _nanmean(x: list[float] | torch.Tensor) -> float:
-    t = torch.as_tensor(x, dtype=torch.float32)
-    t = t[~torch.isnan(t)]
-    return float(t.mean()) if t.numel() else float("nan")
-
-
-def load_policy(spec: str, device: str) -> tuple[torch.nn.Module, Any]:
-    """The embedded default (``"default"``) or any causal LM path with a chat template."""
-    if spec == "default":
-        from slca.models import load_default
-
-        model, tok = load_default()
-    else:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        p = Path(spec)
-        if not p.exists():
-            raise ValueError(f"model {spec!r}: no such path (hub downloads are not used; pass a local folder)")
-        tok = AutoTokenizer.from_pretrained(spec)
-        model = AutoModelForCausalLM.from_pretrained(spec, dtype=torch.float32)
-    if getattr(tok, "chat_template", None) is None:
-        raise ValueError(f"model {spec!r}: its tokenizer has no chat template")
-    return model.to(device), tok
-
-
-def load_suite(suite: str, split: str, seed: int) -> tuple[list[Task], Callable[[Task], Any]]:
-    """Tasks of a split and the simulator factory for them."""
-    if suite == "toolworld":
-        from slca.env import toolworld
-
-        return toolworld.make_tasks(split, seed=seed), lambda task: toolworld.make_env(task, seed=seed)
-    from slca.env import load_tasks, toolworld
-
-    p = Path(suite)
-    if not p.exists():
-        raise ValueError(f"suite {suite!r}: not 'toolworld' and no such file")
-    tasks = load_tasks(p)
-    # toolworld's env answers toolworld tools from its world and any other tool from the schema simulator
-    return tasks, lambda task: toolworld.make_env(task, seed=seed)
 
 
 class Trainer:
@@ -269,6 +157,20 @@ class Trainer:
 
     # ------------------------------------------------------------------ one step
 
+    def train_step(self) -> dict[str, Any]:
+        """One optimizer step: rollout -> score -> credit -> update -> metrics. Returns the step's metrics."""
+        step = self.step
+        ro = self.rollout(step)
+        scored = self.score(ro.trajs, step)
+        credit = self.credit(ro, scored)
+        update = self.update(ro.batch, credit, step)
+        self.grad_norms.append(update.grad_norm)
+        m = self.step_metrics(step, ro, scored, credit, update)
+        if self.cfg.sample_html_every and step % self.cfg.sample_html_every == 0:
+            self.samples.append(self._record_group(step, ro.trajs, credit))
+        self.step += 1
+        return m
+
     def rollout_config(self, step: int, *, eval_mode: bool = False):
         from slca.rollout import RolloutConfig
 
@@ -284,139 +186,128 @@ class Trainer:
             seed=c.seed * 1_000_003 + step * 7 + (1 if eval_mode else 0),
         )
 
-    def train_step(self) -> dict[str, Any]:
-        """One rollout batch -> rewards -> advantages -> PPO update. Returns the step's metrics."""
+    def rollout(self, step: int) -> Rollouts:
+        """Phase 1: ``tasks_per_step x group_size`` rollouts (task-major) and their token batch."""
         from slca.rollout import generate_rollouts
 
-        c, step = self.cfg, self.step
-        m: dict[str, Any] = {"step": step}
-
-        # 1. rollouts: tasks_per_step x group_size, task-major
-        tasks = [self.train_tasks[i] for i in self.sampler.next(c.tasks_per_step)]
+        tasks = [self.train_tasks[i] for i in self.sampler.next(self.cfg.tasks_per_step)]
         self.model.eval()
         res = generate_rollouts(self.model, self.tok, tasks, self.make_env, self.rollout_config(step))
-        trajs = res.trajectories
-        m["perf/gen_tokens_per_s"] = res.gen_tokens / max(res.gen_seconds, 1e-9)
+        batch = collate(res.trajectories, self.pad_id, self.cfg.device)
+        return Rollouts(res.trajectories, batch, res.gen_tokens / max(res.gen_seconds, 1e-9))
 
-        # 2. hierarchical rewards
-        sb = score(trajs)
-        tool_r, sum_r = sb.tool, sb.summary
+    def score(self, trajs: list[Trajectory], step: int) -> ScoredBatch:
+        """Phase 2: hierarchical rewards; ``summary_noise`` adds a seeded Gaussian to the summary tier."""
+        c = self.cfg
+        sb = score_batch(trajs)
         if c.summary_noise > 0:  # sensitivity studies: a noisier summary judge
             g = torch.Generator().manual_seed(c.seed * 7919 + step)
-            sum_r = sum_r + c.summary_noise * torch.randn(sum_r.shape, generator=g)
-        group_ids = [t.group_id for t in trajs]
-
-        # 3. segments from the environment-boundary mask
-        batch = collate(trajs, self.pad_id, c.device)
-        tool_m, sum_m = segment_masks(batch.model_mask, batch.valid_mask)
-
-        # 4. advantages through the registry (plus the optional inputs the estimator needs)
-        from slca.rewards.turns import advantage_extras
-
-        extras = advantage_extras(trajs, getattr(get_estimator(c.estimator), "needs", ()))
-        inputs = AdvantageInputs(tool_r, sum_r, group_ids, batch.model_mask, tool_m, sum_m, (c.tool_weight, c.summary_weight), **extras)
-        est_kw = {"scale": c.scale, "eps": c.eps, "empty_tool": c.empty_tool, "turn_lambda": c.turn_lambda}
-        adv = compute_advantages(c.estimator, inputs, **est_kw)  # (B, T)
-
-        # 5. PPO epochs over minibatches
-        t0 = time.perf_counter()
-        self.model.train()
-        B = len(trajs)
-        losses, clipfracs, kls, gnorm = [], [], [], float("nan")
-        diag: dict[str, float] = {}
-        for epoch in range(c.ppo_epochs):
-            perm = torch.randperm(B, generator=torch.Generator().manual_seed(c.seed + 31 * step + epoch))
-            for k, idx in enumerate(perm.chunk(c.minibatches)):
-                mb = batch.rows(idx)
-                mask, tm, sm, a = mb.model_mask, tool_m[idx], sum_m[idx], adv[idx]
-                logp = response_logprobs(self.model, mb, c.temperature)
-                per_tok = clipped_surrogate(logp, mb.old_logprobs, a, clip_low=c.clip_low, clip_high=c.clip_high)
-                if self.ref is not None:
-                    with torch.no_grad():
-                        ref_logp = response_logprobs(self.ref, mb, c.temperature)
-                    kl_tok = kl_penalty(logp, ref_logp, kind=c.kl_kind)
-                    per_tok = per_tok + c.kl_coef * kl_tok
-                    kls.append(float((kl_tok.detach() * mask).sum() / mask.sum().clamp_min(1)))
-                agg = dict(tool_mask=tm, summary_mask=sm, max_tokens=c.max_total_tokens)
-                self.opt.zero_grad(set_to_none=True)
-                if epoch == 0 and k == 0 and c.diag_every and step % c.diag_every == 0:
-                    # the loss is linear in per_tok, so it splits exactly into the two segments
-                    l_tool = aggregate(per_tok * tm, mask, c.loss_agg, **agg)
-                    l_sum = aggregate(per_tok * sm, mask, c.loss_agg, **agg)
-                    l_tool.backward(retain_graph=True)
-                    g_tool = flat_grad(self.model.parameters())
-                    l_sum.backward()
-                    g_sum = flat_grad(self.model.parameters()) - g_tool
-                    diag = {
-                        "grad/tool_norm": float(g_tool.norm()),
-                        "grad/summary_norm": float(g_sum.norm()),
-                        "grad/cosine_tool_summary": grad_cosine(g_tool, g_sum),
-                    }
-                    loss = l_tool + l_sum
-                else:
-                    loss = aggregate(per_tok, mask, c.loss_agg, **agg)
-                    loss.backward()
-                gnorm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm))
-                self.opt.step()
-                losses.append(float(loss.detach()))
-                with torch.no_grad():
-                    ratio = torch.exp(logp - mb.old_logprobs)
-                    clipped = ((ratio < 1 - c.clip_low) | (ratio > 1 + c.clip_high)) & mask.bool()
-                    clipfracs.append(float(clipped.sum() / mask.sum().clamp_min(1)))
-        self.sched.step()
-        train_s = time.perf_counter() - t0
-        self.grad_norms.append(gnorm)
-
-        # 6. diagnostics and metrics
-        m.update(diag)
-        m["grad/norm"] = gnorm
-        m["grad/volatility"] = rolling_cv(self.grad_norms, c.volatility_window)
-        m["loss"] = _nanmean(losses)
-        m["ppo/clip_frac"] = _nanmean(clipfracs)
-        if kls:
-            m["ppo/kl"] = _nanmean(kls)
-        m["lr"] = self.sched.get_last_lr()[0]
-        m["reward/tool"] = _nanmean(tool_r)
-        m["reward/summary"] = _nanmean(sum_r)
-        m["reward/unscored"] = int(torch.isnan(tool_r).sum() + torch.isnan(sum_r).sum())
-        for k, v in sb.components.items():
-            m[f"reward/{k}"] = _nanmean(v)
-        for name, seg in (("tool", tool_m), ("summary", sum_m)):
-            for k, v in advantage_stats(adv, seg).items():
-                m[f"adv/{name}_{k}"] = v
-        m["adv/contamination"] = contamination(c.estimator, inputs, **est_kw)
-        if inputs.tool_signatures is not None:
-            from slca.rewards.turns import subgroup_fraction
-
-            m["adv/cond_subgroup_frac"] = subgroup_fraction(group_ids, list(inputs.tool_signatures))
-        if inputs.turn_rewards is not None:
-            m["reward/turn"] = _nanmean(inputs.turn_rewards.flatten())
-        n_tok = int(batch.valid_mask.sum())
-        m["perf/train_tokens_per_s"] = n_tok * c.ppo_epochs / max(train_s, 1e-9)
-        m["rollout/response_tokens"] = n_tok / B
-        m["rollout/policy_token_frac"] = float(batch.model_mask.sum()) / max(n_tok, 1)
-        m["rollout/tool_turns"] = _nanmean([len(t.calls) for t in trajs])
-        stops = [t.stop_reason for t in trajs]
-        for r in sorted(set(stops)):
-            m[f"rollout/stop_{r}"] = stops.count(r) / B
+            sb = replace(sb, summary=sb.summary + c.summary_noise * torch.randn(sb.summary.shape, generator=g))
         for reason in sb.reasons[:3]:
             print(f"[slca] unscored rollout: {reason}")
-        if c.sample_html_every and step % c.sample_html_every == 0:
-            self.samples.append(self._record_group(step, trajs, tool_r, sum_r, batch, tool_m, sum_m, est_kw))
+        return sb
 
-        self.step += 1
-        return m
-
-    def _record_group(self, step, trajs, tool_r, sum_r, batch, tool_m, sum_m, est_kw) -> dict[str, Any]:
-        """One group's tokens with the advantages GRPO, GDPO and SLCA would give them."""
+    @property
+    def estimator_options(self) -> dict[str, Any]:
+        """The estimator options the config sets."""
         c = self.cfg
+        return {"scale": c.scale, "eps": c.eps, "empty_tool": c.empty_tool, "turn_lambda": c.turn_lambda}
+
+    def credit(self, ro: Rollouts, scored: ScoredBatch) -> Credit:
+        """Phase 3: segments from the environment-boundary mask, advantages through the registry."""
+        from slca.rewards.turns import advantage_extras
+
+        c, b = self.cfg, ro.batch
+        tool_m, sum_m = segment_masks(b.model_mask, b.valid_mask)
+        extras = advantage_extras(ro.trajs, getattr(get_estimator(c.estimator), "needs", ()))
+        group_ids = [t.group_id for t in ro.trajs]
+        inputs = AdvantageInputs(scored.tool, scored.summary, group_ids, b.model_mask, tool_m, sum_m, (c.tool_weight, c.summary_weight), **extras)
+        return Credit(tool_m, sum_m, inputs, compute_advantages(c.estimator, inputs, **self.estimator_options))
+
+    def update(self, batch: RolloutBatch, credit: Credit, step: int) -> UpdateStats:
+        """Phase 4: ``ppo_epochs`` passes of ``minibatches`` optimizer steps, then the LR schedule."""
+        c = self.cfg
+        t0 = time.perf_counter()
+        self.model.train()
+        st = UpdateStats()
+        for epoch in range(c.ppo_epochs):
+            perm = torch.randperm(batch.model_mask.shape[0], generator=torch.Generator().manual_seed(c.seed + 31 * step + epoch))
+            for k, idx in enumerate(perm.chunk(c.minibatches)):
+                split = epoch == 0 and k == 0 and bool(c.diag_every) and step % c.diag_every == 0
+                self._minibatch_step(batch.rows(idx), credit.tool_mask[idx], credit.summary_mask[idx], credit.advantages[idx], split, st)
+        self.sched.step()
+        st.seconds = time.perf_counter() - t0
+        return st
+
+    def _minibatch_step(self, mb: RolloutBatch, tm: torch.Tensor, sm: torch.Tensor, adv: torch.Tensor,
+                        split_grads: bool, st: UpdateStats) -> None:
+        """One optimizer step on a minibatch (masks and advantages (b, T)); appends to ``st``."""
+        c, mask = self.cfg, mb.model_mask
+        logp = response_logprobs(self.model, mb, c.temperature)
+        per_tok, sur = clipped_surrogate(logp, mb.old_logprobs, adv, clip_low=c.clip_low, clip_high=c.clip_high, return_stats=True)
+        if self.ref is not None:
+            with torch.no_grad():
+                ref_logp = response_logprobs(self.ref, mb, c.temperature)
+            kl_tok = kl_penalty(logp, ref_logp, kind=c.kl_kind)
+            per_tok = per_tok + c.kl_coef * kl_tok
+            st.kls.append(float((kl_tok.detach() * mask).sum() / mask.sum().clamp_min(1)))
+
+        def loss_of(x: torch.Tensor) -> torch.Tensor:
+            return aggregate(x, mask, c.loss_agg, tool_mask=tm, summary_mask=sm, max_tokens=c.max_total_tokens)
+
+        self.opt.zero_grad(set_to_none=True)
+        if split_grads:
+            loss, st.grad_split = self._split_backward(loss_of(per_tok * tm), loss_of(per_tok * sm))
+        else:
+            loss = loss_of(per_tok)
+            loss.backward()
+        st.grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm))
+        self.opt.step()
+        st.losses.append(float(loss.detach()))
+        st.clip_fracs.append(sur.clip_frac(mask))
+
+    def _split_backward(self, l_tool: torch.Tensor, l_sum: torch.Tensor) -> tuple[torch.Tensor, GradSplit]:
+        """Backward of ``l_tool + l_sum`` in two passes, measuring each segment's gradient.
+
+        The loss is linear in the per-token loss, so it splits exactly into its
+        tool-token and summary-token parts.
+        """
+        l_tool.backward(retain_graph=True)
+        g_tool = flat_grad(self.model.parameters())
+        l_sum.backward()
+        g_sum = flat_grad(self.model.parameters()) - g_tool
+        return l_tool + l_sum, GradSplit(float(g_tool.norm()), float(g_sum.norm()), grad_cosine(g_tool, g_sum))
+
+    def step_metrics(self, step: int, ro: Rollouts, scored: ScoredBatch, credit: Credit, update: UpdateStats) -> dict[str, Any]:
+        """Phase 5: the step's diagnostics and its ``metrics.jsonl`` row (names in :mod:`slca.stats`)."""
+        from slca.rewards.turns import subgroup_fraction
+
+        c, inp, b = self.cfg, credit.inputs, ro.batch
+        rewards = RewardStats(inp.tool_rewards, inp.summary_rewards, scored.components, inp.turn_rewards)
+        sigs = inp.tool_signatures
+        cs = CreditStats(
+            advantage_stats(credit.advantages, credit.tool_mask),
+            advantage_stats(credit.advantages, credit.summary_mask),
+            contamination(c.estimator, inp, **self.estimator_options),
+            subgroup_fraction(list(inp.group_ids), list(sigs)) if sigs is not None else None,
+        )
+        n_tok = int(b.valid_mask.sum())
+        rs = RolloutStats(len(ro.trajs), n_tok, int(b.model_mask.sum()), [len(t.calls) for t in ro.trajs],
+                          [t.stop_reason for t in ro.trajs], ro.gen_tokens_per_s)
+        return step_metrics(step, rs, rewards, cs, update, volatility=rolling_cv(self.grad_norms, c.volatility_window),
+                            lr=self.sched.get_last_lr()[0], train_tokens_per_s=n_tok * c.ppo_epochs / max(update.seconds, 1e-9))
+
+    def _record_group(self, step: int, trajs: list[Trajectory], credit: Credit) -> dict[str, Any]:
+        """One group's tokens with the advantages GRPO, GDPO and SLCA would give them."""
+        c, inp = self.cfg, credit.inputs
         G = c.group_size
+        tool_r, sum_r, tool_m, sum_m = inp.tool_rewards, inp.summary_rewards, credit.tool_mask, credit.summary_mask
         # the group with the widest spread of summary rewards shows misattribution best
         spreads = [float(torch.nan_to_num(sum_r[i : i + G]).std()) for i in range(0, len(trajs), G)]
         g0 = int(np.argmax(spreads)) * G
         sl = slice(g0, g0 + G)
-        inputs = AdvantageInputs(tool_r[sl], sum_r[sl], [0] * G, batch.model_mask[sl], tool_m[sl], sum_m[sl], (c.tool_weight, c.summary_weight))
-        advs = {name: compute_advantages(name, inputs, **est_kw) for name in ("grpo", "gdpo", "slca")}
+        group = AdvantageInputs(tool_r[sl], sum_r[sl], [0] * G, inp.model_mask[sl], tool_m[sl], sum_m[sl], inp.reward_weights)
+        advs = {name: compute_advantages(name, group, **self.estimator_options) for name in ("grpo", "gdpo", "slca")}
         rows = []
         for j, t in enumerate(trajs[sl]):
             n = len(t.response_ids)
@@ -445,7 +336,7 @@ class Trainer:
             return {}
         self.model.eval()
         res = generate_rollouts(self.model, self.tok, self.eval_tasks, self.make_env, self.rollout_config(self.step, eval_mode=True))
-        sb = score(res.trajectories)
+        sb = score_batch(res.trajectories)
         out: dict[str, list[float]] = {}
         for t, rs in zip(res.trajectories, sb.summary.tolist()):
             metrics = in_domain_metrics(t.task, t.turns)
@@ -454,9 +345,9 @@ class Trainer:
                 out.setdefault(k, []).append(float(v))
             out.setdefault(f"kind/{t.task.kind}/success", []).append(float(metrics["success"]))
             out.setdefault(f"kind/{t.task.kind}/reward_summary", []).append(rs)
-        m = {f"eval/{k}": _nanmean(v) for k, v in out.items()}
-        m["eval/reward_tool"] = _nanmean(sb.tool)
-        m["eval/reward_summary"] = _nanmean(sb.summary)
+        m = {f"eval/{k}": nanmean(v) for k, v in out.items()}
+        m["eval/reward_tool"] = nanmean(sb.tool)
+        m["eval/reward_summary"] = nanmean(sb.summary)
         m.update(self.parallel_probe())
         return m
 
@@ -482,10 +373,9 @@ class Trainer:
                 enc = encode_conversation(self.tok, msgs, task.tools)
                 ids = torch.tensor([enc.input_ids], device=self.cfg.device)
                 mask = torch.tensor(enc.model_mask[1:], device=self.cfg.device, dtype=torch.bool)
-                logits = self.model(input_ids=ids).logits[0, :-1].float()
-                tok_lp = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None]).squeeze(-1)
+                tok_lp = token_logprobs(self.model(input_ids=ids).logits[0, :-1], ids[0, 1:])
                 lp[name].append(float(tok_lp[mask].sum()))
-        par, seq = _nanmean(lp["parallel"]), _nanmean(lp["sequential"])
+        par, seq = nanmean(lp["parallel"]), nanmean(lp["sequential"])
         return {"probe/logp_parallel": par, "probe/logp_sequential": seq, "probe/parallel_pref": par - seq}
 
     # ------------------------------------------------------------------ checkpoints
@@ -592,8 +482,8 @@ def train(
     """
     tr = Trainer(cfg, log=on_step, **trainer_kwargs)
     (tr.run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
-    if resume and tr.resume():
-        pass
+    if resume:
+        tr.resume()
     _truncate_metrics(tr.run_dir / "metrics.jsonl", tr.step)
     done = 0
     while tr.step < cfg.steps:

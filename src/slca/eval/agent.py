@@ -22,6 +22,7 @@ from typing import Any, Protocol, Sequence
 
 import torch
 
+from slca.batching import pad
 from slca.types import ParsedTurn
 
 __all__ = ["GenerationConfig", "AgentTurn", "PolicyAgent", "Episode", "drive"]
@@ -127,13 +128,8 @@ class PolicyAgent:
         bs = self.gen.batch_size
         for start in range(0, len(order), bs):
             idx = order[start : start + bs]
-            width = max(len(prompts[i]) for i in idx)
-            ids = torch.full((len(idx), width), pad_id, dtype=torch.long)  # (b, T) left-padded
-            att = torch.zeros((len(idx), width), dtype=torch.long)
-            for row, i in enumerate(idx):
-                p = prompts[i]
-                ids[row, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-                att[row, width - len(p) :] = 1
+            ids, att = pad([prompts[i] for i in idx], pad_id, left=True)  # (b, W) left-padded
+            width = ids.shape[1]
             sample = self.gen.temperature > 0
             kwargs: dict[str, Any] = dict(
                 max_new_tokens=self.gen.max_new_tokens,

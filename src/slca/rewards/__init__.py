@@ -7,6 +7,7 @@ A rollout that cannot be scored gets a NaN total with its reason (logged on the
 
 from __future__ import annotations
 
+from slca.rewards.batch import ScoredBatch, score_batch
 from slca.rewards.execution import EXECUTION_WEIGHTS, Unscorable, execution_reward, in_domain_metrics
 from slca.rewards.judges import Judge, OpenAIJudge, RewardModelJudge
 from slca.rewards.messages import turns_from_messages
@@ -21,9 +22,11 @@ __all__ = [
     "REFUSAL_MARKERS",
     "SUMMARY_WEIGHTS",
     "Unscorable",
+    "ScoredBatch",
     "execution_reward",
     "hierarchical_rewards",
     "in_domain_metrics",
+    "score_batch",
     "summary_reward",
     "turns_from_messages",
 ]

@@ -1,0 +1,150 @@
+"""Typed statistics of one training step and the metrics they are logged as.
+
+Each phase of :meth:`slca.trainer.Trainer.train_step` returns one of these
+records; :func:`step_metrics` turns them into the flat ``metrics.jsonl`` row.
+Metric names (a row also holds ``eval/*`` and ``probe/*`` when it evaluates):
+
+* ``perf/gen_tokens_per_s``, ``perf/train_tokens_per_s``: throughput (wall clock);
+* ``grad/norm`` (pre-clip, last minibatch), ``grad/volatility`` (rolling CV),
+  ``grad/tool_norm``, ``grad/summary_norm``, ``grad/cosine_tool_summary``
+  (the per-segment split, on diagnostic steps);
+* ``loss``, ``ppo/clip_frac``, ``ppo/kl`` (with a reference model), ``lr``;
+* ``reward/tool``, ``reward/summary``, ``reward/unscored``, ``reward/exec/*``,
+  ``reward/summary/*``, ``reward/turn`` (estimators with turn rewards);
+* ``adv/{tool,summary}_{mean,std,abs_mean}``, ``adv/contamination``,
+  ``adv/cond_subgroup_frac`` (estimators with tool signatures);
+* ``rollout/response_tokens``, ``rollout/policy_token_frac``,
+  ``rollout/tool_turns``, ``rollout/stop_<reason>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+__all__ = ["nanmean", "GradSplit", "UpdateStats", "RolloutStats", "RewardStats", "CreditStats", "step_metrics"]
+
+
+def nanmean(x: list[float] | torch.Tensor) -> float:
+    """Mean of the non-NaN values (in float32); NaN when there is none."""
+    t = torch.as_tensor(x, dtype=torch.float32)
+    t = t[~torch.isnan(t)]
+    return float(t.mean()) if t.numel() else float("nan")
+
+
+@dataclass(frozen=True)
+class GradSplit:
+    """Norms of the tool-segment and summary-segment parts of one gradient, and their cosine."""
+
+    tool_norm: float
+    summary_norm: float
+    cosine: float
+
+    def metrics(self) -> dict[str, float]:
+        return {"grad/tool_norm": self.tool_norm, "grad/summary_norm": self.summary_norm, "grad/cosine_tool_summary": self.cosine}
+
+
+@dataclass
+class UpdateStats:
+    """The policy update of one step: one entry per minibatch (KL only with a reference)."""
+
+    losses: list[float] = field(default_factory=list)
+    clip_fracs: list[float] = field(default_factory=list)
+    kls: list[float] = field(default_factory=list)
+    grad_norm: float = float("nan")
+    """Pre-clip gradient norm of the last minibatch."""
+    grad_split: GradSplit | None = None
+    seconds: float = 0.0
+
+    def metrics(self, volatility: float, lr: float) -> dict[str, Any]:
+        m: dict[str, Any] = self.grad_split.metrics() if self.grad_split is not None else {}
+        m.update({"grad/norm": self.grad_norm, "grad/volatility": volatility, "loss": nanmean(self.losses),
+                  "ppo/clip_frac": nanmean(self.clip_fracs)})
+        if self.kls:
+            m["ppo/kl"] = nanmean(self.kls)
+        m["lr"] = lr
+        return m
+
+
+@dataclass(frozen=True)
+class RolloutStats:
+    """Shape of one rollout batch."""
+
+    n_rollouts: int
+    response_tokens: int
+    """Real response tokens (policy and environment) in the batch."""
+    policy_tokens: int
+    calls: list[int]
+    """Tool calls per rollout (logged as ``rollout/tool_turns``)."""
+    stop_reasons: list[str]
+    gen_tokens_per_s: float
+
+    def metrics(self) -> dict[str, Any]:
+        B, n = self.n_rollouts, self.response_tokens
+        m: dict[str, Any] = {
+            "rollout/response_tokens": n / B,
+            "rollout/policy_token_frac": self.policy_tokens / max(n, 1),
+            "rollout/tool_turns": nanmean(self.calls),
+        }
+        for r in sorted(set(self.stop_reasons)):
+            m[f"rollout/stop_{r}"] = self.stop_reasons.count(r) / B
+        return m
+
+
+@dataclass(frozen=True)
+class RewardStats:
+    """Rewards of one batch as trained on (summary noise included)."""
+
+    tool: torch.Tensor
+    """(B,) execution-tier rewards."""
+    summary: torch.Tensor
+    """(B,) summary-tier rewards."""
+    components: dict[str, list[float]]
+    turn: torch.Tensor | None = None
+    """(B, K) per-turn rewards, when the estimator reads them."""
+
+    def metrics(self) -> dict[str, Any]:
+        m: dict[str, Any] = {
+            "reward/tool": nanmean(self.tool),
+            "reward/summary": nanmean(self.summary),
+            "reward/unscored": int(torch.isnan(self.tool).sum() + torch.isnan(self.summary).sum()),
+        }
+        for k, v in self.components.items():
+            m[f"reward/{k}"] = nanmean(v)
+        if self.turn is not None:
+            m["reward/turn"] = nanmean(self.turn.flatten())
+        return m
+
+
+@dataclass(frozen=True)
+class CreditStats:
+    """Advantage statistics per segment and the contamination diagnostic."""
+
+    tool: dict[str, float]
+    summary: dict[str, float]
+    contamination: float
+    cond_subgroup_frac: float | None = None
+
+    def metrics(self) -> dict[str, Any]:
+        m: dict[str, Any] = {}
+        for name, st in (("tool", self.tool), ("summary", self.summary)):
+            for k, v in st.items():
+                m[f"adv/{name}_{k}"] = v
+        m["adv/contamination"] = self.contamination
+        if self.cond_subgroup_frac is not None:
+            m["adv/cond_subgroup_frac"] = self.cond_subgroup_frac
+        return m
+
+
+def step_metrics(step: int, rollout: RolloutStats, rewards: RewardStats, credit: CreditStats,
+                 update: UpdateStats, *, volatility: float, lr: float, train_tokens_per_s: float) -> dict[str, Any]:
+    """The ``metrics.jsonl`` row of one training step."""
+    m: dict[str, Any] = {"step": step, "perf/gen_tokens_per_s": rollout.gen_tokens_per_s}
+    m.update(update.metrics(volatility, lr))
+    m.update(rewards.metrics())
+    m.update(credit.metrics())
+    m["perf/train_tokens_per_s"] = train_tokens_per_s
+    m.update(rollout.metrics())
+    return m
