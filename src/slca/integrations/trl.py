@@ -69,6 +69,8 @@ __all__ = [
     "TIERS",
     "SLCAGRPOConfig",
     "SLCAGRPOTrainer",
+    "TRAJECTORY_ESTIMATORS",
+    "check_tiers",
     "check_trl_contract",
     "slca_reward_funcs",
     "simulator_environment",
@@ -153,9 +155,11 @@ def tier_rewards(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Execution- and summary-tier reward per rollout from TRL's reward matrix.
 
-    ``r^tier_i = sum_{k in tier} w_k r_ik`` over the functions that scored row
-    ``i`` (a function returning None gives NaN and is skipped); NaN when none of
-    the tier's functions scored it (the estimator then gives that tier 0).
+    ``r^tier_i = nansum_{k in tier} w_k r_ik``: the functions of the tier that
+    scored row ``i`` are summed (a function returning None gives NaN and is
+    skipped, as TRL's own ``nansum``); NaN when none of the tier's functions
+    scored the row, and NaN on every row for a tier without any function (an
+    *absent* tier: :func:`trl_batch_advantages` defines what that means).
 
     Args:
         rewards_per_func: (B, F) float, NaN = not scored.
@@ -173,10 +177,35 @@ def tier_rewards(
     w = weights.to(rewards_per_func)
     for tier in TIERS:
         cols = [k for k, t in enumerate(tiers) if t == tier]
+        if not cols:  # absent tier (isnan(...).all() of an empty (B, 0) slice would say "unscored" by accident)
+            out.append(torch.full_like(rewards_per_func[:, 0], float("nan")))
+            continue
         r = rewards_per_func[:, cols] * w[cols]  # (B, F_tier)
         total = torch.nansum(r, dim=1)
         out.append(torch.where(torch.isnan(r).all(dim=1), torch.full_like(total, float("nan")), total))
     return out[0], out[1]
+
+
+#: Estimators that read one scalar per rollout (``AdvantageInputs.total_rewards``), not the two tiers.
+TRAJECTORY_ESTIMATORS = ("grpo",)
+
+
+def check_tiers(tiers: list[str], estimator: str) -> None:
+    """Raise ValueError if ``estimator`` cannot work with the tiers present in ``tiers``.
+
+    Trajectory-level estimators (:data:`TRAJECTORY_ESTIMATORS`) take any
+    non-empty set of functions. The tiered ones need a summary-tier function:
+    without one there is no reward for the tokens after the last tool response,
+    nor for a rollout that made no call. Without a tool-tier function they run
+    on the summary tier alone (see :func:`trl_batch_advantages`).
+    """
+    if not tiers:
+        raise ValueError("at least one reward function is needed")
+    if estimator not in TRAJECTORY_ESTIMATORS and "summary" not in tiers:
+        raise ValueError(
+            f"advantage_estimator={estimator!r} routes the summary-tier reward to the answer tokens, but no reward "
+            f"function is declared 'summary' (reward_tiers={tiers}); declare one, or use advantage_estimator='grpo'"
+        )
 
 
 def trl_batch_advantages(
@@ -197,6 +226,22 @@ def trl_batch_advantages(
     TRL's sampler puts each prompt's ``num_generations`` completions next to each
     other in the gathered batch, so row ``i`` belongs to group ``i // G``.
 
+    Rewards (TRL's rules, so that ``estimator="grpo"`` equals TRL's own advantages):
+
+    * trajectory-level estimators (``grpo``) get TRL's scalar: the weighted
+      ``nansum`` over all functions, NaN (left out, advantage 0) only when no
+      function scored the row. A tier one row has no score in counts 0 there
+      when the other tier scored it.
+    * tiered estimators (``slca``, ``gdpo``, ...) get each tier's own reward
+      (:func:`tier_rewards`); a row a tier did not score is left out of that
+      tier's group statistics and gets no advantage from it.
+    * an absent tool tier (no function declared ``tool``): the summary tier
+      alone, on the summary segment, and on every policy token of a rollout that
+      made no call (``empty_tool`` is then ``include``: there is no execution
+      advantage to mix in). Tool-call tokens get 0: no reward judged them.
+      Without tool calls in the batch this equals TRL's GRPO advantages.
+    * an absent summary tier with a tiered estimator: ValueError (:func:`check_tiers`).
+
     Args:
         rewards_per_func: (B, F) gathered reward matrix.
         tiers: length-F tier of each reward function.
@@ -213,10 +258,17 @@ def trl_batch_advantages(
     B = rewards_per_func.shape[0]
     if num_generations < 1 or B % num_generations:
         raise ValueError(f"num_generations must divide the batch size {B}, got {num_generations}")
+    check_tiers(list(tiers), estimator)
     valid = completion_mask.long()
     model = valid if tool_mask is None else valid * tool_mask.long()
     tool_seg, summary_seg = segment_masks(model, valid)
     r_tool, r_sum = tier_rewards(rewards_per_func, tiers, weights)
+    if estimator in TRAJECTORY_ESTIMATORS:
+        # TRL's scalar: nansum over all functions; NaN only where nothing scored the row
+        r_tool = torch.where(torch.isnan(r_tool) & ~torch.isnan(r_sum), torch.zeros_like(r_tool), r_tool)
+        r_sum = torch.where(torch.isnan(r_sum) & ~torch.isnan(r_tool), torch.zeros_like(r_sum), r_sum)
+    elif "tool" not in tiers:
+        empty_tool = "include"
     group_ids = torch.arange(B, device=rewards_per_func.device) // num_generations
     inputs = AdvantageInputs(
         tool_rewards=r_tool,
@@ -341,6 +393,11 @@ class SLCAGRPOTrainer(GRPOTrainer):
     Takes TRL's arguments unchanged; ``args`` should be an :class:`SLCAGRPOConfig`
     (a plain ``GRPOConfig`` gets the defaults: estimator ``slca``, tiers
     ``["tool", "summary"]``). Logs ``slca/*`` metrics next to TRL's.
+    ``multi_objective_aggregation`` must stay TRL's default (the estimator
+    decides how rewards combine). After each generation batch,
+    :attr:`trl_advantages` holds the ``(B_local,)`` advantages TRL itself
+    computed for it (before they are replaced), so a run can check
+    ``advantage_estimator="grpo"`` against TRL on every batch.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -355,12 +412,21 @@ class SLCAGRPOTrainer(GRPOTrainer):
                 f"reward_tiers must give one of {TIERS} for each of the {len(self.reward_funcs)} reward functions "
                 f"({self.reward_func_names}), got {tiers}"
             )
+        check_tiers(list(tiers), self.slca_estimator)
         self.slca_tiers = list(tiers)
+        aggregation = getattr(self, "multi_objective_aggregation", "sum_then_normalize")
+        if aggregation != "sum_then_normalize":
+            raise ValueError(
+                f"multi_objective_aggregation={aggregation!r} is TRL's own advantage rule, which SLCAGRPOTrainer replaces; "
+                "keep the default 'sum_then_normalize' and pick the rule with advantage_estimator ('gdpo' normalises "
+                "each tier on its own, as normalize_then_sum does per function)"
+            )
         self.slca_empty_tool = getattr(a, "empty_tool", "response")
         if self.slca_empty_tool not in EMPTY_TOOL_MODES:
             raise ValueError(f"empty_tool must be one of {EMPTY_TOOL_MODES}, got {self.slca_empty_tool!r}")
         self.slca_eps = float(getattr(a, "advantage_eps", 1e-4))
         self._slca_rewards_per_func: torch.Tensor | None = None
+        self.trl_advantages: torch.Tensor | None = None  # TRL's own (B_local,) advantages of the last batch, for checks
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -397,6 +463,7 @@ class SLCAGRPOTrainer(GRPOTrainer):
             empty_tool=self.slca_empty_tool,
         )
         start = acc.process_index * B_local
+        self.trl_advantages = out["advantages"]
         out["advantages"] = adv[start : start + B_local, :T_local].to(completion_mask.device)
         self._log_slca_metrics(mode, adv, used)
         return out
