@@ -101,14 +101,14 @@ class Checked(SLCAGRPOTrainer):
 
 
 def run(tok, estimator, *, dataset, reward_funcs, tiers, eval_dataset=None, reward_processing_classes=None,
-        tmp_path, **kw):
+        tmp_path, model=None, expect_update=True, **kw):
     args = dict(
         output_dir=str(tmp_path), learning_rate=0.1, per_device_train_batch_size=3, num_generations=3,
         max_completion_length=8, report_to="none", use_cpu=True, max_steps=2, save_strategy="no", seed=0,
         advantage_estimator=estimator, reward_tiers=tiers, dataloader_num_workers=0,
     )
     args.update(kw)
-    trainer = Checked(model=policy(tok), processing_class=tok, reward_funcs=reward_funcs, args=SLCAGRPOConfig(**args),
+    trainer = Checked(model=model if model is not None else policy(tok), processing_class=tok, reward_funcs=reward_funcs, args=SLCAGRPOConfig(**args),
                       train_dataset=dataset, eval_dataset=eval_dataset, reward_processing_classes=reward_processing_classes)
     trainer.batches = []
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
@@ -116,7 +116,8 @@ def run(tok, estimator, *, dataset, reward_funcs, tiers, eval_dataset=None, rewa
     # TRL's own assertions
     assert trainer.state.log_history[-1]["train_loss"] is not None
     for n, p in before.items():
-        assert not torch.equal(p, trainer.model.get_parameter(n)), f"Parameter {n} has not changed."
+        if expect_update:
+            assert not torch.equal(p, trainer.model.get_parameter(n)), f"Parameter {n} has not changed."
     check_batches(trainer, estimator, tiers)
     return trainer
 
@@ -251,11 +252,19 @@ def test_training_scale_rewards(tok, tmp_path, estimator, scale_rewards):
 
 @ESTIMATORS
 def test_training_beta_non_zero(tok, tmp_path, estimator):
+    """With a KL term TRL builds its reference model from the model id: pass a saved model's folder, as TRL does."""
+    path = tmp_path / "policy"
+    policy(tok).save_pretrained(path)
+    tok.save_pretrained(path)
     run(tok, estimator, dataset=zen("standard_prompt_only"), reward_funcs=len_reward, tiers=["summary"],
-        tmp_path=tmp_path, beta=0.1)
+        tmp_path=tmp_path, model=str(path), beta=0.1)
 
 
 @ESTIMATORS
 def test_training_with_mask_truncated_completions(tok, tmp_path, estimator):
-    run(tok, estimator, dataset=zen("standard_prompt_only"), reward_funcs=len_reward, tiers=["summary"],
-        tmp_path=tmp_path, mask_truncated_completions=True, max_completion_length=4)
+    """Truncated completions are masked out; the random tiny policy never ends within 4 tokens, so every
+    completion is masked and there is nothing to learn (TRL's parameter check does not apply): every
+    advantage must be 0, and the loss finite."""
+    t = run(tok, estimator, dataset=zen("standard_prompt_only"), reward_funcs=len_reward, tiers=["summary"],
+            tmp_path=tmp_path, mask_truncated_completions=True, max_completion_length=4, expect_update=False)
+    assert all(torch.all(b["mask"] == 0) and torch.all(b["adv"] == 0) for b in t.batches)

@@ -197,7 +197,9 @@ def _from_verl(row: dict[str, Any], where: str, index: int) -> Task:
     extra = _decoded(row.get("extra_info") or {}, "extra_info", where)
     extra = extra if isinstance(extra, dict) else {}
     tid = row.get("uuid") or row.get("id") or extra.get("uuid") or extra.get("index")
-    meta = {"source": "verl", "data_source": row.get("data_source"), "extra_info": extra}
+    extra_meta = _decoded(extra.get("meta") or {}, "extra_info.meta", where)  # the task's own meta, if the row carries it
+    meta = {**(extra_meta if isinstance(extra_meta, dict) else {}), "source": "verl", "data_source": row.get("data_source"),
+            "extra_info": extra}
     facts = gt.get("answer_facts") or []
     return Task(id=str(tid if tid is not None else f"verl-{index}"), messages=prompt, tools=tools, gold=gold,
                 kind=str(extra.get("kind") or _kind_of(gold)), answer_facts=[str(f) for f in facts], meta=meta)

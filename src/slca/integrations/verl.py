@@ -19,13 +19,15 @@ How the two rewards reach the estimator (verl 0.9.1)
     handed over (only the built-in ``gdpo`` gets it, by a name check). So both
     rewards travel as token positions (:func:`pack_token_rewards`):
 
+    * the execution (tool) reward sits at the row's first policy token;
     * the summary reward sits at the last valid response token, where verl's own
-      reward managers put the score;
-    * the execution (tool) reward sits at the last token of the execution segment
-      (:func:`slca.segment_masks` on ``response_mask``), or, for a rollout that
-      made no call, at its first policy token;
-    * the estimator reads the tool reward back at that position and takes the
-      summary reward as the rest of the row's sum (:func:`unpack_token_rewards`).
+      reward managers put the score -- or, for a one-token response (where that
+      is the same token), on the next position, so the two never collide;
+    * the estimator reads the tool reward back at the first policy token and
+      takes the summary reward as the rest of the row's sum
+      (:func:`unpack_token_rewards`). On verl's own layout (the score alone at
+      the last valid token) that reads tool 0 and summary = score for every
+      response of two or more tokens.
 
     :class:`slca.integrations.verl_agent_loop.SLCAToolAgentLoop` writes this layout
     from the ``tool_reward`` / ``summary_reward`` keys of :func:`compute_score`'s
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,6 +59,7 @@ __all__ = [
     "TOOL_KEY",
     "SUMMARY_KEY",
     "tool_reward_positions",
+    "summary_reward_positions",
     "pack_token_rewards",
     "unpack_token_rewards",
     "compute_slca_outcome_advantage",
@@ -70,10 +74,7 @@ SUMMARY_KEY = "summary_reward"
 
 
 def tool_reward_positions(response_mask: torch.Tensor) -> torch.Tensor:
-    """Where each row's execution reward is stored.
-
-    The last token of the execution segment; the first policy token for a row
-    without one; 0 for a row without any policy token.
+    """Where each row's execution reward is stored: its first policy token (0 for a row without one).
 
     Args:
         response_mask: (B, T) 0/1, 1 on policy tokens (verl's ``response_mask``).
@@ -81,14 +82,23 @@ def tool_reward_positions(response_mask: torch.Tensor) -> torch.Tensor:
     Returns:
         (B,) long.
     """
-    model = torch.as_tensor(response_mask)
-    tool, _ = segment_masks(model)
-    pos = torch.arange(model.shape[1], device=model.device).unsqueeze(0)
-    last_tool = torch.where(tool.bool(), pos, torch.full_like(pos, -1)).amax(dim=1)
-    big = model.shape[1]
-    first_model = torch.where(model.bool(), pos, torch.full_like(pos, big)).amin(dim=1)
-    first_model = torch.where(first_model == big, torch.zeros_like(first_model), first_model)
-    return torch.where(last_tool >= 0, last_tool, first_model)
+    model = torch.as_tensor(response_mask).bool()
+    T = model.shape[1]
+    pos = torch.arange(T, device=model.device).unsqueeze(0)
+    first = torch.where(model, pos, torch.full_like(pos, T)).amin(dim=1)
+    return torch.where(first == T, torch.zeros_like(first), first)
+
+
+def summary_reward_positions(response_mask: torch.Tensor, response_lengths: torch.Tensor) -> torch.Tensor:
+    """Where each row's summary reward is stored: its last valid token ``length - 1`` (where verl's
+    reward managers put the score), or the position after the execution reward's when that is the
+    same token (a one-token response), so the two never share a position.
+
+    Returns:
+        (B,) long.
+    """
+    n = torch.as_tensor(response_lengths).reshape(-1).long()
+    return torch.maximum(n - 1, tool_reward_positions(response_mask).to(n.device) + 1)
 
 
 def pack_token_rewards(
@@ -99,18 +109,25 @@ def pack_token_rewards(
 ) -> torch.Tensor:
     """Write both rewards at their token positions (the inverse of :func:`unpack_token_rewards`).
 
+    The execution reward goes to the first policy token (:func:`tool_reward_positions`),
+    the summary reward to the last valid token (:func:`summary_reward_positions`); the
+    two positions always differ, so each reward is read back exactly.
+
     Args:
         tool_rewards: (B,) execution-tier reward.
         summary_rewards: (B,) summary-tier reward.
         response_mask: (B, T) 0/1 policy tokens.
         response_lengths: (B,) number of valid response tokens (policy and tool
-            tokens, no padding); the summary reward goes to ``length - 1``.
+            tokens, no padding).
 
     Returns:
-        (B, T) float32 ``token_level_scores``. When both positions coincide (a
-        one-token response without a call) the two rewards add up there and the
-        reader attributes the sum to the tool tier; such a response has no
-        summary text.
+        (B, T) float32 ``token_level_scores``.
+
+    Raises:
+        ValueError: on a bad shape or length, non-finite rewards, or a one-token
+            response in a batch one token wide (no second position; the SLCA agent
+            loop pads such a response by one masked token, see
+            :mod:`slca.integrations.verl_agent_loop`).
     """
     m = torch.as_tensor(response_mask)
     B, T = m.shape
@@ -124,10 +141,18 @@ def pack_token_rewards(
         raise ValueError(f"response_lengths must be in [1, {T}], got {n.tolist()}")
     if not torch.isfinite(rt).all() or not torch.isfinite(rs).all():
         raise ValueError("tool_rewards and summary_rewards must be finite (verl sums token rewards for its metrics)")
+    p_tool = tool_reward_positions(m)
+    p_sum = summary_reward_positions(m, n).to(m.device)
+    if (p_sum >= T).any():
+        rows = (p_sum >= T).nonzero().flatten().tolist()
+        raise ValueError(
+            f"rows {rows}: a one-token response needs a second position for its summary reward, but the batch is "
+            f"{T} token(s) wide; pad the response by one masked token (as SLCAToolAgentLoop does)"
+        )
     out = torch.zeros(B, T, dtype=torch.float32, device=m.device)
     rows = torch.arange(B, device=m.device)
-    out[rows, n - 1] += rs.to(m.device)
-    out[rows, tool_reward_positions(m)] += rt.to(m.device)
+    out[rows, p_sum] = rs.to(m.device)
+    out[rows, p_tool] = rt.to(m.device)
     return out
 
 
@@ -242,41 +267,35 @@ def register() -> None:
 
 
 def _task_from_row(ground_truth: Any, extra_info: Mapping[str, Any] | None):
-    """A :class:`slca.types.Task` from the paper's verl row format.
+    """The :class:`slca.types.Task` of a prepared row, from what verl hands a reward function.
 
-    ``ground_truth`` is ``reward_model.ground_truth``: a dict (or its JSON) with
-    ``gold_tool_calls``, a JSON list of steps, each a list of parallel calls
-    ``{"name", "arguments"}``. ``extra_info`` may carry ``tools`` (JSON string
-    or list of OpenAI schemas), ``prompt`` (chat list), ``answer_facts``,
-    ``kind`` and ``index``.
+    verl passes ``reward_model.ground_truth`` and the row's ``extra_info`` only,
+    so ``examples/verl/prepare_data.py`` puts the rest of the task in
+    ``extra_info``: ``prompt`` and ``tools`` (JSON), ``meta`` (JSON: the
+    reference answer, refusal flag, ...). The row is rebuilt and read with slca's
+    own loader (:func:`slca.env.loaders.task_from_row`, format ``verl``), so a
+    prepared file loads to the same Task in ``slca train`` and here.
+    ``ground_truth`` is a dict (or its JSON) with ``gold_tool_calls`` (a list,
+    or its JSON, of steps, each a list of parallel ``{"name", "arguments"}``)
+    and ``answer_facts``.
     """
-    from slca.types import Task, ToolCall
+    from slca.env.loaders import task_from_row
 
     gt = json.loads(ground_truth) if isinstance(ground_truth, str) else dict(ground_truth or {})
-    steps = gt.get("gold_tool_calls", [])
-    steps = json.loads(steps) if isinstance(steps, str) else steps
-    gold = []
-    for step in steps:
-        step = step if isinstance(step, list) else [step]
-        calls = []
-        for c in step:
-            args = c.get("arguments", {})
-            calls.append(ToolCall(name=c["name"], arguments=json.loads(args) if isinstance(args, str) else dict(args)))
-        gold.append(calls)
     info = dict(extra_info or {})
-    tools = info.get("tools", [])
-    tools = json.loads(tools) if isinstance(tools, str) else list(tools)
-    prompt = info.get("prompt", [])
-    prompt = json.loads(prompt) if isinstance(prompt, str) else list(prompt)
-    facts = gt.get("answer_facts", info.get("answer_facts", []))
-    return Task(
-        id=str(info.get("index", info.get("uuid", ""))),
-        messages=prompt,
-        tools=tools,
-        gold=gold,
-        kind=str(info.get("kind", "single" if gold else "no_tool")),
-        answer_facts=list(facts),
-    )
+    steps = gt.get("gold_tool_calls", [])
+    gt["gold_tool_calls"] = json.loads(steps) if isinstance(steps, str) else steps
+    row = {
+        "prompt": info.get("prompt", []),
+        "tools": info.get("tools", []),
+        "reward_model": {"ground_truth": gt},
+        "extra_info": {k: v for k, v in info.items() if k in ("index", "uuid", "kind", "meta")},
+    }
+    return task_from_row(row, "verl", where=f"verl row {info.get('index', info.get('uuid', '?'))}")
+
+
+_HEADER = re.compile(r"^\s*(?:assistant|user)[ \t]*(?:\n|$)")
+_TRAILER = re.compile(r"(?:^|\n)[ \t]*(?:user|assistant)\s*$")
 
 
 def _turns_from_solution(solution_str: str, fmt: str):
@@ -284,14 +303,16 @@ def _turns_from_solution(solution_str: str, fmt: str):
 
     verl decodes the response with ``skip_special_tokens=True``; with Qwen-style
     templates tool results stay wrapped in ``<tool_response>`` blocks and the role
-    headers reduce to ``user`` / ``assistant`` lines, which are stripped here.
+    headers reduce to ``user`` / ``assistant`` lines, which are stripped here (a
+    piece that is only a header, such as the ``assistant`` generation prompt after
+    the last tool response of a rollout that never answered, is no turn).
     Calls the environment never answered (the rollout hit verl's turn or length
     limit right after them) get ``ToolResult(ok=False, error=NOT_EXECUTED)``: they
-    were not executed, and the execution tier scores them as such.
+    were not executed, and the execution tier scores them as such. Tool results
+    are read as :func:`slca.rewards.turns_from_messages` reads tool messages.
     """
-    import re
-
     from slca.chat import get_format
+    from slca.rewards.messages import _result
     from slca.types import ToolResult, Turn
 
     parser = get_format(fmt)
@@ -299,9 +320,14 @@ def _turns_from_solution(solution_str: str, fmt: str):
     texts, responses = pieces[0::2], pieces[1::2]
     turns, final_text = [], ""
     r = 0
-    for k, raw in enumerate(texts):
-        text = re.sub(r"^\s*(assistant|user)\s*\n", "", raw.strip())
-        text = re.sub(r"\n\s*(user|assistant)\s*$", "", text).strip()
+    for raw in texts:
+        text = raw
+        while True:  # headers and trailers, possibly several ("user\n" + "assistant\n" around a response)
+            stripped = _TRAILER.sub("", _HEADER.sub("", text))
+            if stripped == text:
+                break
+            text = stripped
+        text = text.strip()
         if not text:
             continue
         parsed = parser.parse(text)
@@ -309,16 +335,10 @@ def _turns_from_solution(solution_str: str, fmt: str):
         if parsed.is_tool_turn:
             n = max(1, len(parsed.calls))
             answered = responses[r : r + n]
-            for body in answered:
-                body = body.strip()
-                try:
-                    value = json.loads(body)
-                except json.JSONDecodeError:
-                    value = body
-                err = value.get("error") if isinstance(value, dict) and set(value) == {"error"} else None
-                results.append(ToolResult(ok=err is None, content=None if err else value, error=err))
+            results = [_result(body.strip()) for body in answered]
             results += [ToolResult(ok=False, error=NOT_EXECUTED)] * (len(parsed.calls) - len(answered))
             r += n
+            final_text = ""
         else:
             final_text = parsed.content
         turns.append(Turn(text=text, parsed=parsed, results=results))

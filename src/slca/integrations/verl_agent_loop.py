@@ -29,7 +29,7 @@ from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
 
 from slca.integrations.verl import SUMMARY_KEY, TOOL_KEY, pack_token_rewards
 
-__all__ = ["SLCAAgentLoopOutput", "SLCAToolAgentLoop", "AGENT_NAME"]
+__all__ = ["SLCAAgentLoopOutput", "SLCAToolAgentLoop", "AGENT_NAME", "pad_single_token_response"]
 
 AGENT_NAME = "slca_tool_agent"
 
@@ -58,9 +58,30 @@ class SLCAAgentLoopOutput(AgentLoopOutput):
         return cls.model_construct(_fields_set=set(output.model_fields_set), **values)
 
 
+def pad_single_token_response(output: AgentLoopOutput, pad_token_id: int) -> AgentLoopOutput:
+    """Give a one-token response a second, masked token (the pad token, ``response_mask`` 0).
+
+    Both rewards need a position of their own (:func:`slca.integrations.verl.pack_token_rewards`);
+    verl keeps each rollout's ``rm_scores`` as long as its response, so a one-token response has
+    one. The added token is outside the loss (mask 0, like a tool-response token) and comes after
+    every policy token, so it changes no policy token's log-probability. Longer responses are
+    returned unchanged.
+    """
+    if len(output.response_ids) != 1:
+        return output
+    output.response_ids = [*output.response_ids, int(pad_token_id)]
+    output.response_mask = [*output.response_mask, 0]
+    if output.response_logprobs is not None:
+        output.response_logprobs = [*output.response_logprobs, 0.0]
+    return output
+
+
 @register(AGENT_NAME)
 class SLCAToolAgentLoop(ToolAgentLoop):
-    """verl's ``ToolAgentLoop`` returning :class:`SLCAAgentLoopOutput`."""
+    """verl's ``ToolAgentLoop`` returning :class:`SLCAAgentLoopOutput` (one-token responses padded
+    by one masked token, :func:`pad_single_token_response`)."""
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        return SLCAAgentLoopOutput.from_output(await super().run(sampling_params, **kwargs))
+        output = await super().run(sampling_params, **kwargs)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        return SLCAAgentLoopOutput.from_output(pad_single_token_response(output, pad))
