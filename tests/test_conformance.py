@@ -79,3 +79,25 @@ def test_group_normalize_equals_trl_grpo_trainer(tmp_path, scale):
     total[unscorable] = np.nan
     expect = slca.group_normalize(torch.tensor(total, dtype=torch.float32), torch.arange(B) // G, scale=scale, eps=1e-4)
     torch.testing.assert_close(out["advantages"], expect, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.verl
+@pytest.mark.parametrize("batch_size,seq_len,num_groups,seed", [(64, 128, 5, 0), (128, 256, 8, 1), (512, 512, 10, 2)])
+def test_grpo_on_verls_own_test_inputs(batch_size, seq_len, num_groups, seed):
+    """The inputs of verl's tests/trainer/ppo/test_core_algos_on_cpu.py::test_grpo_and_vectorized_equivalence
+    (groups of two or more, random masks, random rewards on every valid token): slca's grpo equals verl's."""
+    import random
+
+    core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
+    from test_integration_verl import _verl_make_group_index, _verl_rand_mask
+
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    index = _verl_make_group_index(batch_size, num_groups, random)
+    mask = _verl_rand_mask(batch_size, seq_len)
+    token_level_rewards = torch.randn(batch_size, seq_len) * mask
+    expect, _ = core_algos.compute_grpo_outcome_advantage(token_level_rewards=token_level_rewards, response_mask=mask,
+                                                          index=index)
+    got = slca.grpo_advantages(token_level_rewards.sum(-1), list(index), mask, eps=1e-6)
+    torch.testing.assert_close(got, expect, atol=1e-5, rtol=1e-5)

@@ -492,3 +492,68 @@ def test_environment_factory_step_with_slca_rewards(tmp_path):
     out = Trainer.recorded[0]
     assert (out["tool_mask"] == 0).any()  # the simulator answered some calls
     check_routing(out, group_norm(r_tool, 4), group_norm(r_sum, 4), tok)
+
+
+@pytest.mark.slow
+def test_example_runs_as_shipped_on_cpu_with_the_embedded_model(tmp_path):
+    """examples/trl/train_slca_trl.py, unchanged, on CPU: TrlParser flags, the embedded model (built at the tiny
+    test size), its chat template through TRL's tool loop, slca's simulator per rollout, one optimizer step."""
+    from test_models_build import TINY
+    from transformers import AutoTokenizer
+
+    from slca.models import default_model_dir, load_default
+
+    _, tok = load_default(tmp_path / "cache", config=TINY, progress=False)
+    assert tok.response_template is not None  # what TRL's tool loop parses generated turns with
+    path = default_model_dir(tmp_path / "cache", TINY)
+    assert AutoTokenizer.from_pretrained(path).response_template == tok.response_template  # saved by the build
+    script = os.path.join(os.path.dirname(__file__), "..", "examples", "trl", "train_slca_trl.py")
+    cmd = [sys.executable, script, "--model", str(path), "--output_dir", str(tmp_path / "run"), "--use_cpu", "--bf16",
+           "false", "--max_steps", "1", "--per_device_train_batch_size", "4", "--num_generations", "4",
+           "--max_completion_length", "64", "--max_tool_calling_iterations", "2", "--report_to", "none",
+           "--save_strategy", "no", "--logging_steps", "1", "--n_tasks", "8", "--advantage_estimator", "slca"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert "slca/tool_token_frac" in r.stdout + r.stderr
+
+
+def test_single_summary_function_grpo_equals_trl_and_absent_tiers_are_defined():
+    """The issue's case: one reward function, estimator grpo -> TRL's advantages (was all 0)."""
+    r = torch.tensor([[1.0], [0.0], [0.5], [0.2]])
+    mask = torch.ones(4, 3)
+    expect = torch.tensor(group_norm(r[:, 0].numpy(), 4), dtype=torch.float32)
+    for est in ("grpo", "slca", "gdpo"):
+        adv, _ = trl_batch_advantages(r, ["summary"], torch.ones(1), mask, None, 4, estimator=est)
+        torch.testing.assert_close(adv, expect.unsqueeze(1).expand(4, 3), atol=1e-5, rtol=1e-5)
+    # summary tier only, with a call in row 0: its call tokens get nothing, its answer the summary advantage
+    tm = torch.ones(4, 3, dtype=torch.long)
+    tm[0, 1] = 0  # tokens: call, tool response, answer
+    adv, _ = trl_batch_advantages(r, ["summary"], torch.ones(1), mask, tm, 4, estimator="slca")
+    assert adv[0].tolist() == pytest.approx([0.0, 0.0, float(expect[0])], abs=1e-5)
+    # no summary-tier function: a tiered estimator refuses, grpo takes it
+    with pytest.raises(ValueError, match="summary"):
+        trl_batch_advantages(r, ["tool"], torch.ones(1), mask, None, 4, estimator="slca")
+    adv, _ = trl_batch_advantages(r, ["tool"], torch.ones(1), mask, None, 4, estimator="grpo")
+    torch.testing.assert_close(adv[:, 0], expect, atol=1e-5, rtol=1e-5)
+
+
+def test_none_rows_are_summed_like_trl_for_grpo_and_left_out_per_tier_for_slca():
+    nan = float("nan")
+    rpf = torch.tensor([[1.0, 0.2], [nan, 0.9], [0.0, nan], [0.5, 0.4], [nan, nan], [1.0, 1.0], [0.0, 0.0], [0.3, 0.1]])
+    mask = torch.ones(8, 2)
+    adv, _ = trl_batch_advantages(rpf, ["tool", "summary"], torch.tensor([1.0, 2.0]), mask, None, 4, estimator="grpo")
+    total = np.nansum(rpf.numpy() * np.array([1.0, 2.0]), axis=1)
+    total[4] = np.nan  # TRL: only a row no function scored is left out
+    torch.testing.assert_close(adv[:, 0], torch.tensor(group_norm(total, 4), dtype=torch.float32), atol=1e-5, rtol=1e-5)
+    adv, _ = trl_batch_advantages(rpf, ["tool", "summary"], torch.tensor([1.0, 2.0]), mask, None, 4, estimator="slca")
+    a_t = group_norm(rpf[:, 0].numpy(), 4)
+    a_s = group_norm(rpf[:, 1].numpy() * 2, 4)
+    torch.testing.assert_close(adv[:, 0], torch.tensor((a_t + a_s) / 2, dtype=torch.float32), atol=1e-5, rtol=1e-5)
+
+
+def test_multi_objective_aggregation_other_than_default_is_refused(tmp_path):
+    tok = build_tokenizer()
+    with pytest.raises(ValueError, match="multi_objective_aggregation"):
+        SLCAGRPOTrainer(model=build_policy(tok), processing_class=tok, reward_funcs=[execution_reward, summary_reward],
+                        args=base_args(tmp_path, multi_objective_aggregation="normalize_then_sum"), train_dataset=dataset(8))

@@ -65,9 +65,77 @@ def test_pack_unpack_roundtrip():
                for i in range(len(lengths)))
 
 
-def test_tool_reward_position_is_last_execution_token():
-    mask = torch.tensor([[1, 1, 0, 0, 1, 1, 0], [1, 1, 1, 0, 0, 0, 0], [0, 1, 1, 0, 0, 0, 0]])
-    assert sv.tool_reward_positions(mask).tolist() == [1, 0, 1]
+def test_reward_positions_never_collide():
+    mask = torch.tensor([[1, 1, 0, 0, 1, 1, 0], [1, 1, 1, 0, 0, 0, 0], [0, 1, 1, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0]])
+    lengths = torch.tensor([6, 3, 3, 1])
+    assert sv.tool_reward_positions(mask).tolist() == [0, 0, 1, 0]
+    assert sv.summary_reward_positions(mask, lengths).tolist() == [5, 2, 2, 1]  # a one-token response: the next slot
+    with pytest.raises(ValueError, match="one-token response"):
+        sv.pack_token_rewards(torch.ones(1), torch.ones(1), torch.ones(1, 1), torch.tensor([1]))
+
+
+def test_one_token_responses_on_verls_layout_equal_verl_grpo():
+    """The issue's case: a one-token response without a call, one group; with no execution reward, SLCA
+    ("include") must give verl's GRPO advantages. Also read from verl's own layout (score at the last token)."""
+    mask = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]])
+    lengths = torch.tensor([1, 2, 3])
+    score = torch.tensor([1.3, -0.9, 0.2])
+    uids = np.array(["q"] * 3, dtype=object)
+    verl_layout = torch.zeros(3, 3)
+    verl_layout[torch.arange(3), lengths - 1] = score
+    expect, _ = core_algos.compute_grpo_outcome_advantage(verl_layout, mask, uids)
+    packed = sv.pack_token_rewards(torch.zeros(3), score, mask, lengths)
+    assert torch.equal(packed.sum(1), score)
+    for mode in ("include", "exclude"):
+        os.environ["SLCA_EMPTY_TOOL"] = mode
+        try:
+            got, _ = sv.compute_slca_outcome_advantage(packed, mask, index=uids)
+        finally:
+            del os.environ["SLCA_EMPTY_TOOL"]
+        torch.testing.assert_close(got, expect)
+    # verl's own layout: responses of two or more tokens read as tool 0, summary = score
+    t, s = sv.unpack_token_rewards(verl_layout[1:], mask[1:])
+    assert t.tolist() == [0.0, 0.0] and torch.equal(s, score[1:])
+
+
+def _verl_make_group_index(batch_size, num_groups, rng):
+    """verl's tests/trainer/ppo/test_core_algos_on_cpu.py::_make_group_index (each group >= 2 members)."""
+    counts = [2] * num_groups
+    for _ in range(batch_size - 2 * num_groups):
+        counts[rng.randrange(num_groups)] += 1
+    index = [g for g, c in enumerate(counts) for _ in range(c)]
+    rng.shuffle(index)
+    return np.asarray(index, dtype=np.int64)
+
+
+def _verl_rand_mask(batch_size, seq_len):
+    """verl's _rand_mask: random 0/1, a row without a 1 gets its last token."""
+    mask = torch.randint(0, 2, (batch_size, seq_len), dtype=torch.int64).float()
+    rows = (mask.sum(dim=-1) == 0).nonzero(as_tuple=True)[0]
+    mask[rows, -1] = 1.0
+    return mask
+
+
+@pytest.mark.parametrize("batch_size,seq_len,num_groups,seed", [(64, 128, 5, 0), (128, 256, 8, 1)])
+def test_pack_unpack_roundtrip_on_verls_test_masks(batch_size, seq_len, num_groups, seed):
+    """verl's own random masks: every row's two rewards come back exactly; the estimator equals slca's."""
+    import random
+
+    torch.manual_seed(seed)
+    index = _verl_make_group_index(batch_size, num_groups, random.Random(seed))
+    mask = _verl_rand_mask(batch_size, seq_len).long()
+    last_policy = (torch.arange(seq_len) * mask).amax(dim=1)
+    lengths = torch.clamp(last_policy + 1 + torch.randint(0, 3, (batch_size,)), max=seq_len)
+    room = sv.summary_reward_positions(mask, lengths) < seq_len
+    mask, lengths, index = mask[room], lengths[room], index[room.numpy()]
+    r_tool, r_sum = torch.randn(len(lengths)), torch.randn(len(lengths))
+    R = sv.pack_token_rewards(r_tool, r_sum, mask, lengths)
+    t, s = sv.unpack_token_rewards(R, mask)
+    torch.testing.assert_close(t, r_tool)
+    torch.testing.assert_close(s, r_sum)
+    uids = np.array([str(i) for i in index], dtype=object)
+    adv, _ = sv.compute_slca_outcome_advantage(R, mask, index=uids)
+    torch.testing.assert_close(adv, reference(mask, r_tool, r_sum, uids))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -272,3 +340,163 @@ def test_verl_loads_the_reward_function_by_package_and_by_path():
     by_path = load_extern_object(sv.__file__, "compute_score")  # executes the file again: registration stays put
     assert by_path.__module__ != sv.__name__
     assert core_algos.get_adv_estimator_fn("slca") is sv.compute_slca_outcome_advantage
+
+
+# ------------------------------------------------- tool lifecycle and reward parity, as verl drives them
+
+
+def _prepared(tmp_path, n=60):
+    """Run examples/verl/prepare_data.py as shipped; its rows, by task id, and the tools from its config."""
+    import pyarrow.parquet as pq
+    from verl.tools.tool_registry import initialize_tools_from_config
+
+    script = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples" / "verl" / "prepare_data.py"
+    r = subprocess.run([sys.executable, str(script), "--out", str(tmp_path), "--n", str(n)], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = {row["extra_info"]["index"]: row for row in pq.read_table(tmp_path / "train.parquet").to_pylist()}
+    tools = {t.name: t for t in initialize_tools_from_config(str(tmp_path / "tool_config.yaml"))}
+    return rows, tools
+
+
+class _Loop:
+    """The attributes verl's ToolAgentLoop._call_tool reads: it is run unchanged on this object."""
+
+    def __init__(self, tools):
+        self.tools = tools
+        self.max_tool_response_length = 100_000
+        self.tool_response_truncate_side = "middle"
+
+
+def _agent_data(messages):
+    from verl.experimental.agent_loop.tool_agent_loop import AgentData
+
+    return AgentData(messages=list(messages), image_data=None, video_data=None, audio_data=None, mm_processor_kwargs=None,
+                     metrics={}, request_id=f"req-{id(messages)}", tools_kwargs={})
+
+
+def _call(loop, agent_data, name, arguments):
+    import asyncio
+
+    from verl.experimental.agent_loop.tool_agent_loop import FunctionCall, ToolAgentLoop
+
+    resp, _, _ = asyncio.run(ToolAgentLoop._call_tool(loop, FunctionCall(name=name, arguments=json.dumps(arguments)), {},
+                                                      agent_data))
+    return resp.text
+
+
+def test_tool_state_lives_per_trajectory_through_verls_call_lifecycle(tmp_path):
+    """verl creates, executes and releases a tool instance per call; state must still hold across calls and tools
+    of one trajectory, and not leak into another."""
+    _, tools = _prepared(tmp_path, n=4)
+    loop = _Loop(tools)
+    a, b = _agent_data([{"role": "user", "content": "a"}]), _agent_data([{"role": "user", "content": "b"}])
+    created = json.loads(_call(loop, a, "create_event", {"title": "yoga", "date": "2025-07-16"}))
+    listed = json.loads(_call(loop, a, "list_events", {"date": "2025-07-16"}))
+    assert created["status"] == "created" and listed["events"] == ["yoga"]
+    assert json.loads(_call(loop, b, "list_events", {"date": "2025-07-16"}))["events"] == []  # another trajectory
+    flights = json.loads(_call(loop, a, "search_flights", {"origin": "Paris", "destination": "Rome", "date": "2025-07-16"}))
+    fid = flights["flight_id"]
+    booking = json.loads(_call(loop, a, "book_flight", {"flight_id": fid, "passenger": "Anna"}))
+    got = json.loads(_call(loop, a, "get_booking", {"booking_id": booking["booking_id"]}))
+    assert got.get("flight_id") == fid and "error" not in got
+    assert "error" in json.loads(_call(loop, b, "get_booking", {"booking_id": booking["booking_id"]}))
+    from slca.integrations import verl_tools
+
+    n = len(verl_tools._BY_TRAJECTORY)
+    del a
+    import gc
+
+    gc.collect()
+    assert len(verl_tools._BY_TRAJECTORY) == n - 1  # the trajectory's state goes with verl's AgentData
+    assert verl_tools._BY_INSTANCE == {}  # every per-call instance was released
+
+
+def _verl_rollout(task, row, tools, tok, assistant_texts):
+    """One rollout as verl's tool agent loop runs it: verl's hermes parser on each generated turn, verl's
+    _call_tool lifecycle on each call, the response decoded as verl's reward loop decodes it."""
+    import asyncio
+
+    from verl.experimental.agent_loop.tool_parser import ToolParser
+
+    loop, agent = _Loop(tools), _agent_data(task.messages)
+    parser = ToolParser.get_tool_parser("hermes", tok)
+    msgs = list(task.messages)
+    for text in assistant_texts:
+        ids = tok.encode(text + tok.eos_token, add_special_tokens=False)
+        _, calls = asyncio.run(parser.extract_tool_calls(ids))
+        msgs.append({"role": "assistant", "content": text})
+        for c in calls:
+            msgs.append({"role": "tool", "content": _call(loop, agent, c.name, json.loads(c.arguments))})
+    render = lambda m: tok.apply_chat_template(m, tools=task.tools, add_generation_prompt=m[-1]["role"] != "assistant",  # noqa: E731
+                                               tokenize=False)
+    prompt, full = render(list(task.messages)), render(msgs)
+    assert full.startswith(prompt)
+    solution = tok.decode(tok.encode(full[len(prompt):], add_special_tokens=False), skip_special_tokens=True)
+    return sv.compute_score(row["data_source"], solution, row["reward_model"]["ground_truth"], row["extra_info"])
+
+
+def _slca_rollout(task, assistant_texts):
+    """The same turns through ``slca train``'s path: its parser, its simulator (toolworld.make_env), its scorer."""
+    from slca.chat import get_format
+    from slca.env import toolworld
+    from slca.rewards import execution_reward, summary_reward
+    from slca.rollout import answer_turn
+    from slca.types import Turn
+
+    fmt, env, turns, final = get_format("hermes"), toolworld.make_env(task), [], ""
+    for text in assistant_texts:
+        parsed = fmt.parse(text)
+        results = answer_turn(parsed, env, 0)[0] if parsed.is_tool_turn else []
+        final = "" if parsed.is_tool_turn else parsed.content
+        turns.append(Turn(text=text, parsed=parsed, results=results))
+    return execution_reward(task, turns).total, summary_reward(task, turns, final).total
+
+
+def test_chain_task_scores_the_same_through_verl_and_slca(tmp_path):
+    """Chain tasks (state carried from one call to the next), several rollouts each: verl's reward function and
+    tool lifecycle on the prepared rows give the rewards slca's own path gives."""
+    from _tok import make_qwen_tokenizer
+
+    from slca.chat import get_format
+    from slca.env import toolworld
+    from slca.models.tokenizer import chat_template
+    from slca.types import ToolCall
+
+    rows, tools = _prepared(tmp_path, n=200)
+    tasks = {t.id: t for t in toolworld.make_tasks("train", n=200)}
+    chains = [tasks[i] for i in rows if tasks[i].kind == "chain" and any(
+        c.name in ("book_flight", "create_event", "book_table") for s in tasks[i].gold for c in s)][:3]
+    assert len(chains) >= 2, "no stateful chain tasks among the prepared rows"
+    tok = make_qwen_tokenizer(chat_template=chat_template())
+    fmt = get_format("hermes")
+    compared = 0
+    for task in chains:
+        steps = [fmt.render(step) for step in task.gold]
+        first = task.gold[0][0]
+        wrong = [fmt.render([ToolCall(first.name, {k: (v + "x" if isinstance(v, str) else v)
+                                                   for k, v in first.arguments.items()})])] + steps[1:]
+        answer = task.meta["reference_answer"]
+        for texts in (steps + [answer], steps, wrong + [answer], steps[:1] + ["I could not finish."]):
+            v = _verl_rollout(task, rows[task.id], tools, tok, texts)
+            t, s = _slca_rollout(task, texts)
+            assert v["tool_reward"] == pytest.approx(t) and v["summary_reward"] == pytest.approx(s), (task.id, texts)
+            compared += 1
+    assert compared >= 8
+
+
+def test_agent_loop_pads_a_one_token_response():
+    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics
+
+    from slca.integrations.verl_agent_loop import SLCAAgentLoopOutput, pad_single_token_response
+
+    out = SLCAAgentLoopOutput(prompt_ids=[1, 2], response_ids=[7], response_mask=[1], response_logprobs=[-0.5],
+                              metrics=AgentLoopMetrics())
+    out = SLCAAgentLoopOutput.from_output(pad_single_token_response(out, pad_token_id=0))
+    out.reward_score = 0.9
+    out.extra_fields["reward_extra_info"] = {"tool_reward": 1.0, "summary_reward": -0.1}
+    d = out.as_dict()
+    assert d["responses"].tolist() == [7, 0] and d["response_mask"].tolist() == [0 + 1, 0]
+    assert d["rollout_log_probs"].tolist() == [-0.5, 0.0]
+    t, s = sv.unpack_token_rewards(d["rm_scores"].unsqueeze(0), d["response_mask"].unsqueeze(0))
+    assert t.item() == pytest.approx(1.0) and s.item() == pytest.approx(-0.1)

@@ -1,64 +1,79 @@
 """SLCA-GRPO with TRL's GRPOTrainer on slca's toolworld tasks.
 
-Single GPU:   python examples/trl/train_slca_trl.py --model Qwen/Qwen2.5-0.5B-Instruct
-Many GPUs:    accelerate launch --num_processes 8 examples/trl/train_slca_trl.py --model ... --use-vllm
-(add --config_file with a DeepSpeed ZeRO-3 accelerate config for large models).
+Every ``SLCAGRPOConfig`` option (TRL's ``GRPOConfig`` plus ``advantage_estimator``,
+``reward_tiers``, ``empty_tool``, ``advantage_eps``) is a flag, or a key of a
+``--config file.yaml`` (TRL's ``TrlParser``); ``--model`` picks the policy.
 
-TRL runs its own tool loop on the toolworld tools (Python functions); the two
-reward functions are the execution and summary tiers of slca.rewards.
+CPU, the embedded model (built on first use, a few minutes)::
+
+    python examples/trl/train_slca_trl.py --model default --output_dir runs/trl-cpu --use_cpu --bf16 false \\
+        --max_steps 2 --per_device_train_batch_size 4 --num_generations 4 --max_completion_length 256 \\
+        --max_tool_calling_iterations 3 --report_to none
+
+One GPU:    python examples/trl/train_slca_trl.py --model Qwen/Qwen2.5-0.5B-Instruct --output_dir runs/trl
+Many GPUs:  accelerate launch --num_processes 8 examples/trl/train_slca_trl.py --model ... --use_vllm true \\
+                --vllm_mode colocate
+(add ``--config_file`` with a DeepSpeed ZeRO-3 accelerate config for large models).
+
+TRL runs its own tool loop against slca's simulator (one per rollout, so stateful
+tools keep their state: :func:`slca.integrations.trl.simulator_environment`), with
+the tools' real JSON schemas; the two reward functions are the execution and
+summary tiers of :mod:`slca.rewards`.
 """
 
 from __future__ import annotations
 
-import argparse
-import inspect
+from dataclasses import dataclass, field
 
 from datasets import Dataset
+from trl import TrlParser
 
-from slca.env.toolworld import FUNCTIONS, make_tasks
-from slca.integrations.trl import SLCAGRPOConfig, SLCAGRPOTrainer, slca_reward_funcs
+from slca.env.toolworld import make_env, make_tasks
+from slca.integrations.trl import SLCAGRPOConfig, SLCAGRPOTrainer, simulator_environment, slca_reward_funcs
 
 
-def as_trl_tool(name: str, fn):
-    """A plain function with a Google-style docstring, as TRL's tool loop expects."""
-    params = [p for p in inspect.signature(fn).parameters if p != "state"]
-    state: dict = {}
-
-    def tool(**kwargs):
-        if "state" in inspect.signature(fn).parameters:
-            return fn(**kwargs, state=state)
-        return fn(**kwargs)
-
-    tool.__name__ = name
-    tool.__signature__ = inspect.Signature(
-        [inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY, annotation=str) for p in params]
+@dataclass
+class ExampleArguments:
+    model: str = field(
+        default="default",
+        metadata={"help": "'default' (slca's embedded model), a local model folder, or a hub id"},
     )
-    tool.__doc__ = f"The {name} tool.\n\nArgs:\n" + "".join(f"    {p}: {p}.\n" for p in params)
-    return tool
+    split: str = field(default="train", metadata={"help": "toolworld split to train on"})
+    n_tasks: int | None = field(default=None, metadata={"help": "use only the first N tasks of the split"})
+    seed_tasks: int = field(default=0, metadata={"help": "seed of the toolworld task generator"})
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--estimator", default="slca", help="slca | grpo | gdpo (slca's registry)")
-    ap.add_argument("--use-vllm", action="store_true")
-    ap.add_argument("--output-dir", default="runs/trl-slca")
-    a = ap.parse_args()
+def load_policy(spec: str):
+    """``(model, tokenizer)``: the embedded default model, or ``from_pretrained(spec)`` (float32)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tasks = {t.id: t for t in make_tasks("train")}
-    ds = Dataset.from_list([{"prompt": t.messages, "task_id": t.id} for t in tasks.values()])
+    from slca.models.default import add_response_template, load_default
 
-    args = SLCAGRPOConfig(
-        output_dir=a.output_dir, advantage_estimator=a.estimator, reward_tiers=["tool", "summary"],
-        num_generations=8, per_device_train_batch_size=8, max_completion_length=1024,
-        max_tool_calling_iterations=6, learning_rate=1e-6, beta=0.0, loss_type="dapo",
-        use_vllm=a.use_vllm, vllm_mode="colocate", logging_steps=1, bf16=True,
-    )
+    if spec == "default":
+        return load_default()
+    tokenizer = add_response_template(AutoTokenizer.from_pretrained(spec))  # no-op unless it is slca's template
+    return AutoModelForCausalLM.from_pretrained(spec, dtype=torch.float32), tokenizer
+
+
+def main(argv: list[str] | None = None) -> SLCAGRPOTrainer:
+    parser = TrlParser((ExampleArguments, SLCAGRPOConfig))
+    ex, args = parser.parse_args_and_config(args=argv)
+    if args.reward_tiers is None:
+        args.reward_tiers = ["tool", "summary"]
+    tasks = {t.id: t for t in make_tasks(ex.split, n=ex.n_tasks, seed=ex.seed_tasks)}
+    dataset = Dataset.from_list([{"prompt": t.messages, "task_id": t.id} for t in tasks.values()])
+    model, tokenizer = load_policy(ex.model)
     trainer = SLCAGRPOTrainer(
-        model=a.model, reward_funcs=slca_reward_funcs(tasks), args=args, train_dataset=ds,
-        tools=[as_trl_tool(n, f) for n, f in FUNCTIONS.items()],
+        model=model,
+        processing_class=tokenizer,
+        reward_funcs=slca_reward_funcs(tasks),
+        args=args,
+        train_dataset=dataset,
+        environment_factory=simulator_environment(tasks, make_env),
     )
     trainer.train()
+    return trainer
 
 
 if __name__ == "__main__":

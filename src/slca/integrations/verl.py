@@ -295,7 +295,7 @@ def _task_from_row(ground_truth: Any, extra_info: Mapping[str, Any] | None):
 
 
 _HEADER = re.compile(r"^\s*(?:assistant|user)[ \t]*(?:\n|$)")
-_TRAILER = re.compile(r"(?:^|\n)[ \t]*(?:user|assistant)\s*$")
+_TRAILER = re.compile(r"(?:^|\n|(?<=</tool_call>))[ \t]*(?:user|assistant)\s*$")
 
 
 def _turns_from_solution(solution_str: str, fmt: str):

@@ -36,7 +36,52 @@ import torch
 from slca.models.config import BuildConfig, ModelSize
 from slca.models.tokenizer import chat_template, train_tokenizer
 
-__all__ = ["BuildReport", "build_default", "default_cache_root", "default_model_dir", "load_default", "make_model"]
+__all__ = [
+    "RESPONSE_TEMPLATE",
+    "BuildReport",
+    "add_response_template",
+    "build_default",
+    "default_cache_root",
+    "default_model_dir",
+    "load_default",
+    "make_model",
+]
+
+#: How a generated assistant turn of the project's chat template parses back into a message
+#: (transformers' ``response_template``, read by ``tokenizer.parse_response``; TRL's tool loop
+#: needs it). The template renders turns as Qwen2.5 does (hermes ``<tool_call>`` JSON blocks,
+#: ``<|im_end|>``), so this is the Qwen2.5/Qwen3 template TRL 1.16 ships for those.
+RESPONSE_TEMPLATE: dict = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "reasoning_content": {"open": "<think>", "close_pattern": r"</think>\s*", "content": "text"},
+        "tool_calls": {
+            "open": "<tool_call>",
+            "close_pattern": r"</tool_call>\s*",
+            "repeats": True,
+            "content": "json",
+            "transform": {"type": "function", "function": "{content}"},
+        },
+        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
+    },
+}
+
+
+def add_response_template(tokenizer):
+    """Give a tokenizer with the project's chat template its :data:`RESPONSE_TEMPLATE` (in place).
+
+    The build calls it before saving the tokenizer (``save_pretrained`` stores it in
+    ``tokenizer_config.json``) and :func:`load_default` on every load, so a model built
+    before it existed gets it too. A tokenizer with another chat template, or one that
+    already has a response template, is returned unchanged. Not part of the cache
+    fingerprint: it only tells parsers how to read the model's output.
+    """
+    if tokenizer.chat_template == chat_template() and getattr(tokenizer, "response_template", None) is None:
+        import copy
+
+        tokenizer.response_template = copy.deepcopy(RESPONSE_TEMPLATE)
+    return tokenizer
 
 _INFO = "slca_build.json"
 
@@ -162,7 +207,7 @@ def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, pro
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
     model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    add_response_template(tokenizer).save_pretrained(tmp)
     info = {"fingerprint": out.name, "config": cfg.to_dict(), "report": report.__dict__, "losses": stats.losses}
     (tmp / _INFO).write_text(json.dumps(info, indent=1))
     if (out / _INFO).exists():
@@ -196,7 +241,7 @@ def load_default(cache_dir: str | Path | None = None, *, rebuild: bool = False, 
         shutil.rmtree(path)
     if not (path / _INFO).exists():
         build_default(path, config, progress=progress)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = add_response_template(AutoTokenizer.from_pretrained(path))
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.eval()
     return model, tokenizer
