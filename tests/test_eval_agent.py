@@ -79,3 +79,27 @@ def test_bad_settings(model_and_tok):
         GenerationConfig(top_p=0)
     with pytest.raises(ValueError):
         PolicyAgent(model, tok, "no-such-format")
+
+
+def test_prompts_over_the_model_positions_are_cut_to_their_last_tokens(model_and_tok):
+    _, tok = model_and_tok
+    short, long = _convs()[0], _convs()[1]
+    probe = PolicyAgent(Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), hidden_size=8, intermediate_size=8, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1)), tok)
+    n_short, n_long = len(probe.prompt_ids(*short)), len(probe.prompt_ids(*long))
+    assert n_short < n_long
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                      max_position_embeddings=n_short + 6)
+    model = Qwen2ForCausalLM(cfg).eval()
+    agent = PolicyAgent(model, tok, "hermes", GenerationConfig(max_new_tokens=6))
+    assert agent.max_prompt_tokens == n_short
+    turns = agent.act([short, long])
+    assert [t.truncated for t in turns] == [False, True]
+    # the cut prompt is the last max_prompt_tokens tokens: same output as generating from them directly
+    ids = torch.tensor([probe.prompt_ids(*long)[-n_short:]])
+    direct = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False, pad_token_id=tok.pad_token_id,
+                            eos_token_id=agent._stop_ids, temperature=None, top_p=None, top_k=None)[0, n_short:].tolist()
+    stop = next((j for j, t in enumerate(direct) if t in agent._stop_ids), len(direct))
+    assert turns[1].text == tok.decode(direct[:stop], skip_special_tokens=True)
+    with pytest.raises(ValueError, match="leaves no room for a prompt"):
+        PolicyAgent(model, tok, "hermes", GenerationConfig(max_new_tokens=n_short + 6))

@@ -37,6 +37,8 @@ def _eval(args: list[str], out: pathlib.Path) -> dict:
     suite = args[args.index("--suite") + 1]
     md = (out / f"{suite}.md").read_text()
     assert md.startswith(f"# slca eval: {suite}")
+    printed = res.output.splitlines()
+    assert all(line in printed for line in md.splitlines()), res.output  # printed whole: no line wrapped at 80 columns
     return json.loads((out / f"{suite}.json").read_text())
 
 
@@ -59,9 +61,10 @@ def test_eval_toucan_rows(tiny_model, tmp_path):
 @pytest.mark.slow
 def test_eval_bfcl(tiny_model, tmp_path):
     pytest.importorskip("bfcl_eval")
-    rep = _eval(["--model", tiny_model, "--suite", "bfcl", "--categories", "simple,parallel,irrelevance,live_simple,multi_turn_base", "--limit", "2"], tmp_path)
-    assert rep["counts"] == {"irrelevance": 2, "live_simple": 2, "multi_turn_base": 2, "parallel": 2, "simple_python": 2}
-    assert {"non_live_ast", "live_ast", "multi_turn", "irrelevance", "overall"} <= set(rep["metrics"])
+    rep = _eval(["--model", tiny_model, "--suite", "bfcl", "--categories", "simple,parallel,irrelevance,live_simple,multi_turn_miss_func", "--limit", "2"], tmp_path)
+    assert rep["counts"] == {"irrelevance": 2, "live_simple": 2, "multi_turn_miss_func": 2, "parallel": 2, "simple_python": 2, "simple_java": 2, "simple_javascript": 2}
+    assert {"simple_ast", "non_live_ast", "live_ast", "multi_turn", "irrelevance", "overall", "truncated_records"} <= set(rep["metrics"])
+    assert rep["metrics"]["truncated_records"] == sum(1 for r in rep["records"] if r["detail"]["truncated_turns"])
     assert all(r["scores"]["accuracy"] in (0.0, 1.0) for r in rep["records"])
 
 

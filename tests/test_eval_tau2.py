@@ -164,3 +164,34 @@ def test_policy_agent_messages(tmp_path):
     msg, state2 = agent.generate_next_message(t.UserMessage(role="user", content="Thanks"), state)
     msg.validate()  # text or tool calls, never empty
     assert state2[-2] == {"role": "user", "content": "Thanks"} and state2[-1]["role"] == "assistant"
+
+
+def test_prompts_over_the_model_positions_are_said_up_front_and_counted(capsys):
+    """tau2's first prompt (policy + tools) is thousands of tokens: a 1,024-position model is told so before any
+    simulation, and every rollout is counted as truncated."""
+    import sys
+
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from _tok import make_qwen_tokenizer
+
+    from slca.eval import GenerationConfig, PolicyAgent
+
+    tok = make_qwen_tokenizer()
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                      max_position_embeddings=1024)
+    policy = PolicyAgent(Qwen2ForCausalLM(cfg).eval(), tok, "hermes", GenerationConfig(max_new_tokens=8))
+    over = T.prompt_overflow(policy, ["airline"])
+    assert over["airline"] > 1016
+    rep = T.run_tau2(policy, ["airline"], limit=1, samples=1, user="scripted", max_steps=4, progress=False)
+    err = capsys.readouterr().err
+    assert f"tau2 airline: the system prompt and tools alone are {over['airline']:,} tokens, over the 1,016 tokens (1,024 positions less 8 new tokens)" in err
+    assert rep.metrics["truncated_records"] == 1
+    assert all(r.detail["truncated_turns"] >= 1 for r in rep.records)
+    assert any("1 of 1 rollouts had prompts over the model's 1,016 tokens" in n for n in rep.notes)
+    # a model with room for the prompts: nothing said, nothing cut
+    big = PolicyAgent(Qwen2ForCausalLM(Qwen2Config(**{**cfg.to_dict(), "max_position_embeddings": 65536})).eval(), tok, "hermes", GenerationConfig(max_new_tokens=8))
+    assert T.prompt_overflow(big, ["airline"]) == {}

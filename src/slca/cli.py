@@ -235,7 +235,7 @@ def compare(
 def eval_(
     model: str = typer.Option(..., "--model", "-m", help="A save_pretrained model folder with a chat template, or 'default' (the embedded model)."),
     suite: str = typer.Option(..., "--suite", help="toolworld | toucan | bfcl | tau2."),
-    categories: str = typer.Option("", "--categories", help="Comma-separated: BFCL categories or groups (simple, non_live, live, multi_turn, all); tau2 domains (airline, retail); in-domain task kinds."),
+    categories: str = typer.Option("", "--categories", help="Comma-separated: BFCL categories or groups (simple, non_live, non_python, python, live, single_turn, multi_turn, all); tau2 domains (airline, retail); in-domain task kinds."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Records per BFCL category / tau2 domain / in-domain suite."),
     samples: int = typer.Option(1, "--samples", "-k", help="K rollouts per record (pass^k for k <= K)."),
     format: str = typer.Option("hermes", "--format", help="Tool-call format the model writes."),

@@ -13,6 +13,11 @@ agent's turn; episodes that finish drop out of the batch.
 The raw generated text of an assistant turn goes back into the conversation as
 the assistant message's ``content``: the model sees exactly what it wrote,
 whatever the format, and Qwen-style templates stay prefix-preserving.
+
+A prompt longer than the model's positions (``max_position_embeddings``) less
+``max_new_tokens`` is cut to its last tokens (its start, where the system
+prompt and the tool list are, is lost); the turn says so (``truncated``) and
+suites count the records it happened to.
 """
 
 from __future__ import annotations
@@ -62,6 +67,8 @@ class AgentTurn:
 
     text: str
     parsed: ParsedTurn
+    truncated: bool = False
+    """Whether the prompt was cut to the model's positions (:attr:`PolicyAgent.max_prompt_tokens`)."""
 
 
 class PolicyAgent:
@@ -91,6 +98,13 @@ class PolicyAgent:
         self._stop_ids = self._stop_token_ids()
         self._generator_seeded = False
         self.generated_tokens = 0
+        self.max_positions: int | None = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        self.max_prompt_tokens: int | None = None if self.max_positions is None else self.max_positions - self.gen.max_new_tokens
+        """Longest prompt the model can take with room for ``max_new_tokens`` (None: no known limit)."""
+        if self.max_prompt_tokens is not None and self.max_prompt_tokens < 1:
+            raise ValueError(f"max_new_tokens={self.gen.max_new_tokens} leaves no room for a prompt in the model's {self.max_positions} positions")
+        self.last_truncated: list[bool] = []
+        """For the last :meth:`generate` call: which prompts were cut."""
 
     def _stop_token_ids(self) -> list[int]:
         ids = {self.tokenizer.eos_token_id}
@@ -116,11 +130,16 @@ class PolicyAgent:
         Returns:
             One decoded string per conversation (special tokens such as
             ``<|im_end|>`` removed; added tokens such as ``<tool_call>`` kept).
+            Prompts over :attr:`max_prompt_tokens` keep their last tokens
+            (:attr:`last_truncated` says which).
         """
         if not self._generator_seeded:
             torch.manual_seed(self.gen.seed)
             self._generator_seeded = True
         prompts = [self.prompt_ids(m, t) for m, t in conversations]
+        limit = self.max_prompt_tokens
+        self.last_truncated = [limit is not None and len(p) > limit for p in prompts]
+        prompts = [p[-limit:] if cut else p for p, cut in zip(prompts, self.last_truncated)]
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         out: list[str] = [""] * len(prompts)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
@@ -156,7 +175,8 @@ class PolicyAgent:
 
     def act(self, conversations: Sequence[tuple[list[Message], list[dict[str, Any]] | None]]) -> list[AgentTurn]:
         """:meth:`generate`, then parse each turn with the agent's tool-call format."""
-        return [AgentTurn(text=t, parsed=self.format.parse(t)) for t in self.generate(conversations)]
+        texts = self.generate(conversations)
+        return [AgentTurn(text=t, parsed=self.format.parse(t), truncated=cut) for t, cut in zip(texts, self.last_truncated)]
 
 
 class Episode(Protocol):

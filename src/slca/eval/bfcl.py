@@ -7,15 +7,24 @@ them). The policy sees the function docs as tools in its chat template (BFCL's
 "FC" mode for local models, as its ``QwenFCHandler`` does), and its calls are
 scored by BFCL's own checkers:
 
-* single-turn AST categories (``simple_python``, ``multiple``, ``parallel``,
-  ``parallel_multiple``, ``live_*``): ``ast_checker`` on the decoded calls
-  ``[{name: {arg: value}}]``;
+* single-turn AST categories (``simple_python``, ``simple_java``,
+  ``simple_javascript``, ``multiple``, ``parallel``, ``parallel_multiple``,
+  ``live_*``): ``ast_checker`` on the decoded calls ``[{name: {arg: value}}]``,
+  in the category's language, against the function docs as BFCL's checker
+  loads them (without the language hint; for Java and JavaScript the policy
+  sees every parameter as a string holding a Java / JavaScript literal, and the
+  checker converts it back with BFCL's type converters);
 * ``irrelevance`` / ``live_irrelevance``: correct when the turn has no call;
   ``live_relevance``: correct when it has one (BFCL's relevance runner);
-* ``multi_turn_base``: the multi-turn loop of BFCL's handlers (each user turn,
-  up to 20 steps while the model keeps calling), calls executed on BFCL's
-  Python API simulators, then ``multi_turn_checker`` (state and response
-  checks against the ground-truth execution).
+* ``multi_turn_base``, ``multi_turn_miss_func``, ``multi_turn_miss_param``,
+  ``multi_turn_long_context``: the multi-turn loop of BFCL's handlers (each
+  user turn, up to 20 steps while the model keeps calling), calls executed on
+  BFCL's Python API simulators (with ``long_context=True`` for
+  ``long_context``, as BFCL does), then ``multi_turn_checker`` (state and
+  response checks against the ground-truth execution). In ``miss_func`` the
+  held-out functions join the tools at their turn, whose user message is
+  BFCL's "I have updated some more functions you can choose from. What about
+  now?" (``DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC``).
 
 BFCL caches simulator instances in a module global keyed by model name and
 entry id, so every rollout here uses its own model name (distinct instance
@@ -47,7 +56,9 @@ from slca.types import ToolCall
 
 __all__ = [
     "AST_CATEGORIES",
+    "SIMPLE_CATEGORIES",
     "MULTI_TURN_CATEGORIES",
+    "language_of",
     "CATEGORIES",
     "resolve_categories",
     "import_bfcl",
@@ -61,6 +72,8 @@ __all__ = [
 
 AST_CATEGORIES = (
     "simple_python",
+    "simple_java",
+    "simple_javascript",
     "multiple",
     "parallel",
     "parallel_multiple",
@@ -72,12 +85,17 @@ AST_CATEGORIES = (
     "live_irrelevance",
     "live_relevance",
 )
-MULTI_TURN_CATEGORIES = ("multi_turn_base",)
+MULTI_TURN_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 CATEGORIES = AST_CATEGORIES + MULTI_TURN_CATEGORIES
+SIMPLE_CATEGORIES = ("simple_python", "simple_java", "simple_javascript")
+# groups as bfcl_eval.constants.category_mapping.TEST_COLLECTION_MAPPING has them (the categories slca runs)
 _GROUPS = {
-    "simple": ("simple_python",),
-    "non_live": ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance"),
+    "simple": SIMPLE_CATEGORIES,
+    "non_live": SIMPLE_CATEGORIES + ("multiple", "parallel", "parallel_multiple", "irrelevance"),
+    "non_python": ("simple_java", "simple_javascript"),
+    "python": tuple(c for c in AST_CATEGORIES if c not in ("simple_java", "simple_javascript")),
     "live": tuple(c for c in AST_CATEGORIES if c.startswith("live_")),
+    "single_turn": AST_CATEGORIES,
     "multi_turn": MULTI_TURN_CATEGORIES,
     "all": CATEGORIES,
 }
@@ -86,7 +104,7 @@ MAX_STEPS_PER_TURN = 20  # bfcl_eval.constants.default_prompts.MAXIMUM_STEP_LIMI
 
 
 def resolve_categories(names: list[str] | None) -> list[str]:
-    """Category names and group names (simple, non_live, live, multi_turn, all) -> categories."""
+    """Category names and group names (simple, non_live, non_python, python, live, single_turn, multi_turn, all) -> categories."""
     if not names:
         return list(_GROUPS["non_live"])
     out: list[str] = []
@@ -136,6 +154,7 @@ def import_bfcl() -> types.SimpleNamespace:
         stub = types.ModuleType(name)
         stub.MODEL_CONFIG_MAPPING = _AnyModel()  # type: ignore[attr-defined]
         sys.modules[name] = stub
+    from bfcl_eval.constants.default_prompts import DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
     from bfcl_eval.constants.enums import Language
     from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
     from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
@@ -144,6 +163,7 @@ def import_bfcl() -> types.SimpleNamespace:
 
     return types.SimpleNamespace(
         Language=Language,
+        added_functions_prompt=DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC,
         ast_checker=ast_checker,
         multi_turn_checker=multi_turn_checker,
         multi_turn_utils=multi_turn_utils,
@@ -155,12 +175,25 @@ def import_bfcl() -> types.SimpleNamespace:
     )
 
 
+def language_of(category: str) -> str:
+    """``JAVA``, ``JAVASCRIPT`` or ``PYTHON``: the :class:`bfcl_eval.constants.enums.Language` a category is checked in (``is_java`` / ``is_js`` in bfcl_eval)."""
+    return {"simple_java": "JAVA", "simple_javascript": "JAVASCRIPT"}.get(category, "PYTHON")
+
+
 def load_category(category: str, limit: int | None = None) -> list[tuple[dict[str, Any], Any]]:
-    """``(entry, ground_truth)`` pairs of one category, in BFCL's order; ground truth None where BFCL has none."""
+    """``(entry, ground_truth)`` pairs of one category, in BFCL's order; ground truth None where BFCL has none.
+
+    Single-turn entries also carry ``checker_function``: the function docs as
+    BFCL's checker loads them (no language hint, Java / JavaScript types kept).
+    """
     if category not in CATEGORIES:
         raise ValueError(f"unknown BFCL category {category!r}; choose from {list(CATEGORIES)}")
     b = import_bfcl()
     entries = b.load_dataset_entry(category)
+    if category in AST_CATEGORIES:
+        raw = b.load_dataset_entry(category, include_language_specific_hint=False)
+        for e, r in zip(entries, raw, strict=True):
+            e["checker_function"] = r["function"]
     if "irrelevance" in category or "relevance" in category:
         gts: list[Any] = [None] * len(entries)
     else:
@@ -199,7 +232,8 @@ def score_single_turn(entry: dict[str, Any], ground_truth: Any, category: str, c
         return False, "ast_decoder:decoder_failed (no decodable call)"
     if not b.is_function_calling_format_output(decoded):
         return False, "ast_decoder:decoder_wrong_output_format"
-    res = b.ast_checker(entry["function"], decoded, ground_truth, b.Language.PYTHON, category, MODEL_NAME)
+    docs = entry.get("checker_function", entry["function"])
+    res = b.ast_checker(docs, decoded, ground_truth, getattr(b.Language, language_of(category)), category, MODEL_NAME)
     return bool(res["valid"]), None if res["valid"] else f"{res.get('error_type')}: {res.get('error')}"
 
 
@@ -230,33 +264,41 @@ class BFCLSingleTurnEpisode:
         p = self.turn.parsed
         calls = p.calls if (p.calls or not p.errors) else None
         ok, err = score_single_turn(self.entry, self.ground_truth, self.category, calls)
-        return Record(self.entry["id"], self.category, self.sample, {"accuracy": float(ok)}, err, {"output": self.turn.text})
+        return Record(self.entry["id"], self.category, self.sample, {"accuracy": float(ok)}, err, {"output": self.turn.text, "truncated_turns": int(self.turn.truncated)})
 
 
 class BFCLMultiTurnEpisode:
     """One rollout of a multi-turn BFCL entry, executed on BFCL's API simulators.
 
-    Mirrors ``BaseHandler.inference_multi_turn_prompting``: for each user turn,
-    the model keeps stepping while it emits decodable calls (each step's calls
-    run on the simulators and come back as tool messages); a turn without calls
-    ends the user turn; more than 20 steps in one turn force-terminates the
-    entry (scored wrong, as in BFCL).
+    Mirrors ``BaseHandler.inference_multi_turn_FC``: for each user turn, the
+    model keeps stepping while it emits decodable calls (each step's calls run
+    on the simulators and come back as tool messages); a turn without calls
+    ends the user turn; a 21st step with calls in one turn force-terminates the
+    entry (scored wrong, as in BFCL). A ``miss_func`` entry's held-out
+    functions (``missed_function``: turn -> function docs) join the tools at
+    their turn, which BFCL leaves without a user message and fills with its
+    "I have updated some more functions" prompt.
     """
 
     def __init__(self, entry: dict[str, Any], ground_truth: list[list[str]], sample: int, run_tag: str):
-        if entry.get("missed_function"):
-            raise ValueError(f"BFCL entry {entry['id']}: miss_func entries are not supported (only multi_turn_base)")
         self.entry, self.ground_truth, self.sample = entry, ground_truth, sample
         self.category = entry["id"].rsplit("_", 1)[0]
         self.model_name = f"slca_{run_tag}_s{sample}"  # distinct simulator instances per rollout
         self.tools = tools_of(entry)
+        self.held_out: dict[int, list[dict[str, Any]]] = {int(k): list(v) for k, v in (entry.get("missed_function") or {}).items()}
         self.questions = copy.deepcopy(entry["question"])
+        for k in self.held_out:
+            if k >= len(self.questions) or self.questions[k]:
+                raise ValueError(f"BFCL entry {entry['id']}: held-out functions at turn {k}, which must exist and have no user message")
+            self.questions[k] = [{"role": "user", "content": import_bfcl().added_functions_prompt}]
+        self._add_held_out(0)
         self.messages: list[dict[str, Any]] = list(self.questions[0])
         self.turn_idx = 0
         self.steps_in_turn = 0
         self.decoded: list[list[list[str]]] = [[]]
         self.force_quit = False
         self.done = False
+        self.truncated_turns = 0  # turns whose prompt was cut to the policy's positions
         self._exec([])
 
     def _exec(self, calls: list[str]) -> list[str]:
@@ -276,6 +318,7 @@ class BFCLMultiTurnEpisode:
         return self.messages, self.tools
 
     def step(self, turn: AgentTurn) -> None:
+        self.truncated_turns += turn.truncated
         self.messages.append({"role": "assistant", "content": turn.text})
         calls = turn.parsed.calls
         if calls:
@@ -284,7 +327,7 @@ class BFCLMultiTurnEpisode:
             for c, res in zip(calls, self._exec(strs)):
                 self.messages.append({"role": "tool", "name": c.name, "content": res})
             self.steps_in_turn += 1
-            if self.steps_in_turn >= MAX_STEPS_PER_TURN:
+            if self.steps_in_turn > MAX_STEPS_PER_TURN:  # BFCL: `count > MAXIMUM_STEP_LIMIT` after the step
                 self.force_quit = True
                 self.done = True
             return
@@ -294,7 +337,12 @@ class BFCLMultiTurnEpisode:
             self.done = True
             return
         self.decoded.append([])
+        self._add_held_out(self.turn_idx)
         self.messages.extend(self.questions[self.turn_idx])
+
+    def _add_held_out(self, turn: int) -> None:
+        """From ``turn`` on, the functions BFCL held out until then are on offer too."""
+        self.tools = self.tools + tools_of({"function": self.held_out.get(turn, [])})
 
     def record(self) -> Record:
         b = import_bfcl()
@@ -307,7 +355,7 @@ class BFCLMultiTurnEpisode:
                 err = None if ok else f"{res.get('error_type')}: {res.get('error_message')}"
         finally:
             self.release()
-        return Record(self.entry["id"], self.category, self.sample, {"accuracy": float(ok)}, err, {"calls": self.decoded})
+        return Record(self.entry["id"], self.category, self.sample, {"accuracy": float(ok)}, err, {"calls": self.decoded, "truncated_turns": self.truncated_turns})
 
     def release(self) -> None:
         """Drop this rollout's simulator instances from BFCL's module-global cache."""
@@ -320,8 +368,10 @@ class BFCLMultiTurnEpisode:
 def summarize(records: list[Record], categories: list[str]) -> tuple[dict[str, float], dict[str, dict[str, float]], dict[str, int]]:
     """BFCL-style numbers: accuracy per category, then the leaderboard's group summaries.
 
-    ``non_live_ast``: unweighted mean over simple_python, multiple, parallel,
-    parallel_multiple (those evaluated); ``live_ast``: accuracy over all live
+    ``simple_ast``: unweighted mean over simple_python, simple_java,
+    simple_javascript (those evaluated); ``non_live_ast``: unweighted mean of
+    simple_ast, multiple, parallel, parallel_multiple (those evaluated), as
+    bfcl_eval's ``eval_runner_helper`` computes them; ``live_ast``: accuracy over all live
     AST entries together (BFCL weights live categories by size); ``multi_turn``:
     unweighted mean over multi-turn categories; ``relevance`` /
     ``irrelevance``: as evaluated; ``overall``: unweighted mean of the categories run.
@@ -329,7 +379,10 @@ def summarize(records: list[Record], categories: list[str]) -> tuple[dict[str, f
     groups, counts = group_means(records, ["accuracy"])
     acc = {c: groups[c]["accuracy"] for c in categories if c in groups}
     metrics: dict[str, float] = {}
-    nl = [acc[c] for c in ("simple_python", "multiple", "parallel", "parallel_multiple") if c in acc]
+    simple = [acc[c] for c in SIMPLE_CATEGORIES if c in acc]
+    if simple:
+        metrics["simple_ast"] = mean(simple)
+    nl = ([metrics["simple_ast"]] if simple else []) + [acc[c] for c in ("multiple", "parallel", "parallel_multiple") if c in acc]
     if nl:
         metrics["non_live_ast"] = mean(nl)
     live = [r.scores["accuracy"] for r in records if r.group in ("live_simple", "live_multiple", "live_parallel", "live_parallel_multiple")]
@@ -363,6 +416,12 @@ def run_bfcl(agent: PolicyAgent, categories: list[str] | None = None, *, limit: 
         drive(agent, eps, desc=f"bfcl {cat}", progress=progress)
         records += [e.record() for e in eps]
     metrics, groups, counts = summarize(records, cats)
+    n_cut = sum(1 for r in records if r.detail["truncated_turns"])
+    metrics["truncated_records"] = n_cut
+    notes = ["accuracy = share of rollouts BFCL's checker accepts (AST checker; multi_turn_checker for multi_turn_*)"]
+    if n_cut:
+        notes.append(f"{n_cut} of {len(records)} rollouts had prompts over the model's {agent.max_prompt_tokens:,} prompt tokens "
+                     f"({agent.max_positions:,} positions less {agent.gen.max_new_tokens} new tokens) and were cut to their last tokens")
     return SuiteReport(
         suite="bfcl",
         model=model_label,
@@ -372,5 +431,5 @@ def run_bfcl(agent: PolicyAgent, categories: list[str] | None = None, *, limit: 
         samples=samples,
         records=records,
         config={"categories": cats, "limit": limit, "format": agent.format_name},
-        notes=["accuracy = share of rollouts BFCL's checker accepts (AST checker; multi_turn_checker for multi_turn_*)"],
+        notes=notes,
     )

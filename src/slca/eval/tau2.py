@@ -19,7 +19,12 @@ Users:
 
 Metrics: ``pass^1`` (mean over tasks of the success rate) and ``pass^k`` for
 k = 2..K with K samples per task (:func:`slca.eval.report.pass_hat_k`), plus
-the mean reward.
+the mean reward and ``truncated_records``: rollouts in which at least one
+prompt was longer than the policy's positions allow and was cut to its last
+tokens (:attr:`slca.eval.agent.PolicyAgent.max_prompt_tokens`). tau2 prompts
+start with the domain policy and tool list (airline: ~5,600 tokens with
+Qwen2.5's tokenizer), so a small model's positions overflow on the first turn;
+:func:`run_tau2` says so on stderr before any simulation runs.
 
 Set ``LITELLM_LOCAL_MODEL_COST_MAP=True`` (done here if unset) so that
 importing litellm does not try to fetch its price table.
@@ -37,7 +42,7 @@ from slca.eval.agent import PolicyAgent
 from slca.eval.report import Record, SuiteReport, group_means, mean, pass_hat_k, successes_by_id
 from slca.types import ToolCall
 
-__all__ = ["DOMAINS", "import_tau2", "load_tasks", "make_policy_agent", "ScriptedUser", "scripted_user_for", "llm_user", "run_simulation", "run_tau2"]
+__all__ = ["DOMAINS", "import_tau2", "load_tasks", "make_policy_agent", "prompt_overflow", "ScriptedUser", "scripted_user_for", "llm_user", "run_simulation", "run_tau2"]
 
 DOMAINS = ("airline", "retail")
 
@@ -90,6 +95,7 @@ def make_policy_agent(policy: PolicyAgent, tools: list[Any], domain_policy: str)
             self.schemas = [tool.openai_schema for tool in tools]
             self.system_prompt = t.SYSTEM_PROMPT.format(domain_policy=domain_policy, agent_instruction=t.AGENT_INSTRUCTION)
             self._n = 0
+            self.truncated_turns = 0  # turns whose prompt was cut to the policy's positions
 
         def get_init_state(self, message_history: Optional[list] = None) -> list[dict[str, Any]]:
             state = [{"role": "system", "content": self.system_prompt}]
@@ -100,6 +106,7 @@ def make_policy_agent(policy: PolicyAgent, tools: list[Any], domain_policy: str)
         def generate_next_message(self, message, state):
             state = state + _to_openai(message, policy)
             turn = policy.act([(state, self.schemas)])[0]
+            self.truncated_turns += turn.truncated
             state = state + [{"role": "assistant", "content": turn.text}]
             if turn.parsed.calls:
                 calls = []
@@ -213,6 +220,22 @@ def run_simulation(domain: str, task: Any, make_agent: Callable[[Any], Any], mak
     return sim
 
 
+def prompt_overflow(policy: PolicyAgent, domains: list[str]) -> dict[str, int]:
+    """Domains whose first prompt (tau2's system prompt with the domain policy, and the tools)
+    is already longer than the policy can take: domain -> its length in tokens."""
+    if policy.max_prompt_tokens is None:
+        return {}
+    t = import_tau2()
+    out = {}
+    for d in domains:
+        env = t.registry.get_env_constructor(d)()
+        agent = make_policy_agent(policy, env.get_tools(), env.get_policy())
+        n = len(policy.prompt_ids(agent.get_init_state(), agent.schemas))
+        if n > policy.max_prompt_tokens:
+            out[d] = n
+    return out
+
+
 def run_tau2(
     policy: PolicyAgent,
     domains: list[str] | None = None,
@@ -248,16 +271,29 @@ def run_tau2(
         make_user = lambda task, env: scripted_user_for(task)  # noqa: E731
     else:
         raise ValueError(f"user must be 'llm' or 'scripted', got {user!r}")
+    from rich.console import Console
     from rich.progress import Progress
 
+    over = prompt_overflow(policy, doms)
+    limit_note = f"{policy.max_prompt_tokens:,} tokens ({policy.max_positions:,} positions less {policy.gen.max_new_tokens} new tokens)" if policy.max_prompt_tokens is not None else ""
+    for d, n in over.items():
+        Console(stderr=True, soft_wrap=True).print(
+            f"[yellow]warning:[/yellow] tau2 {d}: the system prompt and tools alone are {n:,} tokens, over the {limit_note} the model can take: "
+            "every prompt is cut to its last tokens (the policy and tool list are lost), and the report counts the records cut.",
+            markup=True, highlight=False,
+        )
     records: list[Record] = []
     jobs = [(d, task, s) for d in doms for task in load_tasks(d, split, limit) for s in range(samples)]
     with Progress(disable=not progress, transient=True) as bar:
         bid = bar.add_task("tau2 simulations", total=len(jobs))
         for d, task, s in jobs:
-            sim = run_simulation(
-                d, task, lambda env: make_policy_agent(policy, env.get_tools(), env.get_policy()), make_user, max_steps=max_steps, seed=policy.gen.seed + s
-            )
+            agents: list[Any] = []
+
+            def make_agent(env):
+                agents.append(make_policy_agent(policy, env.get_tools(), env.get_policy()))
+                return agents[-1]
+
+            sim = run_simulation(d, task, make_agent, make_user, max_steps=max_steps, seed=policy.gen.seed + s)
             ri = sim.reward_info
             records.append(
                 Record(
@@ -266,12 +302,14 @@ def run_tau2(
                     sample=s,
                     scores={"reward": float(ri.reward)},
                     error=None if ri.reward >= 1 - 1e-6 else str(sim.termination_reason.value),
-                    detail={"termination": sim.termination_reason.value, "messages": len(sim.messages), "breakdown": {str(k): v for k, v in (ri.reward_breakdown or {}).items()}},
+                    detail={"termination": sim.termination_reason.value, "messages": len(sim.messages), "truncated_turns": agents[-1].truncated_turns,
+                            "breakdown": {str(k): v for k, v in (ri.reward_breakdown or {}).items()}},
                 )
             )
             bar.advance(bid)
     groups, counts = group_means(records, ["reward"])
     metrics: dict[str, float] = {"avg_reward": mean(r.scores["reward"] for r in records)}
+    n_cut = sum(1 for r in records if r.detail["truncated_turns"])
     for d in doms:
         succ = successes_by_id([r for r in records if r.group == d], "reward")
         for k in range(1, samples + 1):
@@ -279,6 +317,7 @@ def run_tau2(
     succ_all = successes_by_id(records, "reward")
     for k in range(1, samples + 1):
         metrics[f"pass^{k}"] = pass_hat_k(succ_all, k)
+    metrics["truncated_records"] = n_cut
     return SuiteReport(
         suite="tau2",
         model=model_label,
@@ -292,5 +331,7 @@ def run_tau2(
             "reward: tau2 evaluate_simulation (EvaluationType.ALL); a rollout passes when reward == 1",
             "pass^k: mean over tasks of C(successes, k) / C(samples, k)",
         ]
-        + (["user = scripted (offline smoke run): not comparable to tau2-bench numbers"] if user == "scripted" else []),
+        + (["user = scripted (offline smoke run): not comparable to tau2-bench numbers"] if user == "scripted" else [])
+        + ([f"{n_cut} of {len(records)} rollouts had prompts over the model's {limit_note} and were cut to their last tokens: "
+            "their numbers do not measure the policy on tau2's prompts"] if n_cut else []),
     )
