@@ -1,21 +1,26 @@
 """Training configuration: flat dataclasses, one docstring under every field.
 
 Load from a YAML/JSON file and override on the command line with
-``--set section.field=value``; :func:`validate` refuses a bad value before any
-work starts, naming the field.
+``--set field=value``; :func:`validate` refuses a bad value before any work
+starts (before a run folder is made or a model loads), naming the field.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
+import math
+import types
+import typing
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = ["TrainConfig", "load_config", "apply_overrides", "validate", "to_dict"]
+__all__ = ["TrainConfig", "ConfigError", "CHECKS", "load_config", "read_config_file", "apply_overrides", "validate", "config_diff", "to_dict"]
 
 
 @dataclass
@@ -113,111 +118,343 @@ class TrainConfig:
     save_every: int = 10
     """Checkpoint every N steps (0 = only at the end)."""
     keep_checkpoints: int = 2
-    """Checkpoints kept on disk (oldest removed)."""
+    """Checkpoints kept on disk, newest first (the oldest are removed; 0 = keep every one)."""
     sample_html_every: int = 10
     """Record one group per N steps for the token-level advantage page."""
 
 
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "scale": ("group", "batch", "none"),
-    "empty_tool": ("response", "include", "exclude"),
-    "kl_kind": ("k1", "k2", "k3"),
-    "loss_agg": ("token_mean", "seq_mean", "token_sum_norm", "segment_balanced"),
+# ---------------------------------------------------------------- validation
+#
+# One entry per field (a test checks that every field has one, so a new field
+# must say what a valid value is). A check returns None when the value is good,
+# otherwise what is wrong with it. Before the checks run, every value is checked
+# against the field's annotated type, and every float must be finite (NaN and
+# inf pass comparisons like ``< 0`` and would silently wreck a run).
+
+Check = Callable[[Any], "str | None"]
+
+
+class ConfigError(ValueError):
+    """A refused config value; ``str(e)`` is ``"<field>: <what is wrong>"``."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+def _gt(lo: float) -> Check:
+    return lambda v: None if v > lo else f"must be > {lo}, got {v!r}"
+
+
+def _ge(lo: float) -> Check:
+    return lambda v: None if v >= lo else f"must be >= {lo}, got {v!r}"
+
+
+def _within(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False) -> Check:
+    def check(v: Any) -> str | None:
+        ok = (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
+        return None if ok else f"must be in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}, got {v!r}"
+
+    return check
+
+
+def _one_of(*choices: str) -> Check:
+    return lambda v: None if v in choices else f"must be one of {list(choices)}, got {v!r}"
+
+
+def _any(v: Any) -> str | None:
+    return None
+
+
+def _estimator(v: str) -> str | None:
+    from slca.advantages import list_estimators
+
+    return None if v in list_estimators() else f"must be a registered estimator {list_estimators()}, got {v!r}"
+
+
+def _tool_format(v: str) -> str | None:
+    from slca.chat import list_formats
+
+    return None if v in list_formats() else f"must be a tool-call format {list_formats()}, got {v!r}"
+
+
+def _model(v: str) -> str | None:
+    if v == "default":
+        return None
+    p = Path(v).expanduser()
+    if not p.exists():
+        return f"{v!r}: no such folder (give 'default' or a local save_pretrained folder; hub downloads are not used)"
+    if not p.is_dir() or not (p / "config.json").is_file():
+        return f"{v!r}: not a Hugging Face model folder (no config.json)"
+    return None
+
+
+def _suite(v: str) -> str | None:
+    if v == "toolworld":
+        return None
+    p = Path(v).expanduser()
+    if not p.is_file():
+        return f"{v!r}: not 'toolworld' and no such file"
+    if p.suffix not in (".jsonl", ".json", ".parquet"):
+        return f"{v!r}: a task file must be .jsonl, .json or .parquet"
+    return None
+
+
+def _device(v: str) -> str | None:
+    import torch
+
+    try:
+        d = torch.device(v)
+    except (RuntimeError, ValueError):
+        return f"{v!r} is not a torch device (cpu, cuda, cuda:N, mps)"
+    if d.type == "cpu":
+        return None
+    if d.type == "cuda":
+        if not torch.cuda.is_available():
+            return f"{v!r}: CUDA is not available on this machine"
+        if d.index is not None and d.index >= torch.cuda.device_count():
+            return f"{v!r}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+        return None
+    if d.type == "mps":
+        return None if torch.backends.mps.is_available() else f"{v!r}: MPS is not available on this machine"
+    return f"{v!r}: device type {d.type!r} is not supported (cpu, cuda, cuda:N, mps)"
+
+
+def _run_dir(v: str) -> str | None:
+    if not v.strip():
+        return "must name a folder, got an empty string"
+    p = Path(v).expanduser()
+    if p.exists() and not p.is_dir():
+        return f"{v!r} exists and is not a folder"
+    return None
+
+
+def _keep_checkpoints(v: int) -> str | None:
+    return None if v >= 0 else f"must be >= 1 (or 0 = keep every checkpoint), got {v!r}"
+
+
+CHECKS: dict[str, Check] = {
+    "run_dir": _run_dir,
+    "seed": _within(0, 2**32 - 1),  # numpy's seed range
+    "steps": _gt(0),
+    "model": _model,
+    "device": _device,
+    "suite": _suite,
+    "tasks_per_step": _gt(0),
+    "group_size": lambda v: None if v >= 2 else f"must be >= 2 (GRPO compares rollouts of one prompt), got {v!r}",
+    "tool_format": _tool_format,
+    "max_turns": _gt(0),
+    "max_new_tokens": _gt(0),
+    "max_total_tokens": _gt(0),
+    "temperature": _gt(0),
+    "top_p": _within(0, 1, lo_open=True),
+    "estimator": _estimator,
+    "scale": _one_of("group", "batch", "none"),
+    "eps": _ge(0),
+    "empty_tool": _one_of("response", "include", "exclude"),
+    "turn_lambda": _ge(0),
+    "tool_weight": _ge(0),
+    "summary_weight": _ge(0),
+    "summary_noise": _ge(0),
+    "lr": _gt(0),
+    "warmup_steps": _ge(0),
+    "weight_decay": _ge(0),
+    "ppo_epochs": _gt(0),
+    "minibatches": _gt(0),
+    "clip_low": _within(0, 1, hi_open=True),
+    "clip_high": _ge(0),
+    "kl_coef": _ge(0),
+    "kl_kind": _one_of("k1", "k2", "k3"),
+    "loss_agg": _one_of("token_mean", "seq_mean", "token_sum_norm", "segment_balanced"),
+    "max_grad_norm": _gt(0),  # < 0 flips every gradient, 0 freezes training
+    "diag_every": _ge(0),
+    "volatility_window": _gt(0),
+    "eval_every": _ge(0),
+    "eval_tasks": _gt(0),
+    "eval_temperature": _ge(0),
+    "save_every": _ge(0),
+    "keep_checkpoints": _keep_checkpoints,
+    "sample_html_every": _ge(0),
 }
-_POSITIVE = ("steps", "tasks_per_step", "max_turns", "max_new_tokens", "max_total_tokens", "ppo_epochs", "minibatches", "eval_tasks", "volatility_window")
-_NONNEG = ("warmup_steps", "weight_decay", "kl_coef", "summary_noise", "eval_every", "save_every", "diag_every", "eps", "tool_weight", "summary_weight", "turn_lambda", "sample_html_every", "eval_temperature")
+
+
+def _cross_checks(cfg: TrainConfig) -> Iterator[tuple[str, str]]:
+    """Checks between fields: ``(field, message)`` for each violation."""
+    if cfg.tasks_per_step * cfg.group_size < cfg.minibatches:
+        yield "minibatches", f"{cfg.minibatches} exceeds the batch size tasks_per_step x group_size = {cfg.tasks_per_step * cfg.group_size}"
+    if cfg.max_new_tokens > cfg.max_total_tokens:
+        yield "max_new_tokens", f"{cfg.max_new_tokens} exceeds max_total_tokens ({cfg.max_total_tokens})"
+
+
+def _type_ok(v: Any, hint: Any) -> bool:
+    """``v`` matches the annotation ``hint`` (int, float, str, bool, X | None, list[X])."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(v, h) for h in typing.get_args(hint))
+    if origin in (list, tuple):
+        (item,) = typing.get_args(hint)[:1] or (Any,)
+        return isinstance(v, origin) and all(_type_ok(x, item) for x in v)
+    if hint is Any:
+        return True
+    if hint is type(None):
+        return v is None
+    if hint is float:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if hint is int:
+        return isinstance(v, int) and not isinstance(v, bool)
+    return isinstance(v, hint)
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+def _finite_floats(v: Any) -> bool:
+    if isinstance(v, float):
+        return math.isfinite(v)
+    if isinstance(v, (list, tuple)):
+        return all(_finite_floats(x) for x in v)
+    return True
 
 
 def validate(cfg: TrainConfig) -> TrainConfig:
-    """Raise ValueError naming the first bad field; return ``cfg`` otherwise."""
-    from slca.advantages import list_estimators
+    """Raise :class:`ConfigError` naming the first bad field; return ``cfg`` otherwise.
 
+    Every field is checked against its type, every float must be finite, then
+    each field's entry in :data:`CHECKS` and the checks between fields. Paths
+    (``model``, ``suite``) must exist and ``device`` must be usable here, so a
+    refusal comes before a run folder is made or a model is loaded.
+    """
+    hints = typing.get_type_hints(type(cfg))
     for f in dataclasses.fields(cfg):
         v = getattr(cfg, f.name)
-        want = type(f.default)
-        if want is float and isinstance(v, int) and not isinstance(v, bool):
-            v = float(v)
-            setattr(cfg, f.name, v)
-        if not isinstance(v, want) or (want is int and isinstance(v, bool)):
-            raise ValueError(f"config field {f.name!r} must be {want.__name__}, got {v!r}")
-    for name, choices in _CHOICES.items():
-        if getattr(cfg, name) not in choices:
-            raise ValueError(f"config field {name!r} must be one of {choices}, got {getattr(cfg, name)!r}")
-    for name in _POSITIVE:
-        if getattr(cfg, name) <= 0:
-            raise ValueError(f"config field {name!r} must be > 0, got {getattr(cfg, name)!r}")
-    for name in _NONNEG:
-        if getattr(cfg, name) < 0:
-            raise ValueError(f"config field {name!r} must be >= 0, got {getattr(cfg, name)!r}")
-    if cfg.group_size < 2:
-        raise ValueError(f"config field 'group_size' must be >= 2 (GRPO compares rollouts of one prompt), got {cfg.group_size}")
-    if cfg.estimator not in list_estimators():
-        raise ValueError(f"config field 'estimator' must be a registered estimator {list_estimators()}, got {cfg.estimator!r}")
-    if not 0 < cfg.top_p <= 1:
-        raise ValueError(f"config field 'top_p' must be in (0, 1], got {cfg.top_p}")
-    if cfg.temperature <= 0:
-        raise ValueError(f"config field 'temperature' must be > 0, got {cfg.temperature}")
-    if not 0 <= cfg.clip_low < 1 or cfg.clip_high < 0:
-        raise ValueError(f"config fields 'clip_low' in [0, 1) and 'clip_high' >= 0, got {cfg.clip_low}, {cfg.clip_high}")
-    if (cfg.tasks_per_step * cfg.group_size) < cfg.minibatches:
-        raise ValueError(f"config field 'minibatches' ({cfg.minibatches}) exceeds the batch size ({cfg.tasks_per_step * cfg.group_size})")
-    if cfg.max_new_tokens > cfg.max_total_tokens:
-        raise ValueError(f"config field 'max_new_tokens' ({cfg.max_new_tokens}) exceeds 'max_total_tokens' ({cfg.max_total_tokens})")
+        hint = hints[f.name]
+        if not _type_ok(v, hint):
+            raise ConfigError(f.name, f"must be {_type_name(hint)}, got {v!r}")
+        if hint is float and isinstance(v, int):
+            setattr(cfg, f.name, float(v))
+        if not _finite_floats(v):
+            raise ConfigError(f.name, f"must be a finite number, got {v!r}")
+        check = CHECKS.get(f.name)
+        if check is None:
+            raise ConfigError(f.name, "has no entry in slca.config.CHECKS (say what a valid value is)")
+        msg = check(getattr(cfg, f.name))
+        if msg:
+            raise ConfigError(f.name, msg)
+    for name, msg in _cross_checks(cfg):
+        raise ConfigError(name, msg)
     return cfg
 
 
-def _coerce(name: str, raw: str, default: Any) -> Any:
-    if isinstance(default, bool):
+def _coerce(name: str, raw: str, hint: Any) -> Any:
+    """A ``--set`` string as a value of the field's type."""
+    args = [h for h in typing.get_args(hint) if h is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        if raw.lower() in ("none", "null", ""):
+            return None
+        return _coerce(name, raw, args[0]) if len(args) == 1 else raw
+    if typing.get_origin(hint) is list:
+        return [_coerce(name, x.strip(), args[0] if args else str) for x in raw.split(",") if x.strip()]
+    if hint is bool:
         if raw.lower() in ("1", "true", "yes"):
             return True
         if raw.lower() in ("0", "false", "no"):
             return False
-        raise ValueError(f"config field {name!r} must be a boolean, got {raw!r}")
-    if isinstance(default, int):
+        raise ConfigError(name, f"must be a boolean (true/false), got {raw!r}")
+    if hint is int:
         try:
             return int(raw)
         except ValueError:
-            raise ValueError(f"config field {name!r} must be an integer, got {raw!r}") from None
-    if isinstance(default, float):
+            raise ConfigError(name, f"must be an integer, got {raw!r}") from None
+    if hint is float:
         try:
             return float(raw)
         except ValueError:
-            raise ValueError(f"config field {name!r} must be a number, got {raw!r}") from None
+            raise ConfigError(name, f"must be a number, got {raw!r}") from None
     return raw
 
 
 def apply_overrides(cfg: TrainConfig, overrides: list[str] | dict[str, Any]) -> TrainConfig:
     """Apply ``["field=value", ...]`` (strings, coerced to the field's type) or a dict."""
-    names = {f.name: f for f in dataclasses.fields(cfg)}
+    hints = typing.get_type_hints(type(cfg))
+    names = [f.name for f in dataclasses.fields(cfg)]
     items = overrides.items() if isinstance(overrides, dict) else (_split(o) for o in overrides)
     for k, v in items:
         if k not in names:
-            raise ValueError(f"unknown config field {k!r}; known: {sorted(names)}")
-        setattr(cfg, k, _coerce(k, v, getattr(cfg, k)) if isinstance(v, str) else v)
+            close = difflib.get_close_matches(str(k), names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else "; `slca train --help-config` lists every field"
+            raise ConfigError(str(k), f"unknown config field{hint}")
+        setattr(cfg, k, _coerce(k, v, hints[k]) if isinstance(v, str) else v)
     return cfg
 
 
 def _split(o: str) -> tuple[str, str]:
     if "=" not in o:
-        raise ValueError(f"override {o!r} must look like field=value")
+        raise ConfigError("--set", f"{o!r} must look like field=value")
     k, v = o.split("=", 1)
     return k.strip(), v.strip()
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The mapping in a YAML (.yaml/.yml) or JSON (.json) file; errors name the file and line."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(str(p), "config file does not exist")
+    if p.suffix not in (".yaml", ".yml", ".json"):
+        raise ConfigError(str(p), "a config file must end in .yaml, .yml or .json")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(str(p), f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if p.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{p}:{e.lineno}", f"malformed JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
+    else:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+            where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
+            what = " ".join(str(x) for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x) or str(e).splitlines()[0]
+            line = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+            raise ConfigError(where, f"malformed YAML: {what}{line}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(str(p), f"a config file must hold a mapping of field: value, got {type(data).__name__}")
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None) -> TrainConfig:
     """Defaults, then the file (YAML or JSON mapping of field: value), then overrides; validated."""
     cfg = TrainConfig()
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ValueError(f"config file {str(p)!r} does not exist")
-        data = yaml.safe_load(p.read_text()) if p.suffix in (".yaml", ".yml") else json.loads(p.read_text())
-        if not isinstance(data, dict):
-            raise ValueError(f"config file {str(p)!r} must hold a mapping of field: value")
-        apply_overrides(cfg, data)
+        apply_overrides(cfg, read_config_file(path))
     if overrides:
         apply_overrides(cfg, overrides)
     return validate(cfg)
+
+
+def config_diff(stored: dict[str, Any], cfg: TrainConfig, ignore: tuple[str, ...] = ("run_dir",)) -> list[str]:
+    """``"field: stored -> new"`` for every field where ``stored`` (a saved config.json) differs.
+
+    A field missing from ``stored`` (a run saved before the field existed) counts
+    as its default value.
+    """
+    new = to_dict(cfg)
+    defaults = to_dict(TrainConfig())
+    out = []
+    for k in sorted(set(stored) | set(new)):
+        if k in ignore:
+            continue
+        old_v = stored.get(k, defaults.get(k))
+        if k not in new:
+            out.append(f"{k}: {old_v!r} -> (no longer a config field)")
+        elif old_v != new[k]:
+            out.append(f"{k}: {old_v!r} -> {new[k]!r}")
+    return out
 
 
 def to_dict(cfg: TrainConfig) -> dict[str, Any]:

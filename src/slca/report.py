@@ -101,7 +101,9 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     p = Path(run_dir) / "metrics.jsonl"
     if not p.exists():
         raise ValueError(f"{str(p)!r} does not exist: is {str(run_dir)!r} a run folder?")
-    return [json.loads(ln) for ln in p.read_text().splitlines() if ln.strip()]
+    from slca.runs import read_jsonl
+
+    return read_jsonl(p)  # a torn last line (a run killed mid-write) is dropped; any other bad line is an error
 
 
 def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:

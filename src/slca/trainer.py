@@ -26,7 +26,6 @@ import copy
 import json
 import math
 import random
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -130,16 +129,16 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
-        if model is None:
-            model, tokenizer = load_policy(cfg.model, cfg.device)
-        self.model, self.tok = model.to(cfg.device), tokenizer
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        if train_tasks is None:
+        if train_tasks is None:  # tasks before the model: a bad task file is refused before a model loads
             train_tasks, make_env = load_suite(cfg.suite, "train", cfg.seed)
             if eval_tasks is None and cfg.suite == "toolworld":
                 eval_tasks = load_suite(cfg.suite, "test", cfg.seed)[0]
         if make_env is None:
             raise ValueError("Trainer: pass make_env together with train_tasks")
+        if model is None:
+            model, tokenizer = load_policy(cfg.model, cfg.device)
+        self.model, self.tok = model.to(cfg.device), tokenizer
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.train_tasks, self.make_env = train_tasks, make_env
         self.eval_tasks = (eval_tasks or [])[: cfg.eval_tasks]
         self.ref = None
@@ -381,58 +380,51 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoints
 
     def save(self) -> Path:
-        d = self.run_dir / "checkpoints" / f"step-{self.step:06d}"
-        d.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(d, safe_serialization=True)
-        self.tok.save_pretrained(d)
-        torch.save(
-            {
-                "step": self.step,
-                "optimizer": self.opt.state_dict(),
-                "scheduler": self.sched.state_dict(),
-                "sampler": self.sampler.state(),
-                "grad_norms": self.grad_norms,
-                "samples": self.samples,
-                "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
-                "ref": self.ref.state_dict() if self.ref is not None else None,
-                "config": to_dict(self.cfg),
-            },
-            d / "trainer_state.pt",
-        )
-        ckpts = sorted((self.run_dir / "checkpoints").glob("step-*"))
-        for old in ckpts[: -self.cfg.keep_checkpoints]:
-            shutil.rmtree(old)
-        return d
+        """Checkpoint the run atomically (see :func:`slca.runs.save_checkpoint`); returns its folder."""
+        from slca.runs import rng_state, save_checkpoint
+
+        state = {
+            "step": self.step,
+            "optimizer": self.opt.state_dict(),
+            "scheduler": self.sched.state_dict(),
+            "sampler": self.sampler.state(),
+            "grad_norms": self.grad_norms,
+            "samples": self.samples,
+            "rng": rng_state(),
+            "ref": self.ref.state_dict() if self.ref is not None else None,
+            "config": to_dict(self.cfg),
+        }
+        return save_checkpoint(self.run_dir / "checkpoints", self.step, model=self.model, tokenizer=self.tok, state=state,
+                               keep=self.cfg.keep_checkpoints)
 
     def resume(self, ckpt: str | Path | None = None) -> bool:
-        """Restore the newest checkpoint of the run (or ``ckpt``). False if there is none."""
-        if ckpt is None:
-            ckpts = sorted((self.run_dir / "checkpoints").glob("step-*"))
-            if not ckpts:
-                return False
-            ckpt = ckpts[-1]
-        ckpt = Path(ckpt)
-        from safetensors.torch import load_file
+        """Restore the newest intact checkpoint of the run (or ``ckpt``). False if there is none.
 
-        files = sorted(ckpt.glob("*.safetensors"))
-        if not files:
-            raise ValueError(f"checkpoint {str(ckpt)!r} holds no model weights")
-        sd: dict[str, torch.Tensor] = {}
-        for f in files:
-            sd.update(load_file(str(f)))
+        Nothing is unpickled: weights and trainer tensors come from safetensors,
+        the rest from JSON. A checkpoint of a different config is refused.
+        """
+        from slca.config import config_diff
+        from slca.runs import RESUME_MAY_CHANGE, load_checkpoint, newest_intact_checkpoint, set_rng_state
+
+        if ckpt is None:
+            ckpt = newest_intact_checkpoint(self.run_dir / "checkpoints")[0]
+            if ckpt is None:
+                return False
+        ckpt = Path(ckpt)
+        sd, st = load_checkpoint(ckpt)
+        diff = config_diff(st["config"], self.cfg, ignore=("run_dir", *RESUME_MAY_CHANGE))
+        if diff:
+            raise ValueError(f"checkpoint {str(ckpt)!r} is of a different config: {'; '.join(diff)}")
         missing, unexpected = self.model.load_state_dict(sd, strict=False)
         if unexpected or [k for k in missing if "lm_head" not in k]:  # tied embeddings are saved once
             raise ValueError(f"checkpoint {str(ckpt)!r} does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
-        st = torch.load(ckpt / "trainer_state.pt", weights_only=False)
         self.opt.load_state_dict(st["optimizer"])
         self.sched.load_state_dict(st["scheduler"])
         self.sampler.epoch, self.sampler.pos = st["sampler"]["epoch"], st["sampler"]["pos"]
         self.grad_norms = list(st["grad_norms"])
         self.samples = list(st["samples"])
         self.step = int(st["step"])
-        torch.set_rng_state(st["rng"]["torch"])
-        random.setstate(st["rng"]["python"])
-        np.random.set_state(st["rng"]["numpy"])
+        set_rng_state(st["rng"])
         if self.ref is not None and st["ref"] is not None:
             self.ref.load_state_dict(st["ref"])
         return True
@@ -459,45 +451,62 @@ class Trainer:
             self._tb = None
 
 
-def _truncate_metrics(path: Path, before_step: int) -> None:
-    """Keep only records of steps before ``before_step`` (a resumed run rewrites the rest)."""
+def _truncate_metrics(path: Path, completed_steps: int) -> None:
+    """Keep only the records of the ``completed_steps`` steps a resumed run starts after.
+
+    A torn last line (a kill mid-write) is dropped; the file is rewritten atomically.
+    """
+    from slca.runs import read_jsonl, write_atomic
+
     if not path.exists():
         return
-    keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln).get("step", 0) < before_step]
-    path.write_text("".join(k + "\n" for k in keep))
+    keep = [r for r in read_jsonl(path) if r.get("step", 0) < completed_steps]
+    write_atomic(path, "".join(json.dumps(r) + "\n" for r in keep))
 
 
 def train(
     cfg: TrainConfig,
     *,
     resume: bool = False,
+    overwrite: bool = False,
     stop_after: int | None = None,
     on_step: Callable[[dict[str, Any]], None] | None = None,
     **trainer_kwargs: Any,
 ) -> Trainer:
     """Run (or resume) a training run to ``cfg.steps``; returns the trainer.
 
-    ``stop_after`` ends the process early after that many steps in this call
-    (used to test stop-and-resume); ``on_step`` receives each step's metrics.
+    An existing run folder needs ``resume`` (continue from its newest intact
+    checkpoint; the config must match) or ``overwrite`` (start over); see
+    :class:`slca.runs.RunFolder`. ``stop_after`` ends the process early after
+    that many steps in this call (used to test stop-and-resume); ``on_step``
+    receives each step's metrics.
     """
-    tr = Trainer(cfg, log=on_step, **trainer_kwargs)
-    (tr.run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
-    if resume:
-        tr.resume()
-    _truncate_metrics(tr.run_dir / "metrics.jsonl", tr.step)
-    done = 0
-    while tr.step < cfg.steps:
-        m = tr.train_step()
-        last = tr.step == cfg.steps
-        if (cfg.eval_every and tr.step % cfg.eval_every == 0) or last:
-            m.update(tr.evaluate())
-        tr.log(m)
-        if (cfg.save_every and tr.step % cfg.save_every == 0) or last:
-            tr.save()
-        done += 1
-        if stop_after is not None and done >= stop_after and not last:
-            tr.save()
-            break
-    (tr.run_dir / "samples.json").write_text(json.dumps(tr.samples))
-    tr.close()
+    from slca.runs import RunFolder, write_atomic
+
+    validate(cfg)  # before the run folder is touched or a model loads
+    with RunFolder(cfg, resume=resume, overwrite=overwrite) as run:
+        for note in run.notes:
+            print(f"[slca] {note}")
+        tr = Trainer(cfg, log=on_step, **trainer_kwargs)
+        if run.checkpoint is not None:
+            tr.resume(run.checkpoint)
+            print(f"[slca] resumed from step {tr.step} ({run.checkpoint})")
+        _truncate_metrics(tr.run_dir / "metrics.jsonl", tr.step)
+        done = 0
+        while tr.step < cfg.steps:
+            m = tr.train_step()
+            last = tr.step == cfg.steps
+            if (cfg.eval_every and tr.step % cfg.eval_every == 0) or last:
+                m.update(tr.evaluate())
+            tr.log(m)
+            saved = (cfg.save_every and tr.step % cfg.save_every == 0) or last
+            if saved:
+                tr.save()
+            done += 1
+            if stop_after is not None and done >= stop_after and not last:
+                if not saved:
+                    tr.save()
+                break
+        write_atomic(tr.run_dir / "samples.json", json.dumps(tr.samples))
+        tr.close()
     return tr

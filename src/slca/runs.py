@@ -1,0 +1,445 @@
+"""Run folders and checkpoints: nothing lost, nothing spliced, nothing unpickled.
+
+A run folder holds ``config.json``, ``metrics.jsonl`` (one JSON record per
+step), ``checkpoints/step-NNNNNN/`` and the reports. The rules (docs/runs.md):
+
+* An existing run folder is reused only with ``resume=True`` (same config,
+  except ``steps``) or replaced with ``overwrite=True``; one process at a time
+  (a lock on the folder).
+* A checkpoint is written into ``checkpoints/.tmp-*`` and renamed into place
+  once every file is on disk, with a ``manifest.json`` of sizes and SHA-256
+  digests. Resume takes the newest checkpoint whose manifest checks out.
+* Trainer state is JSON plus a safetensors file of its tensors (no pickle):
+  :func:`encode_state` / :func:`decode_state` split and join them.
+* ``metrics.jsonl`` may end in a torn line (a kill mid-write): :func:`read_jsonl`
+  drops it; a bad line anywhere else is an error naming the file and line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from slca.config import ConfigError, TrainConfig, config_diff, to_dict
+
+__all__ = [
+    "RunFolder", "read_jsonl", "write_atomic", "save_checkpoint", "verify_checkpoint", "list_checkpoints",
+    "newest_intact_checkpoint", "load_checkpoint", "encode_state", "decode_state", "rng_state", "set_rng_state",
+    "RESUME_MAY_CHANGE",
+]
+
+CKPT_PREFIX = "step-"
+MANIFEST = "manifest.json"
+STATE_JSON = "trainer_state.json"
+STATE_TENSORS = "trainer_state.safetensors"
+FORMAT_VERSION = 1
+RUN_MARKERS = ("config.json", "metrics.jsonl", "checkpoints")
+RESUME_MAY_CHANGE = ("steps",)
+"""Fields ``--resume`` lets differ from the stored config (extend or shorten a run)."""
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file and a rename (never a torn file)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Records of a JSONL file; a torn last line (no newline, not JSON) is dropped.
+
+    Raises:
+        ValueError: naming the file and line, for a bad line that is not the torn tail.
+    """
+    path = Path(path)
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    rows: list[dict[str, Any]] = []
+    for i, ln in enumerate(lines):
+        if not ln.strip():
+            continue
+        torn_tail = i == len(lines) - 1  # the file does not end in a newline after this line
+        try:
+            rec = json.loads(ln)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            if torn_tail:
+                continue  # a process killed while appending this record; the record was never complete
+            raise ValueError(f"{path}:{i + 1}: not a JSON record ({getattr(e, 'msg', e)})") from None
+        if not isinstance(rec, dict):
+            raise ValueError(f"{path}:{i + 1}: a record must be a JSON object, got {type(rec).__name__}")
+        rows.append(rec)
+    return rows
+
+
+def _sha256(p: Path) -> str:
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- state without pickle
+
+
+def encode_state(obj: Any) -> tuple[Any, dict[str, torch.Tensor]]:
+    """Split ``obj`` into a JSON-able structure and a flat dict of tensors.
+
+    Tensors and numpy arrays become ``{"$tensor": key}`` / ``{"$ndarray": key, "dtype": ...}``;
+    tuples ``{"$tuple": [...]}``; dicts with non-string keys ``{"$items": [[k, v], ...]}``.
+    """
+    tensors: dict[str, torch.Tensor] = {}
+
+    def enc(x: Any, path: str) -> Any:
+        if isinstance(x, torch.Tensor):
+            tensors[path] = x.detach().to("cpu").contiguous().clone()  # clone: no shared storage (tied weights)
+            return {"$tensor": path}
+        if isinstance(x, np.ndarray):
+            tensors[path] = torch.from_numpy(x.astype(np.int64) if x.dtype.kind in "iu" else x.copy())
+            return {"$ndarray": path, "dtype": str(x.dtype)}
+        if isinstance(x, tuple):
+            return {"$tuple": [enc(v, f"{path}/{i}") for i, v in enumerate(x)]}
+        if isinstance(x, list):
+            return [enc(v, f"{path}/{i}") for i, v in enumerate(x)]
+        if isinstance(x, dict):
+            if all(isinstance(k, str) and not k.startswith("$") for k in x):
+                return {k: enc(v, f"{path}/{k}") for k, v in x.items()}
+            return {"$items": [[enc(k, f"{path}/k{i}"), enc(v, f"{path}/{i}")] for i, (k, v) in enumerate(x.items())]}
+        if isinstance(x, np.generic):
+            return x.item()
+        if x is None or isinstance(x, (bool, int, float, str)):
+            return x
+        raise TypeError(f"encode_state: cannot store a {type(x).__name__} at {path!r}")
+
+    return enc(obj, "state"), tensors
+
+
+def decode_state(meta: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """Inverse of :func:`encode_state`."""
+
+    def dec(x: Any) -> Any:
+        if isinstance(x, list):
+            return [dec(v) for v in x]
+        if isinstance(x, dict):
+            if "$tensor" in x:
+                return tensors[x["$tensor"]]
+            if "$ndarray" in x:
+                return tensors[x["$ndarray"]].numpy().astype(x["dtype"])
+            if "$tuple" in x:
+                return tuple(dec(v) for v in x["$tuple"])
+            if "$items" in x:
+                return {_hashable(dec(k)): dec(v) for k, v in x["$items"]}
+            return {k: dec(v) for k, v in x.items()}
+        return x
+
+    return dec(meta)
+
+
+def _hashable(k: Any) -> Any:
+    return tuple(_hashable(v) for v in k) if isinstance(k, list) else k
+
+
+def rng_state() -> dict[str, Any]:
+    """Every global random state a step uses: torch (CPU and CUDA), Python, numpy."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    return {"torch": torch.get_rng_state(), "cuda": list(cuda), "python": random.getstate(), "numpy": np.random.get_state()}
+
+
+def set_rng_state(st: dict[str, Any]) -> None:
+    torch.set_rng_state(st["torch"])
+    if st.get("cuda"):
+        torch.cuda.set_rng_state_all(st["cuda"])
+    random.setstate(st["python"])
+    np.random.set_state(st["numpy"])
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def _step_of(d: Path) -> int | None:
+    tail = d.name[len(CKPT_PREFIX):]
+    return int(tail) if d.name.startswith(CKPT_PREFIX) and tail.isdigit() else None
+
+
+def list_checkpoints(root: str | Path) -> list[tuple[int, Path]]:
+    """``(step, folder)`` of every ``step-N`` folder under ``root``, oldest first (by step number)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    out = [(s, d) for d in root.iterdir() if d.is_dir() and (s := _step_of(d)) is not None]
+    return sorted(out)
+
+
+def _remove_leftovers(root: Path) -> None:
+    """Temporary folders of saves or removals a killed process did not finish."""
+    for d in root.glob(".tmp-*"):
+        shutil.rmtree(d, ignore_errors=True)
+    for d in root.glob(".del-*"):
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def save_checkpoint(root: str | Path, step: int, *, model: Any, tokenizer: Any, state: dict[str, Any], keep: int) -> Path:
+    """Write ``root/step-{step}`` atomically and keep the ``keep`` newest (0 = all).
+
+    The model (``save_pretrained``, safetensors), the tokenizer, ``state`` as
+    JSON + safetensors, and a manifest are written into a temporary folder,
+    flushed to disk, then renamed into place: a kill at any point leaves either
+    the complete checkpoint or none.
+    """
+    from safetensors.torch import save_file
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(root)
+    final = root / f"{CKPT_PREFIX}{step:06d}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=root))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        meta, tensors = encode_state(state)
+        save_file(tensors, str(tmp / STATE_TENSORS))
+        (tmp / STATE_JSON).write_text(json.dumps({"format": FORMAT_VERSION, "step": step, "state": meta}))
+        files = {}
+        for p in sorted(tmp.rglob("*")):
+            if p.is_file():
+                with open(p, "rb") as f:
+                    os.fsync(f.fileno())
+                files[p.relative_to(tmp).as_posix()] = {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+        manifest = tmp / MANIFEST
+        with open(manifest, "w") as f:
+            json.dump({"format": FORMAT_VERSION, "step": step, "files": files}, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(tmp)
+        if final.exists():  # the same step saved again: move the old one out of the way first
+            final.rename(root / f".del-{final.name}-{os.getpid()}")
+        os.rename(tmp, final)
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if keep > 0:
+        for _, old in list_checkpoints(root)[:-keep]:
+            gone = root / f".del-{old.name}-{os.getpid()}"
+            old.rename(gone)  # atomic: a kill mid-removal never leaves a half-deleted step-N folder
+            shutil.rmtree(gone, ignore_errors=True)
+    _remove_leftovers(root)
+    return final
+
+
+def verify_checkpoint(d: str | Path) -> str | None:
+    """None if ``d`` is a complete checkpoint; otherwise why it is not."""
+    d = Path(d)
+    if (d / "trainer_state.pt").exists() and not (d / MANIFEST).exists():
+        return "written by an older slca (pickled trainer_state.pt, which is not loaded: unpickling can run code)"
+    try:
+        man = json.loads((d / MANIFEST).read_text())
+        files = man["files"]
+    except FileNotFoundError:
+        return "no manifest.json (an incomplete write)"
+    except (ValueError, KeyError, TypeError) as e:
+        return f"unreadable manifest.json ({e})"
+    if man.get("format") != FORMAT_VERSION:
+        return f"checkpoint format {man.get('format')!r}, this slca reads {FORMAT_VERSION}"
+    if _step_of(d) is not None and man.get("step") != _step_of(d):
+        return f"manifest says step {man.get('step')!r}, folder name says {_step_of(d)}"
+    for name in (STATE_JSON, STATE_TENSORS):
+        if name not in files:
+            return f"the manifest lists no {name}"
+    for name, info in files.items():
+        p = d / name
+        if not p.is_file():
+            return f"{name} is missing"
+        if p.stat().st_size != info.get("bytes"):
+            return f"{name} has {p.stat().st_size} bytes, the manifest says {info.get('bytes')}"
+        if _sha256(p) != info.get("sha256"):
+            return f"{name} does not match its SHA-256 in the manifest"
+    return None
+
+
+def newest_intact_checkpoint(root: str | Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest checkpoint that verifies, and ``(folder, reason)`` for each newer one that does not."""
+    skipped: list[tuple[Path, str]] = []
+    for _, d in reversed(list_checkpoints(root)):
+        why = verify_checkpoint(d)
+        if why is None:
+            return d, skipped
+        skipped.append((d, why))
+    return None, skipped
+
+
+def load_checkpoint(d: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """``(model state dict, trainer state)`` of a verified checkpoint; tensors only, no pickle."""
+    from safetensors.torch import load_file
+
+    d = Path(d)
+    why = verify_checkpoint(d)
+    if why is not None:
+        raise ValueError(f"checkpoint {str(d)!r} is not intact: {why}")
+    weights: dict[str, torch.Tensor] = {}
+    for f in sorted(d.glob("*.safetensors")):
+        if f.name != STATE_TENSORS:
+            weights.update(load_file(str(f)))
+    if not weights:
+        raise ValueError(f"checkpoint {str(d)!r} holds no model weights")
+    meta = json.loads((d / STATE_JSON).read_text())
+    state = decode_state(meta["state"], load_file(str(d / STATE_TENSORS)))
+    return weights, state
+
+
+# --------------------------------------------------------------------------- run folders
+
+
+class RunFolder:
+    """An exclusively held run folder, checked against ``resume`` / ``overwrite``.
+
+    Use as a context manager around a run (:func:`slca.trainer.train` does)::
+
+        with RunFolder(cfg, resume=True) as run:
+            ...  # run.checkpoint: the checkpoint to resume from, or None
+    """
+
+    def __init__(self, cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False) -> None:
+        if resume and overwrite:
+            raise ConfigError("--overwrite", "--resume and --overwrite exclude each other")
+        self.cfg, self.resume, self.overwrite = cfg, resume, overwrite
+        self.path = Path(cfg.run_dir)
+        self.checkpoint: Path | None = None
+        self.notes: list[str] = []
+        self._fd: int | None = None
+
+    # ------------------------------------------------------------------ lock
+
+    def _lock(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows: no lock
+            return
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise ConfigError("run_dir", f"{str(self.path)!r} is in use by another slca process") from None
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the lock
+            self._fd = None
+
+    def __enter__(self) -> "RunFolder":
+        self.open()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    # ------------------------------------------------------------------ checks
+
+    def holds_run(self) -> bool:
+        return self.path.is_dir() and any((self.path / m).exists() for m in RUN_MARKERS)
+
+    def open(self) -> "RunFolder":
+        """Lock the folder, apply the resume / overwrite rules, write config.json."""
+        self._lock()
+        try:
+            self._prepare()
+        except BaseException:
+            self.release()
+            raise
+        return self
+
+    def _prepare(self) -> None:
+        cfg, d = self.cfg, self.path
+        if self.holds_run():
+            if not (self.resume or self.overwrite):
+                raise ConfigError("run_dir", f"{str(d)!r} already holds a run; pass --resume to continue it or --overwrite to replace it")
+            if self.overwrite:
+                self._clear()
+            else:
+                self.checkpoint = self._resume_point()
+        elif self.resume:
+            self.notes.append(f"{d} holds no run yet; starting from step 0")
+        write_atomic(d / "config.json", json.dumps(to_dict(cfg), indent=2))
+
+    def _clear(self) -> None:
+        d = self.path.resolve()
+        cwd = Path.cwd().resolve()
+        if d == cwd or d in cwd.parents or d == Path.home().resolve():
+            raise ConfigError("run_dir", f"{str(self.path)!r} is the working folder, a folder above it or the home folder; --overwrite will not empty it")
+        for p in d.iterdir():
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+
+    def _stored_config(self) -> dict[str, Any] | None:
+        p = self.path / "config.json"
+        if not p.exists():
+            return None
+        try:
+            stored = json.loads(p.read_text())
+        except ValueError as e:
+            raise ConfigError("run_dir", f"{str(p)!r} is not valid JSON ({e}); pass --overwrite to start over") from None
+        if not isinstance(stored, dict):
+            raise ConfigError("run_dir", f"{str(p)!r} does not hold a config mapping; pass --overwrite to start over")
+        return stored
+
+    def _resume_point(self) -> Path | None:
+        stored = self._stored_config()
+        if stored is not None:
+            diff = config_diff(stored, self.cfg, ignore=("run_dir", *RESUME_MAY_CHANGE))
+            if diff:
+                raise ConfigError("--resume", f"the config differs from the run's config.json: {'; '.join(diff)} "
+                                  "(resume with the stored config, or pass --overwrite to start over)")
+            if stored.get("steps") != self.cfg.steps:
+                self.notes.append(f"steps: {stored.get('steps')} -> {self.cfg.steps}")
+        root = self.path / "checkpoints"
+        if root.is_dir():
+            _remove_leftovers(root)
+        ckpt, skipped = newest_intact_checkpoint(root)
+        if ckpt is None and skipped:
+            reasons = "; ".join(f"{p.name}: {why}" for p, why in skipped)
+            raise ConfigError("--resume", f"no intact checkpoint in {str(root)!r} ({reasons}); pass --overwrite to start over")
+        for p, why in skipped:  # newer than the one resumed from: kept aside for inspection, never loaded
+            aside = p.with_name(f"broken-{p.name}")
+            shutil.rmtree(aside, ignore_errors=True)
+            p.rename(aside)
+            self.notes.append(f"skipped checkpoint {p.name} ({why}); moved to {aside.name}")
+        if ckpt is None:
+            self.notes.append(f"{self.path} has no checkpoint yet; starting from step 0")
+        return ckpt
