@@ -74,7 +74,7 @@ def test_compare_cli_tiny_budget(tmp_path, tiny_model_dir):
 def test_compare_refuses_bad_input(tmp_path):
     r = subprocess.run([sys.executable, "-m", "slca.cli", "compare", "--estimators", "grpo,nope", "--seeds", "0", "--out", str(tmp_path),
                         "--set", "model=/nonexistent"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "unknown estimator 'nope'" in r.stdout
+    assert r.returncode == 2 and "unknown estimator 'nope'" in r.stderr and r.stderr.count("\n") == 1
     r = subprocess.run([sys.executable, "-m", "slca.cli", "compare", "--seeds", "0", "--set", "steps=zero", "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "'steps' must be an integer" in r.stdout
+    assert r.returncode == 2 and r.stderr == "error: steps: must be an integer, got 'zero'\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -34,8 +35,25 @@ def _print_table(table: Table) -> None:
 
 
 def _fail(msg: str) -> None:
-    console.print(f"[red]error:[/red] {msg}")
+    """One ``error: <field>: <what is wrong>`` line on stderr, exit status 2."""
+    typer.secho("error: ", fg="red", err=True, nl=False)
+    typer.echo(" ".join(str(msg).split()), err=True)  # one line, whatever the message holds
     raise typer.Exit(2)
+
+
+def _refuse_value_errors(fn):
+    """Run ``fn()``; a ValueError (bad input: config, files, run folder) becomes an ``error:`` line.
+
+    ``SLCA_DEBUG=1`` re-raises it with its traceback instead.
+    """
+    import os
+
+    try:
+        return fn()
+    except ValueError as e:
+        if os.environ.get("SLCA_DEBUG"):
+            raise
+        _fail(str(e))
 
 
 def _run_with_progress(cfg, label: str, **kw: Any):
@@ -44,28 +62,29 @@ def _run_with_progress(cfg, label: str, **kw: Any):
 
     from slca.trainer import train
 
-    with Progress(
+    prog = Progress(
         TextColumn(f"[bold]{label}[/bold]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"),
         console=console,
-    ) as prog:
-        task = prog.add_task("", total=cfg.steps)
+    )
+    task = prog.add_task("", total=cfg.steps)
 
-        def on_step(m: dict[str, Any]) -> None:
-            desc = f"tool {m.get('reward/tool', float('nan')):.2f}  summary {m.get('reward/summary', float('nan')):.2f}"
-            if "eval/success" in m:
-                desc += f"  eval success {m['eval/success']:.2f}"
-            prog.update(task, completed=m["step"] + 1, description=desc)
+    def on_step(m: dict[str, Any]) -> None:
+        prog.start()  # on the first step: a refusal of the run folder prints no empty bar before it
+        desc = f"tool {m.get('reward/tool', float('nan')):.2f}  summary {m.get('reward/summary', float('nan')):.2f}"
+        if "eval/success" in m:
+            desc += f"  eval success {m['eval/success']:.2f}"
+        prog.update(task, completed=m["step"] + 1, description=desc)
 
+    try:
         return train(cfg, on_step=on_step, **kw)
+    finally:
+        prog.stop()
 
 
 def _load_cfg(config: Optional[Path], overrides: list[str]):
     from slca.config import load_config
 
-    try:
-        return load_config(config, overrides)
-    except ValueError as e:
-        _fail(str(e))
+    return _refuse_value_errors(lambda: load_config(config, overrides))
 
 
 DEMO_OVERRIDES = {
@@ -118,7 +137,7 @@ def demo(
     for est in ("grpo", "slca"):
         cfg = validate(TrainConfig(run_dir=str(out / est), estimator=est, seed=seed, **DEMO_OVERRIDES["quick" if quick else "full"]))
         model.load_state_dict(init_state)  # both runs start from the same weights
-        tr = _run_with_progress(cfg, est.upper(), model=model, tokenizer=tok)
+        tr = _run_with_progress(cfg, est.upper(), model=model, tokenizer=tok, overwrite=True)  # the demo replaces its last run
         runs[est.upper()] = out / est
         write_token_html(tr.samples, out / est / "tokens.html", title=f"{est.upper()} run: token-level advantages")
     wall = time.time() - t0
@@ -131,10 +150,14 @@ def demo(
 def train(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML/JSON file of config fields."),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a field: --set estimator=grpo (repeatable)."),
-    resume: bool = typer.Option(False, help="Resume the run in run_dir from its newest checkpoint."),
+    resume: bool = typer.Option(False, help="Continue the run in run_dir from its newest intact checkpoint (same config; steps may change)."),
+    overwrite: bool = typer.Option(False, help="Replace the run in run_dir (its metrics, checkpoints and reports are deleted)."),
     help_config: bool = typer.Option(False, "--help-config", help="List every config field with its doc and default."),
 ) -> None:
-    """Train one run (GRPO, SLCA or any registered estimator)."""
+    """Train one run (GRPO, SLCA or any registered estimator).
+
+    An existing run folder needs --resume or --overwrite; see docs/runs.md.
+    """
     from slca.config import TrainConfig, field_docs
     from slca.report import write_report, write_token_html
 
@@ -144,7 +167,9 @@ def train(
             console.print(f"[bold]{k}[/bold] = {getattr(d, k)!r}\n    {doc}")
         return
     cfg = _load_cfg(config, set_)
-    tr = _run_with_progress(cfg, cfg.estimator.upper(), resume=resume)
+    if resume and overwrite:
+        _fail("--overwrite: --resume and --overwrite exclude each other")
+    tr = _refuse_value_errors(lambda: _run_with_progress(cfg, cfg.estimator.upper(), resume=resume, overwrite=overwrite))
     write_token_html(tr.samples, Path(cfg.run_dir) / "tokens.html")
     md = write_report({cfg.estimator: cfg.run_dir}, cfg.run_dir)
     console.print(f"run: {cfg.run_dir}  report: {md}")
@@ -156,11 +181,15 @@ def report(
     out: Optional[Path] = typer.Option(None, help="Where to write report.md and curves.png (default: the first run)."),
 ) -> None:
     """Write the markdown + PNG report for one or more runs."""
-    from slca.report import check_samples, run_labels, write_report, write_token_html
+    from slca.report import check_samples, read_metrics, run_labels, write_report, write_token_html
 
     for d in run_dirs:
-        if not (d / "metrics.jsonl").exists():
-            _fail(f"{d} is not a run folder (no metrics.jsonl)")
+        if not (d / "metrics.jsonl").is_file():
+            _fail(f"{d}: not a run folder (no metrics.jsonl)")
+        if not _refuse_value_errors(lambda: read_metrics(d)):
+            _fail(f"{d / 'metrics.jsonl'}: holds no complete record")
+    if out is not None and out.exists() and not out.is_dir():
+        _fail(f"--out: {out} exists and is not a folder")
     runs = run_labels(run_dirs)  # unique even when two folders share a name
     try:
         md = write_report(runs, out or run_dirs[0])
@@ -169,7 +198,7 @@ def report(
             if s.exists():
                 try:
                     samples = json.loads(s.read_text())
-                except json.JSONDecodeError as e:
+                except (json.JSONDecodeError, UnicodeDecodeError) as e:
                     raise ValueError(f"{s} is not valid JSON: {e}") from None
                 check_samples(samples, str(s))
                 write_token_html(samples, d / "tokens.html")
@@ -188,6 +217,7 @@ def compare(
     jobs: int = typer.Option(2, help="Runs trained at once (one torch thread each)."),
     level: float = typer.Option(0.5, help="Tool-success level for 'steps to level'."),
     title: str = typer.Option("slca compare", help="Report title."),
+    overwrite: bool = typer.Option(False, help="Retrain runs in --out whose stored config differs (default: refuse)."),
 ) -> None:
     """Train several estimators over several seeds on the same budget and report honestly."""
     import shlex
@@ -199,15 +229,22 @@ def compare(
     try:
         sds = [int(x) for x in seeds.split(",") if x.strip()]
     except ValueError:
-        _fail(f"--seeds must be comma-separated integers, got {seeds!r}")
-    if not est or not sds:
-        _fail("need at least one estimator and one seed")
-    from slca.config import load_config
+        _fail(f"--seeds: must be comma-separated integers, got {seeds!r}")
+    if not est:
+        _fail("--estimators: need at least one estimator")
+    if not sds:
+        _fail("--seeds: need at least one seed")
+    if len(set(est)) < len(est) or len(set(sds)) < len(sds):
+        _fail(f"--estimators / --seeds: each may appear once, got {est} and {sds}")
+    if jobs < 1:
+        _fail(f"--jobs: must be >= 1, got {jobs}")
+    if not math.isfinite(level):
+        _fail(f"--level: must be a finite number, got {level}")
+    if out.exists() and not out.is_dir():
+        _fail(f"--out: {out} exists and is not a folder")
+    from slca.compare import check_runs
 
-    try:
-        cfg = load_config(None, set_)
-    except ValueError as e:
-        _fail(str(e))
+    cfg = _refuse_value_errors(lambda: check_runs(est, sds, out, list(set_), overwrite=overwrite))
     if cfg.model == "default":  # build the embedded model once, before runs start in parallel
         from slca.models import load_default
 
@@ -222,7 +259,7 @@ def compare(
         console.print(f"[{done[0]}/{n}] {spec.estimator} seed {spec.seed}: {status} in {secs / 60:.1f} min")
 
     try:
-        specs = run_compare(est, sds, out, list(set_), jobs=jobs, progress=progress)
+        specs = run_compare(est, sds, out, list(set_), jobs=jobs, progress=progress, overwrite=overwrite)
     except (ValueError, RuntimeError) as e:
         _fail(str(e))
     command = "slca " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -253,8 +290,26 @@ def eval_(
     """Evaluate a model: in-domain (toolworld / toucan), BFCL or tau2-bench."""
     import os
 
+    from slca.chat import list_formats
     from slca.eval import EvalConfig, GenerationConfig, run_eval
 
+    # (option, value, what a good value is): refused before anything loads
+    checks = [
+        ("--samples", samples, samples >= 1, ">= 1"),
+        ("--limit", limit, limit is None or limit >= 1, ">= 1"),
+        ("--max-new-tokens", max_new_tokens, max_new_tokens >= 1, ">= 1"),
+        ("--batch-size", batch_size, batch_size >= 1, ">= 1"),
+        ("--max-steps", max_steps, max_steps >= 1, ">= 1"),
+        ("--seed", seed, 0 <= seed < 2**32, "in [0, 2**32)"),
+        ("--temperature", temperature, temperature is None or (math.isfinite(temperature) and temperature >= 0), "a finite number >= 0"),
+        ("--format", format, format in list_formats(), f"one of {list_formats()}"),
+        ("--user", user, user in ("llm", "scripted"), "llm or scripted"),
+        ("--data", data, data is None or data.is_file(), "an existing file"),
+        ("--out", out, not out.exists() or out.is_dir(), "a folder"),
+    ]
+    for name, value, ok, want in checks:
+        if not ok:
+            _fail(f"{name}: must be {want}, got {str(value)!r}")
     try:
         gen = GenerationConfig(
             max_new_tokens=max_new_tokens, temperature=temperature if temperature is not None else (0.0 if samples == 1 else 0.7), batch_size=batch_size, seed=seed

@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from slca.report import final_eval, metric_range, read_metrics
+from slca.runs import write_atomic
 
-__all__ = ["RunSpec", "run_compare", "summarize", "write_compare_report", "t_interval", "band"]
+__all__ = ["RunSpec", "run_compare", "run_status", "check_runs", "summarize", "write_compare_report", "t_interval", "band"]
+
 
 def t_interval(xs: list[float], level: float = 0.95) -> tuple[float, float]:
     """Mean and half-width of the two-sided Student-t interval (``scipy.stats.t``; half-width NaN for n < 2).
@@ -49,13 +51,82 @@ class RunSpec:
     run_dir: Path
 
 
-def _run_one(spec: RunSpec, overrides: list[str], log_dir: Path) -> tuple[RunSpec, int, float]:
+def run_config(spec: RunSpec, overrides: list[str]) -> Any:
+    """The validated config ``slca train`` builds for one run of the comparison."""
+    from slca.config import load_config
+
+    return load_config(None, [*overrides, f"estimator={spec.estimator}", f"seed={spec.seed}", f"run_dir={spec.run_dir}"])
+
+
+def run_status(spec: RunSpec, overrides: list[str]) -> tuple[str, list[str]]:
+    """What a comparison does with a run folder, and why.
+
+    ``("new", [])`` nothing there yet; ``("done", [])`` finished with this very
+    config: reused; ``("resume", [])`` interrupted (or shorter) with this config:
+    continued with ``--resume``; ``("differs", diff)`` trained with another config
+    (or not a run slca wrote): retrained only with ``overwrite``.
+    """
+    from slca.config import config_diff
+    from slca.runs import RunFolder, checkpoint_step, newest_intact_checkpoint
+
+    cfg = run_config(spec, overrides)
+    folder = RunFolder(cfg)
+    if not folder.holds_run():
+        return "new", []
+    try:
+        stored = json.loads((spec.run_dir / "config.json").read_text())
+        if not isinstance(stored, dict):
+            raise ValueError("not a mapping")
+    except (OSError, ValueError) as e:
+        return "differs", [f"config.json unreadable ({e})"]
+    diff = config_diff(stored, cfg, ignore=("run_dir", "steps"))
+    if stored.get("steps", cfg.steps) > cfg.steps:
+        diff.append(f"steps: {stored.get('steps')!r} -> {cfg.steps!r}")
+    if diff:
+        return "differs", diff
+    ckpt = newest_intact_checkpoint(spec.run_dir / "checkpoints")[0]
+    if ckpt is not None and checkpoint_step(ckpt) == cfg.steps and (spec.run_dir / "samples.json").exists():
+        return "done", []
+    return "resume", []
+
+
+def check_runs(estimators: list[str], seeds: list[int], out: Path, overrides: list[str], *, overwrite: bool = False) -> Any:
+    """Refuse a bad comparison before any work starts; returns the shared config.
+
+    Every run's config is validated, and a run folder already in ``out`` that
+    was trained with a different config is refused unless ``overwrite``.
+    """
+    from slca.advantages import list_estimators
+    from slca.config import load_config
+
+    for e in estimators:
+        if e not in list_estimators():
+            raise ValueError(f"--estimators: unknown estimator {e!r}; registered: {list_estimators()}")
+    if any(k.split("=", 1)[0].strip() in ("estimator", "seed", "run_dir") for k in overrides):
+        raise ValueError("--set: may not change estimator, seed or run_dir (compare sets them per run)")
+    base = load_config(None, overrides)
+    differ = []
+    for sp in _specs(estimators, seeds, out):
+        status, diff = run_status(sp, overrides)
+        if status == "differs":
+            differ.append(f"{sp.run_dir.name} ({'; '.join(diff)})")
+    if differ and not overwrite:
+        raise ValueError(f"--out: {len(differ)} run folder(s) in {out} were trained with another config: {', '.join(differ)}. "
+                         "Pass --overwrite to retrain them, or choose another --out")
+    return base
+
+
+def _specs(estimators: list[str], seeds: list[int], out: Path) -> list[RunSpec]:
+    return [RunSpec(e, s, out / f"{e}-seed{s}") for s in seeds for e in estimators]
+
+
+def _run_one(spec: RunSpec, overrides: list[str], log_dir: Path, flag: str | None) -> tuple[RunSpec, int, float]:
     cmd = [sys.executable, "-m", "slca.cli", "train", "--set", f"estimator={spec.estimator}", "--set", f"seed={spec.seed}",
            "--set", f"run_dir={spec.run_dir}"]
     for o in overrides:
         cmd += ["--set", o]
-    if (spec.run_dir / "checkpoints").exists():
-        cmd.append("--resume")  # an interrupted comparison picks up where it stopped
+    if flag:
+        cmd.append(flag)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     t0 = time.time()
     with open(log_dir / f"{spec.estimator}-seed{spec.seed}.log", "w") as f:
@@ -63,25 +134,30 @@ def _run_one(spec: RunSpec, overrides: list[str], log_dir: Path) -> tuple[RunSpe
     return spec, rc, time.time() - t0
 
 
-def run_compare(estimators: list[str], seeds: list[int], out: Path, overrides: list[str], jobs: int = 2, progress=None) -> list[RunSpec]:
-    """Train every (estimator, seed) pair; returns the specs. Raises if a run failed."""
-    from slca.advantages import list_estimators
-    from slca.config import load_config
+_FLAGS = {"new": None, "resume": "--resume", "differs": "--overwrite"}
 
-    for e in estimators:
-        if e not in list_estimators():
-            raise ValueError(f"unknown estimator {e!r}; registered: {list_estimators()}")
-    load_config(None, overrides)  # refuse a bad override before any work starts
-    if any(k.split("=", 1)[0].strip() in ("estimator", "seed", "run_dir") for k in overrides):
-        raise ValueError("--set may not change estimator, seed or run_dir: compare sets them per run")
+
+def run_compare(estimators: list[str], seeds: list[int], out: Path, overrides: list[str], jobs: int = 2, progress=None,
+                *, overwrite: bool = False) -> list[RunSpec]:
+    """Train every (estimator, seed) pair; returns the specs. Raises if a run failed.
+
+    A run folder already in ``out`` is reused if it finished with the same
+    config, resumed if it was interrupted, and refused (retrained with
+    ``overwrite``) if its config differs: see :func:`run_status`.
+    """
+    check_runs(estimators, seeds, out, overrides, overwrite=overwrite)
     out.mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
-    specs = [RunSpec(e, s, out / f"{e}-seed{s}") for s in seeds for e in estimators]
-    todo = [sp for sp in specs if not _finished(sp.run_dir, overrides)]
+    specs = _specs(estimators, seeds, out)
+    todo = []
+    for sp in specs:
+        status = run_status(sp, overrides)[0]
+        if status != "done":
+            todo.append((sp, _FLAGS[status]))
     t0 = time.time()
     failed = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
-        for spec, rc, secs in ex.map(lambda sp: _run_one(sp, overrides, out / "logs"), todo):
+        for spec, rc, secs in ex.map(lambda item: _run_one(item[0], overrides, out / "logs", item[1]), todo):
             if progress:
                 progress(spec, rc, secs)
             if rc != 0:
@@ -92,16 +168,8 @@ def run_compare(estimators: list[str], seeds: list[int], out: Path, overrides: l
     meta = out / "compare.json"
     prev = json.loads(meta.read_text()).get("train_wall_s", 0.0) if meta.exists() else 0.0
     wall = prev + (time.time() - t0 if todo else 0.0)
-    meta.write_text(json.dumps({"estimators": estimators, "seeds": seeds, "overrides": overrides, "train_wall_s": wall}, indent=2))
+    write_atomic(meta, json.dumps({"estimators": estimators, "seeds": seeds, "overrides": overrides, "train_wall_s": wall}, indent=2))
     return specs
-
-
-def _finished(run_dir: Path, overrides: list[str]) -> bool:
-    if not (run_dir / "metrics.jsonl").exists() or not (run_dir / "config.json").exists():
-        return False
-    steps = json.loads((run_dir / "config.json").read_text())["steps"]
-    rows = read_metrics(run_dir)
-    return bool(rows) and rows[-1]["step"] + 1 >= steps
 
 
 def _steps_to(rows: list[dict[str, Any]], key: str, level: float, k: int = 5) -> float:

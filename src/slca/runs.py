@@ -34,7 +34,7 @@ from slca.config import ConfigError, TrainConfig, config_diff, to_dict
 __all__ = [
     "RunFolder", "read_jsonl", "write_atomic", "save_checkpoint", "verify_checkpoint", "list_checkpoints",
     "newest_intact_checkpoint", "load_checkpoint", "encode_state", "decode_state", "rng_state", "set_rng_state",
-    "RESUME_MAY_CHANGE",
+    "RESUME_MAY_CHANGE", "checkpoint_step",
 ]
 
 CKPT_PREFIX = "step-"
@@ -193,6 +193,11 @@ def set_rng_state(st: dict[str, Any]) -> None:
 def _step_of(d: Path) -> int | None:
     tail = d.name[len(CKPT_PREFIX):]
     return int(tail) if d.name.startswith(CKPT_PREFIX) and tail.isdigit() else None
+
+
+def checkpoint_step(d: str | Path) -> int | None:
+    """The step of a ``step-N`` checkpoint folder (None for another name)."""
+    return _step_of(Path(d))
 
 
 def list_checkpoints(root: str | Path) -> list[tuple[int, Path]]:
@@ -442,4 +447,6 @@ class RunFolder:
             self.notes.append(f"skipped checkpoint {p.name} ({why}); moved to {aside.name}")
         if ckpt is None:
             self.notes.append(f"{self.path} has no checkpoint yet; starting from step 0")
+        elif (_step_of(ckpt) or 0) > self.cfg.steps:
+            raise ConfigError("steps", f"{self.cfg.steps} is below the step of the newest checkpoint ({ckpt.name}); a resumed run cannot shorten")
         return ckpt

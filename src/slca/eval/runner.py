@@ -93,6 +93,20 @@ def run_eval(cfg: EvalConfig, out_dir: str | pathlib.Path | None = None) -> Suit
             raise ValueError(f"--categories {bad}: tau2 domains are {list(DOMAINS)}")
         if cfg.user == "llm" and not (cfg.user_base_url and cfg.user_model):
             raise ValueError("--suite tau2 needs --user-url and --user-model (an OpenAI-compatible endpoint for tau2's user simulator), or --user scripted")
+    from slca.chat import get_format
+
+    get_format(cfg.format)  # an unknown format is refused before the model loads
+    if cfg.suite in ("toolworld", "toucan"):  # in-domain tasks load (and their --categories are checked) before the model
+        from slca.eval.in_domain import loaded_tasks, toolworld_tasks
+
+        tasks, make_env = toolworld_tasks(None, cfg.gen.seed) if cfg.suite == "toolworld" else loaded_tasks(cfg.data, None, cfg.gen.seed)
+        if cfg.categories:
+            kinds = sorted({t.kind for t in tasks})
+            bad = [c for c in cfg.categories if c not in kinds]
+            if bad:
+                raise ValueError(f"--categories {bad}: task kinds here are {kinds}")
+            tasks = [t for t in tasks if t.kind in cfg.categories]
+        tasks = tasks[: cfg.limit] if cfg.limit is not None else tasks
     model, tok = load_model(cfg.model)
     agent = PolicyAgent(model, tok, cfg.format, cfg.gen)
     if cfg.suite == "bfcl":
@@ -116,16 +130,8 @@ def run_eval(cfg: EvalConfig, out_dir: str | pathlib.Path | None = None) -> Suit
             model_label=cfg.model,
         )
     else:
-        from slca.eval.in_domain import loaded_tasks, run_in_domain, toolworld_tasks
+        from slca.eval.in_domain import run_in_domain
 
-        tasks, make_env = toolworld_tasks(None, cfg.gen.seed) if cfg.suite == "toolworld" else loaded_tasks(cfg.data, None, cfg.gen.seed)
-        if cfg.categories:
-            kinds = sorted({t.kind for t in tasks})
-            bad = [c for c in cfg.categories if c not in kinds]
-            if bad:
-                raise ValueError(f"--categories {bad}: task kinds here are {kinds}")
-            tasks = [t for t in tasks if t.kind in cfg.categories]
-        tasks = tasks[: cfg.limit] if cfg.limit is not None else tasks
         report = run_in_domain(
             agent, tasks, make_env, suite=cfg.suite, samples=cfg.samples, max_turns=cfg.max_turns, progress=cfg.progress, model_label=cfg.model
         )

@@ -1,0 +1,101 @@
+"""Kill real `slca train` processes (SIGKILL) at seeded random points, checkpoint
+writes included, resume each time, and get the metrics of an uninterrupted run.
+
+The kill points are file-system events of the process (tests/_killhook.py): the
+state a run leaves on disk can only change at one of them, so a kill before a
+random one of them is a kill at a random point of the run as far as the disk can
+tell. One more kill comes from outside, at a random time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HOOK = str(Path(__file__).with_name("_killhook.py"))
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), HF_HUB_OFFLINE="1",
+           TOKENIZERS_PARALLELISM="false")
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    from slca.env import toolworld
+    from slca.models.config import ModelSize
+    from slca.models.default import make_model
+    from slca.models.tokenizer import train_tokenizer
+
+    d = tmp_path_factory.mktemp("tiny-model")
+    tasks = toolworld.make_tasks("train", n=30, seed=0)
+    tok = train_tokenizer([m["content"] for t in tasks for m in t.messages] * 3, vocab_size=400)
+    model = make_model(ModelSize(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64), tok)
+    model.save_pretrained(d)
+    tok.save_pretrained(d)
+    return d
+
+
+def _cmd(model: Path, run: Path, kill_at: str = "0", log: str = "-", resume: bool = False) -> list[str]:
+    sets = [f"model={model}", f"run_dir={run}", "steps=4", "tasks_per_step=2", "group_size=2", "max_turns=2", "max_new_tokens=8",
+            "eval_every=2", "eval_tasks=2", "save_every=1", "keep_checkpoints=2", "summary_noise=0.5", "minibatches=1",
+            "kl_coef=0.05", "sample_html_every=1"]
+    cmd = [sys.executable, HOOK, str(run), log, kill_at, "--", "train"]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd + (["--resume"] if resume else [])
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=ENV)
+
+
+def _metrics(run: Path) -> list[dict]:
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows]  # timings differ between any two runs
+
+
+@pytest.mark.slow
+def test_sigkill_anywhere_then_resume_gives_the_uninterrupted_metrics(tmp_path, tiny_model_dir):
+    ref, log = tmp_path / "ref", tmp_path / "ref.events"
+    r = _run(_cmd(tiny_model_dir, ref, log=str(log)))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    events = log.read_text().splitlines()
+    in_ckpt = [i for i, e in enumerate(events, 1) if ".tmp-step-" in e]
+    assert len(in_ckpt) >= 4 * 8  # four checkpoint writes, each many events
+
+    rng = random.Random(1616)
+    run = tmp_path / "run"
+    kills = [
+        str(rng.choice(in_ckpt)),                         # a fresh run, inside a checkpoint write
+        f"{rng.randint(1, 12)}:.tmp-step-",               # resumed, inside its first checkpoint write
+        "1:os.rename\tcheckpoints/.tmp-step-",            # resumed, a complete temporary checkpoint not yet renamed
+        f"{rng.randint(1, 2)}:metrics.jsonl",             # resumed, while logging a step
+    ]
+    for i, k in enumerate(kills):
+        r = _run(_cmd(tiny_model_dir, run, kill_at=k, resume=i > 0))
+        assert r.returncode == -signal.SIGKILL, (k, r.stdout[-3000:], r.stderr[-3000:])
+        if i > 0:
+            assert "resumed from step" in r.stdout or "no checkpoint yet" in r.stdout, r.stdout[-3000:]
+        if k.startswith("1:os.rename"):
+            assert list((run / "checkpoints").glob(".tmp-step-*")), "the kill left a complete but unrenamed checkpoint"
+    # resumed, killed from outside after a random delay
+    p = subprocess.Popen(_cmd(tiny_model_dir, run, resume=True), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    time.sleep(rng.uniform(2.0, 8.0))
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=60)
+    # a torn last line, as a kill in the middle of an append leaves
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 3, "loss": 0.12')
+    r = _run(_cmd(tiny_model_dir, run, resume=True))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "resumed from step" in r.stdout
+    assert _metrics(run) == _metrics(ref)  # exactly: every float of every step
+    assert not list((run / "checkpoints").glob(".tmp-*")) and not list((run / "checkpoints").glob(".del-*"))
+    assert [p.name for p in sorted((run / "checkpoints").glob("step-*"))] == ["step-000003", "step-000004"]
