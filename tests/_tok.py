@@ -190,3 +190,19 @@ def gold_demo_messages(task):
         msgs += answer_turn(parsed, env, 0)[1]
     msgs.append({"role": "assistant", "content": task.meta["reference_answer"]})
     return msgs
+
+
+def save_tiny_policy(d: pathlib.Path, hidden: int = 64, heads: int = 4, kv_heads: int = 2, intermediate: int = 128) -> pathlib.Path:
+    """A random tiny Qwen2 policy with a toolworld tokenizer, saved to ``d`` (a ``--set model=`` folder)."""
+    from slca.env import toolworld
+    from slca.models.config import ModelSize
+    from slca.models.default import make_model
+    from slca.models.tokenizer import train_tokenizer
+
+    tasks = toolworld.make_tasks("train", n=30, seed=0)
+    tok = train_tokenizer([m["content"] for t in tasks for m in t.messages] * 3, vocab_size=400)
+    size = ModelSize(hidden_size=hidden, num_hidden_layers=2, num_attention_heads=heads, num_key_value_heads=kv_heads, intermediate_size=intermediate)
+    model = make_model(size, tok)
+    model.save_pretrained(d)
+    tok.save_pretrained(d)
+    return d

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from _tok import save_tiny_policy
 
 from slca.compare import t_interval
 
@@ -36,18 +37,7 @@ def test_bands_are_clipped_to_the_metric_range():
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
-    from slca.env import toolworld
-    from slca.models.config import ModelSize
-    from slca.models.default import make_model
-    from slca.models.tokenizer import train_tokenizer
-
-    d = tmp_path_factory.mktemp("tiny-model")
-    tasks = toolworld.make_tasks("train", n=30, seed=0)
-    tok = train_tokenizer([m["content"] for t in tasks for m in t.messages] * 3, vocab_size=400)
-    model = make_model(ModelSize(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128), tok)
-    model.save_pretrained(d)
-    tok.save_pretrained(d)
-    return d
+    return save_tiny_policy(tmp_path_factory.mktemp("tiny-model"))
 
 
 @pytest.mark.slow
@@ -69,6 +59,15 @@ def test_compare_cli_tiny_budget(tmp_path, tiny_model_dir):
     for x in summary["runs"]:
         if x["estimator"] == "slca" and not math.isnan(x["adv/contamination"]):
             assert x["adv/contamination"] == 0.0
+    # the same comparison again reuses the finished runs: nothing is retrained
+    metrics = {p: p.read_bytes() for p in out.glob("*/metrics.jsonl")}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "seed" not in r.stdout.split("report:")[0], r.stdout + r.stderr  # no run reported as trained
+    assert {p: p.read_bytes() for p in out.glob("*/metrics.jsonl")} == metrics
+    # another lr: the stored runs do not match and the comparison is refused, naming the difference
+    r = subprocess.run(cmd + ["--set", "lr=0.001"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "were trained with another config: grpo-seed0 (lr: 0.0002 -> 0.001)" in r.stderr, r.stdout + r.stderr
+    assert {p: p.read_bytes() for p in out.glob("*/metrics.jsonl")} == metrics
 
 
 def test_compare_refuses_bad_input(tmp_path):

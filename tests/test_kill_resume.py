@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _tok import save_tiny_policy
 
 HOOK = str(Path(__file__).with_name("_killhook.py"))
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -28,18 +29,7 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=SRC + os.pathsep + os.env
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
-    from slca.env import toolworld
-    from slca.models.config import ModelSize
-    from slca.models.default import make_model
-    from slca.models.tokenizer import train_tokenizer
-
-    d = tmp_path_factory.mktemp("tiny-model")
-    tasks = toolworld.make_tasks("train", n=30, seed=0)
-    tok = train_tokenizer([m["content"] for t in tasks for m in t.messages] * 3, vocab_size=400)
-    model = make_model(ModelSize(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64), tok)
-    model.save_pretrained(d)
-    tok.save_pretrained(d)
-    return d
+    return save_tiny_policy(tmp_path_factory.mktemp("tiny-model"), hidden=32, heads=2, kv_heads=1, intermediate=64)
 
 
 def _cmd(model: Path, run: Path, kill_at: str = "0", log: str = "-", resume: bool = False) -> list[str]:

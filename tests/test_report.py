@@ -158,11 +158,11 @@ def test_report_refuses_malformed_samples_naming_the_field(tmp_path):
     s[0]["rollouts"][1]["adv"]["slca"][3] = "<b>"
     (run / "samples.json").write_text(json.dumps(s))
     r = _cli("report", str(run))
-    assert r.returncode == 2 and "error:" in r.stdout
-    assert "group 0 rollout 1: field 'adv.slca' must be a list of finite numbers" in r.stdout
+    assert r.returncode == 2 and r.stderr.startswith("error: ")
+    assert "group 0 rollout 1: field 'adv.slca' must be a list of finite numbers" in r.stderr
     (run / "samples.json").write_text("[{")
     r = _cli("report", str(run))
-    assert r.returncode == 2 and "samples.json is not valid JSON" in r.stdout
+    assert r.returncode == 2 and "samples.json is not valid JSON" in r.stderr
 
 
 def _chromium():

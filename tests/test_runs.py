@@ -174,7 +174,7 @@ def test_report_reads_a_run_with_a_torn_tail(tmp_path):
     (run / "metrics.jsonl").write_text('{"step": 0}\n')
     (run / "samples.json").write_text('[{"step": 0, "rollo')
     res = CliRunner().invoke(app, ["report", str(run)])
-    assert res.exit_code == 2 and res.stderr.startswith(f"error: {run / 'samples.json'}: not valid JSON"), res.output
+    assert res.exit_code == 2 and res.stderr.startswith(f"error: {run / 'samples.json'} is not valid JSON"), res.output
 
 
 # ---------------------------------------------------------------- run folders

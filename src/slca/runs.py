@@ -42,7 +42,8 @@ MANIFEST = "manifest.json"
 STATE_JSON = "trainer_state.json"
 STATE_TENSORS = "trainer_state.safetensors"
 FORMAT_VERSION = 1
-RUN_MARKERS = ("config.json", "metrics.jsonl", "checkpoints")
+RUN_MARKERS = ("metrics.jsonl", "checkpoints")
+"""What makes a folder hold a run (something to lose); a lone config.json of a start that failed does not."""
 RESUME_MAY_CHANGE = ("steps",)
 """Fields ``--resume`` lets differ from the stored config (extend or shorten a run)."""
 
