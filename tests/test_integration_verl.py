@@ -439,12 +439,13 @@ def _verl_rollout(task, row, tools, tok, assistant_texts):
 
 
 def _slca_rollout(task, assistant_texts):
-    """The same turns through ``slca train``'s path: its parser, its simulator (toolworld.make_env), its scorer."""
+    """The same turns through ``slca train``'s path: its parser, its rollout's tool answering
+    (``slca.rollout.answer_turn`` on ``toolworld.make_env``) and the trainer's scorer (``score_batch``)."""
     from slca.chat import get_format
     from slca.env import toolworld
-    from slca.rewards import execution_reward, summary_reward
+    from slca.rewards.batch import score_batch
     from slca.rollout import answer_turn
-    from slca.types import Turn
+    from slca.types import Trajectory, Turn
 
     fmt, env, turns, final = get_format("hermes"), toolworld.make_env(task), [], ""
     for text in assistant_texts:
@@ -452,7 +453,10 @@ def _slca_rollout(task, assistant_texts):
         results = answer_turn(parsed, env, 0)[0] if parsed.is_tool_turn else []
         final = "" if parsed.is_tool_turn else parsed.content
         turns.append(Turn(text=text, parsed=parsed, results=results))
-    return execution_reward(task, turns).total, summary_reward(task, turns, final).total
+    stop = "max_turns" if turns[-1].parsed.is_tool_turn else "final_answer"
+    scored = score_batch([Trajectory(task=task, prompt_ids=[], response_ids=[], model_mask=[], logprobs=[], turns=turns,
+                                     final_text=final, stop_reason=stop)])
+    return float(scored.tool[0]), float(scored.summary[0])
 
 
 def test_chain_task_scores_the_same_through_verl_and_slca(tmp_path):
