@@ -180,5 +180,18 @@ def test_cli_malformed_config_file_no_traceback(tmp_path):
     assert "Traceback" not in r.stdout + r.stderr
 
 
+def test_override_strings_coerced_by_annotation():
+    """Fields of other types (optional, lists, booleans) slot into the same table."""
+    from slca.config import _coerce, _type_ok
+
+    assert _coerce("f", "a, b", list[str]) == ["a", "b"]
+    assert _coerce("f", "none", int | None) is None and _coerce("f", "3", int | None) == 3
+    assert _coerce("f", "yes", bool) is True and _coerce("f", "0", bool) is False
+    with pytest.raises(ConfigError, match="f: must be a boolean"):
+        _coerce("f", "maybe", bool)
+    assert _type_ok(None, int | None) and _type_ok(["a"], list[str]) and not _type_ok([1], list[str])
+    assert not _type_ok(True, int) and _type_ok(3, float) and not _type_ok("3", float)
+
+
 def test_all_float_defaults_finite():
     assert all(math.isfinite(getattr(TrainConfig(), n)) for n in FLOAT_FIELDS)

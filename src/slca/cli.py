@@ -42,15 +42,14 @@ def _fail(msg: str) -> None:
 
 
 def _refuse_value_errors(fn):
-    """Run ``fn()``; a ValueError (bad input: config, files, run folder) becomes an ``error:`` line.
-
-    ``SLCA_DEBUG=1`` re-raises it with its traceback instead.
+    """Run ``fn()``; a ValueError (bad input: config, files, run folder) or an OSError (disk full,
+    permissions) becomes an ``error:`` line. ``SLCA_DEBUG=1`` re-raises it with its traceback instead.
     """
     import os
 
     try:
         return fn()
-    except ValueError as e:
+    except (ValueError, OSError) as e:
         if os.environ.get("SLCA_DEBUG"):
             raise
         _fail(str(e))
