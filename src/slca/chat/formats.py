@@ -16,8 +16,17 @@ Four formats behind one interface (:class:`ToolCallFormat`):
 ``parse`` never raises on model output: every malformed part becomes a
 :class:`~slca.types.ParseError` kept with the turn (so the environment can answer
 it and the execution reward can score it), and no call is dropped silently.
+Parsing takes time linear in the text's length. JSON is decoded with the bounds
+of :func:`slca._limits.loads` (nesting at most 64 deep, integers at most 4,300
+digits, no ``NaN``/``Infinity``, no lone surrogates): a value past them is an
+``invalid_json`` error naming the bound, so every call that comes out of
+``parse`` can be serialised, validated and tokenised downstream.
 ``render`` produces exactly the text the chat templates of those models render
-for an assistant turn (after the generation prompt, before the end-of-turn token).
+for an assistant turn (after the generation prompt, before the end-of-turn token)
+for ordinary names and arguments; it also escapes what those templates leave raw
+(a name with ``"``, ``\\`` or a newline; a literal ``<tool_call>`` or
+``</tool_call>`` inside a string, written ``\\u003c...``), so
+``parse(render(calls)).calls == calls`` for every JSON-valued call.
 
 Error kinds (``ParseError.kind``): ``invalid_json``, ``unclosed_tag``,
 ``unmatched_tag``, ``empty_call``, ``call_not_object``, ``not_a_list``,
@@ -30,9 +39,11 @@ from __future__ import annotations
 
 import json
 import re
+import reprlib
 from abc import ABC, abstractmethod
 from typing import Any
 
+from slca._limits import loads as _bounded_loads, raw_decode as _bounded_raw_decode, value_problem
 from slca.types import ParsedTurn, ParseError, ToolCall
 
 __all__ = [
@@ -61,7 +72,9 @@ ERROR_KINDS = (
 )
 
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+_TAG = re.compile(re.escape(_OPEN) + "|" + re.escape(_CLOSE))
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+_WS = re.compile(r"\s*")
 
 
 def _dumps(obj: Any) -> str:
@@ -69,8 +82,25 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False)
 
 
+def _dumps_in_tag(obj: Any) -> str:
+    """JSON for inside ``<tool_call>`` tags: a literal tag in a string is written ``\\u003c...``.
+
+    Structural JSON never contains ``<``, so the tags can only occur inside
+    strings, where ``\\u003c`` decodes back to ``<``.
+    """
+    return _dumps(obj).replace(_OPEN, "\\u003ctool_call>").replace(_CLOSE, "\\u003c/tool_call>")
+
+
 def _short(text: str, n: int = 80) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _show(obj: Any, n: int = 200) -> str:
+    """A short fragment for an error message; never raises (the value may not be JSON)."""
+    try:
+        return _short(_dumps(obj), n)
+    except (TypeError, ValueError, RecursionError):
+        return _short(reprlib.repr(obj), n)
 
 
 def call_from_object(
@@ -81,7 +111,7 @@ def call_from_object(
     Returns a :class:`ParseError` (``call_not_object``, ``missing_name``,
     ``missing_arguments``, ``arguments_not_object``) instead of raising.
     """
-    frag = fragment or _short(_dumps(obj) if not isinstance(obj, str) else obj, 200)
+    frag = fragment or (_short(obj, 200) if isinstance(obj, str) else _show(obj))
     if not isinstance(obj, dict):
         return ParseError("call_not_object", f"a tool call must be a JSON object, got {type(obj).__name__}", frag)
     name = obj.get("name")
@@ -99,6 +129,9 @@ def call_from_object(
             f"\"{key}\" of the call to {name!r} must be a JSON object, got {type(args).__name__}",
             frag,
         )
+    problem = value_problem({"name": name, "arguments": args})
+    if problem is not None:
+        return ParseError("invalid_json", f"the call to {name[:80]!r} is not plain JSON: {problem}", frag)
     return ToolCall(name=name, arguments=args)
 
 
@@ -116,24 +149,26 @@ def _split_think(text: str) -> tuple[str | None, str, list[ParseError]]:
 
 
 def _tag_blocks(text: str) -> tuple[str, list[str], list[ParseError]]:
-    """Split text on ``<tool_call>`` tags.
+    """Split text on ``<tool_call>`` tags (one pass over the tag positions: linear time).
 
     Returns ``(content, bodies, errors)``: ``content`` is the text before the
     first tag; ``bodies`` the text inside each closed tag; errors for unclosed
     tags, stray closing tags and text between or after the tags.
     """
     errors: list[ParseError] = []
-    first = text.find(_OPEN)
-    head = text if first < 0 else text[:first]
-    if _CLOSE in head:
+    tags = [(m.start(), m.group() == _OPEN) for m in _TAG.finditer(text)]
+    i = next((k for k, (_, is_open) in enumerate(tags) if is_open), None)
+    head = text if i is None else text[: tags[i][0]]
+    if tags and (i is None or i > 0):  # a closing tag before any opening one
         errors.append(ParseError("unmatched_tag", "</tool_call> without an opening <tool_call>", _short(head, 200)))
-    if first < 0:
+    if i is None:
         return head.strip(), [], errors
     bodies: list[str] = []
-    pos = first
-    while pos < len(text):
-        nxt_open = text.find(_OPEN, pos)
-        if nxt_open < 0:
+    first = pos = tags[i][0]
+    while True:
+        while i < len(tags) and not tags[i][1]:
+            i += 1  # stray closing tags: part of the text between / after the calls
+        if i == len(tags):
             tail = text[pos:]
             if tail.strip():
                 if _CLOSE in tail:
@@ -141,19 +176,18 @@ def _tag_blocks(text: str) -> tuple[str, list[str], list[ParseError]]:
                 else:
                     errors.append(ParseError("text_around_calls", "text after the tool calls is ignored", _short(tail.strip(), 200)))
             break
-        between = text[pos:nxt_open]
-        if between.strip() and pos != first:
+        at = tags[i][0]
+        between = text[pos:at]
+        if pos != first and between.strip():
             errors.append(ParseError("text_around_calls", "text between tool calls is ignored", _short(between.strip(), 200)))
-        start = nxt_open + len(_OPEN)
-        close = text.find(_CLOSE, start)
-        reopen = text.find(_OPEN, start)
-        if close < 0 or (0 <= reopen < close):
-            stop = len(text) if reopen < 0 else reopen
-            errors.append(ParseError("unclosed_tag", "<tool_call> is never closed with </tool_call>", _short(text[nxt_open:stop], 200)))
-            pos = stop
+        start = at + len(_OPEN)
+        if i + 1 < len(tags) and not tags[i + 1][1]:  # the next tag closes this one
+            bodies.append(text[start: tags[i + 1][0]])
+            pos, i = tags[i + 1][0] + len(_CLOSE), i + 2
             continue
-        bodies.append(text[start:close])
-        pos = close + len(_CLOSE)
+        stop = tags[i + 1][0] if i + 1 < len(tags) else len(text)
+        errors.append(ParseError("unclosed_tag", "<tool_call> is never closed with </tool_call>", _short(text[at: min(stop, at + 201)], 200)))
+        pos, i = stop, i + 1
     return head.strip(), bodies, errors
 
 
@@ -161,10 +195,10 @@ def _loads(body: str) -> tuple[Any, ParseError | None]:
     src = body.strip()
     if not src:
         return None, ParseError("empty_call", "empty <tool_call></tool_call>", body)
-    try:
-        return json.loads(src), None
-    except json.JSONDecodeError as e:
-        return None, ParseError("invalid_json", f"tool call is not valid JSON: {e.msg} at char {e.pos}", _short(src, 200))
+    obj, reason = _bounded_loads(src)
+    if reason is not None:
+        return None, ParseError("invalid_json", f"tool call is not valid JSON: {reason}", _short(src, 200))
+    return obj, None
 
 
 class ToolCallFormat(ABC):
@@ -221,7 +255,8 @@ class HermesFormat(ToolCallFormat):
 
     def render(self, calls: list[ToolCall], content: str = "", reasoning: str | None = None) -> str:
         parts = [content] if content else []
-        parts += [f'{_OPEN}\n{{"name": "{c.name}", "arguments": {_dumps(c.arguments)}}}\n{_CLOSE}' for c in calls]
+        # The templates write '{"name": "' + name + '", ...': the same text for every name that needs no escaping.
+        parts += [f'{_OPEN}\n{{"name": {_dumps_in_tag(c.name)}, "arguments": {_dumps_in_tag(c.arguments)}}}\n{_CLOSE}' for c in calls]
         return _think_prefix(reasoning) + "\n".join(parts)
 
 
@@ -256,7 +291,7 @@ class JsonListFormat(ToolCallFormat):
     def render(self, calls: list[ToolCall], content: str = "", reasoning: str | None = None) -> str:
         parts = [content] if content else []
         if calls:
-            body = _dumps([{"name": c.name, "arguments": c.arguments} for c in calls])
+            body = _dumps_in_tag([{"name": c.name, "arguments": c.arguments} for c in calls])
             parts.append(f"{_OPEN}\n{body}\n{_CLOSE}")
         return _think_prefix(reasoning) + "\n".join(parts)
 
@@ -291,26 +326,22 @@ class Llama3JsonFormat(ToolCallFormat):
             errors.append(ParseError("text_around_calls", "text before the tool call is ignored", _short(body[: m.start()].strip(), 200)))
             body = body[m.start():]
         calls: list[ToolCall] = []
-        dec = json.JSONDecoder()
-        pos = 0
-        while pos < len(body):
-            try:
-                obj, end = dec.raw_decode(body, pos)
-            except json.JSONDecodeError as e:
-                errors.append(ParseError("invalid_json", f"tool call is not valid JSON: {e.msg} at char {e.pos}", _short(body[pos:], 200)))
-                break
-            res = call_from_object(obj, args_keys=("parameters", "arguments"), fragment=_short(body[pos:end], 200))
-            (errors if isinstance(res, ParseError) else calls).append(res)  # type: ignore[arg-type]
-            rest_text = body[end:].lstrip()
-            if rest_text.startswith(";"):
-                pos = len(body) - len(rest_text) + 1
-                while pos < len(body) and body[pos].isspace():
-                    pos += 1
-                if pos >= len(body):
+        pos, n = 0, len(body)
+        while pos < n:  # every step moves past one call: linear in the text
+            obj, end, reason = _bounded_raw_decode(body, pos)
+            if reason is not None:
+                errors.append(ParseError("invalid_json", f"tool call is not valid JSON: {reason}", _short(body[pos: pos + 201], 200)))
+                if end == pos:  # a syntax error: the end of the call is unknown
                     break
+            else:
+                res = call_from_object(obj, args_keys=("parameters", "arguments"), fragment=_short(body[pos: min(end, pos + 201)], 200))
+                (errors if isinstance(res, ParseError) else calls).append(res)  # type: ignore[arg-type]
+            q = _WS.match(body, end).end()
+            if q < n and body[q] == ";":
+                pos = _WS.match(body, q + 1).end()
                 continue
-            if rest_text:
-                errors.append(ParseError("text_around_calls", "text after the tool calls is ignored", _short(rest_text, 200)))
+            if q < n:
+                errors.append(ParseError("text_around_calls", "text after the tool calls is ignored", _short(body[q: q + 201], 200)))
             break
         return ParsedTurn(content="", calls=calls, errors=errors, reasoning=reasoning)
 
@@ -337,38 +368,36 @@ class OpenAIFormat(ToolCallFormat):
         src = text.strip()
         if not src.startswith("{"):
             return ParsedTurn(content=src)
-        try:
-            msg = json.loads(src)
-        except json.JSONDecodeError as e:
-            return ParsedTurn(errors=[ParseError("invalid_json", f"message is not valid JSON: {e.msg} at char {e.pos}", _short(src, 200))])
+        msg, reason = _bounded_loads(src)
+        if reason is not None:
+            return ParsedTurn(errors=[ParseError("invalid_json", f"message is not valid JSON: {reason}", _short(src, 200))])
         return self.parse_message(msg)
 
     def parse_message(self, msg: Any) -> ParsedTurn:
         """Parse a decoded OpenAI assistant message (a dict). Never raises."""
         if not isinstance(msg, dict):
-            return ParsedTurn(errors=[ParseError("call_not_object", f"message must be a JSON object, got {type(msg).__name__}", _short(_dumps(msg), 200))])
+            return ParsedTurn(errors=[ParseError("call_not_object", f"message must be a JSON object, got {type(msg).__name__}", _show(msg))])
         content = msg.get("content") or ""
         if not isinstance(content, str):
-            content = _dumps(content)
+            content = _show(content, 10**9)
         reasoning = msg.get("reasoning_content")
         out = ParsedTurn(content=content, reasoning=reasoning if isinstance(reasoning, str) else None)
         raw_calls = msg.get("tool_calls") or []
         if not isinstance(raw_calls, list):
-            out.errors.append(ParseError("not_a_list", f"\"tool_calls\" must be a list, got {type(raw_calls).__name__}", _short(_dumps(raw_calls), 200)))
+            out.errors.append(ParseError("not_a_list", f"\"tool_calls\" must be a list, got {type(raw_calls).__name__}", _show(raw_calls)))
             return out
         for i, tc in enumerate(raw_calls):
             if not isinstance(tc, dict) or not isinstance(tc.get("function"), dict):
-                out.errors.append(ParseError("call_not_object", f"tool_calls[{i}] needs a \"function\" object", _short(_dumps(tc), 200)))
+                out.errors.append(ParseError("call_not_object", f"tool_calls[{i}] needs a \"function\" object", _show(tc)))
                 continue
             fn = dict(tc["function"])
             args = fn.get("arguments")
             if isinstance(args, str):
-                try:
-                    fn["arguments"] = json.loads(args) if args.strip() else {}
-                except json.JSONDecodeError as e:
-                    out.errors.append(ParseError("invalid_json", f"tool_calls[{i}] arguments are not valid JSON: {e.msg}", _short(args, 200)))
+                fn["arguments"], reason = _bounded_loads(args) if args.strip() else ({}, None)
+                if reason is not None:
+                    out.errors.append(ParseError("invalid_json", f"tool_calls[{i}] arguments are not valid JSON: {reason}", _short(args, 200)))
                     continue
-            res = call_from_object(fn, fragment=_short(_dumps(tc), 200))
+            res = call_from_object(fn, fragment=_show(tc))
             if isinstance(res, ParseError):
                 out.errors.append(res)
             else:

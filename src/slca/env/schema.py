@@ -17,6 +17,7 @@ import jsonschema
 from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import SchemaError, best_match
 
+from slca._limits import BoundedValidator
 from slca.types import ToolCall, ToolSpec
 
 __all__ = ["ToolBox", "as_tool_specs", "check_tool_schema", "check_calls"]
@@ -26,10 +27,15 @@ _FORMATS = FormatChecker()
 
 @functools.lru_cache(maxsize=4096)
 def _validator(schema_json: str) -> Draft202012Validator:
-    """A checked, compiled validator for one schema (cached: datasets repeat their tools)."""
+    """A checked, compiled validator for one schema (cached: datasets repeat their tools).
+
+    Draft 2020-12, with ``pattern`` / ``patternProperties`` matched under a time
+    limit (:data:`slca._limits.PATTERN_TIMEOUT`): a value a dataset regex cannot
+    match in time is refused instead of backtracking for minutes.
+    """
     schema = json.loads(schema_json)
     Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema, format_checker=_FORMATS)
+    return BoundedValidator(schema, format_checker=_FORMATS)
 
 
 def check_tool_schema(spec: ToolSpec) -> None:

@@ -1,0 +1,271 @@
+"""Bounds on untrusted values: JSON from model output or the network, tool results, regex matching.
+
+Model output and HTTP replies are hostile input: JSON nested thousands deep
+(``RecursionError`` in ``json``, ``jsonschema`` and chat templates), integers of
+millions of digits, ``NaN``/``Infinity``, lone UTF-16 surrogates (a
+``UnicodeEncodeError`` at the first ``.encode()``), regexes that backtrack
+exponentially. Everything here returns a reason instead of raising, in time
+linear in the input:
+
+* :func:`loads` -- ``json.loads`` with a depth limit checked *before* decoding
+  (a linear scan, so the decoder never recurses past it), integers capped at
+  4,300 digits whatever ``sys.set_int_max_str_digits`` says, ``NaN`` /
+  ``Infinity`` / overflowing floats refused, lone surrogates refused.
+* :func:`value_problem` -- why a Python value is not plain JSON (a ``set``,
+  ``datetime``, ``bytes``, ``Decimal``, a non-finite float, a huge int, a lone
+  surrogate, nesting past the limit), with the path to it.
+* :func:`pattern_search` and :data:`BoundedValidator` -- ``re.search`` with a
+  time limit (the ``regex`` module's ``timeout``), and the JSON Schema 2020-12
+  validator whose ``pattern`` / ``patternProperties`` keywords use it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+from typing import Any
+
+import regex
+from jsonschema import Draft202012Validator, ValidationError, validators
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_INT_DIGITS",
+    "PATTERN_TIMEOUT",
+    "BoundedValidator",
+    "PatternTimeout",
+    "json_depth",
+    "loads",
+    "raw_decode",
+    "value_problem",
+    "pattern_search",
+]
+
+MAX_DEPTH = 64
+"""Deepest JSON nesting accepted from model output or the network (arrays and objects)."""
+
+MAX_INT_DIGITS = 4300
+"""Longest integer accepted (CPython's default ``int`` <-> ``str`` limit)."""
+
+PATTERN_TIMEOUT = 0.05
+"""Seconds one JSON Schema ``pattern`` may take on one value before the value is refused."""
+
+# A JSON string (an unterminated one runs to the end: every quote is consumed once, so linear).
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.S)
+_BRACKETS = re.compile(r"[\[\]{}]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_INT_BITS = int(MAX_INT_DIGITS * math.log2(10))
+
+
+def json_depth(text: str, limit: int | None = None) -> int:
+    """Upper bound of the JSON nesting depth of any value starting in ``text`` (linear time).
+
+    Brackets inside strings are ignored; an unmatched closing bracket resets the
+    count (so the bound holds for a value decoded from any offset). Stops early
+    once ``limit`` is passed.
+    """
+    depth = best = 0
+    for b in _BRACKETS.findall(_STRING.sub("", text)):
+        if b in "[{":
+            depth += 1
+            if depth > best:
+                best = depth
+                if limit is not None and best > limit:
+                    return best
+        elif depth:
+            depth -= 1
+    return best
+
+
+def _parse_int(s: str) -> int:
+    if len(s) - (s[0] == "-") > MAX_INT_DIGITS:
+        raise ValueError(f"integer with {len(s)} digits (more than {MAX_INT_DIGITS})")
+    return int(s)
+
+
+def _parse_float(s: str) -> float:
+    x = float(s)
+    if not math.isfinite(x):
+        raise ValueError(f"number {s[:20]}{'...' if len(s) > 20 else ''} is out of range")
+    return x
+
+
+def _parse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_DECODER = json.JSONDecoder(parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
+
+
+def _decode_error(e: Exception) -> str:
+    if isinstance(e, json.JSONDecodeError):
+        return f"{e.msg} at char {e.pos}"
+    if isinstance(e, RecursionError):
+        return "JSON nested too deep"
+    return str(e).split(";")[0]
+
+
+def loads(text: str, max_depth: int = MAX_DEPTH) -> tuple[Any, str | None]:
+    """Decode untrusted JSON: ``(value, None)``, or ``(None, reason)``. Never raises.
+
+    The reason is readable by the model (``"Expecting ',' delimiter at char 12"``,
+    ``"JSON nested deeper than 64 levels"``, ``"integer with 5000 digits ..."``,
+    ``"NaN is not JSON"``, ``"lone surrogate '\\\\ud800' ..."``).
+    """
+    if json_depth(text, max_depth) > max_depth:
+        return None, f"JSON nested deeper than {max_depth} levels"
+    try:
+        value = _DECODER.decode(text)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
+        return None, _decode_error(e)
+    return value, value_problem(value, max_depth=max_depth, json_only=True)
+
+
+def raw_decode(text: str, pos: int = 0, max_depth: int = MAX_DEPTH) -> tuple[Any, int, str | None]:
+    """``JSONDecoder.raw_decode`` at ``pos`` with :func:`loads`' limits: ``(value, end, reason)``.
+
+    On failure ``value`` is None, ``end`` is ``pos`` when the end of the value is
+    unknown (a syntax error), else the end of the refused value (so a caller can
+    go on after it).
+    """
+    try:
+        value, end = _DECODER.raw_decode(text, pos)
+    except (ValueError, RecursionError) as e:
+        return None, pos, _decode_error(e)
+    if json_depth(text[pos:end], max_depth) > max_depth:
+        return None, end, f"JSON nested deeper than {max_depth} levels"
+    problem = value_problem(value, max_depth=max_depth, json_only=True)
+    return (None, end, problem) if problem else (value, end, None)
+
+
+def _where(path: list[Any]) -> str:
+    return "".join(f"[{p!r}]" for p in path) or "the value"
+
+
+def value_problem(value: Any, *, max_depth: int = MAX_DEPTH, json_only: bool = False) -> str | None:
+    """Why ``value`` is not plain JSON (str, int, float, bool, None, list, tuple, dict), or None.
+
+    Checks every nested value (iteratively, no recursion): types, finite floats,
+    integers of at most :data:`MAX_INT_DIGITS` digits, strings without lone
+    surrogates, dict keys that are strings, depth at most ``max_depth``.
+    ``json_only`` skips the type checks (for values ``json`` itself decoded).
+    """
+    stack: list[tuple[Any, list[Any]]] = [(value, [])]
+    while stack:
+        v, path = stack.pop()
+        if isinstance(v, str):
+            m = _SURROGATE.search(v)
+            if m:
+                return f"{_where(path)}: lone surrogate {m.group()!r} is not valid Unicode"
+        elif isinstance(v, bool) or v is None:
+            continue
+        elif isinstance(v, int):
+            if v.bit_length() > _INT_BITS:
+                return f"{_where(path)}: integer with more than {MAX_INT_DIGITS} digits"
+        elif isinstance(v, float):
+            if not math.isfinite(v):
+                return f"{_where(path)}: {v} is not a JSON number"
+        elif isinstance(v, (dict, list, tuple)):
+            if len(path) >= max_depth:
+                return f"{_where(path[:3])}...: nested deeper than {max_depth} levels"
+            if isinstance(v, dict):
+                for k, sub in v.items():
+                    if not isinstance(k, str):
+                        if not json_only:
+                            return f"{_where(path)}: key {k!r} is a {type(k).__name__}, not a string"
+                    elif _SURROGATE.search(k):
+                        return f"{_where(path)}: key with a lone surrogate is not valid Unicode"
+                    stack.append((sub, path + [k]))
+            else:
+                stack.extend((sub, path + [i]) for i, sub in enumerate(v))
+        elif not json_only:
+            return f"{_where(path)} is a {type(v).__name__}, not a JSON value (str, int, float, bool, None, list, dict)"
+    return None
+
+
+# ------------------------------------------------------------------ bounded regex
+
+
+class PatternTimeout(Exception):
+    """A regex did not finish within its time limit."""
+
+
+@functools.lru_cache(maxsize=2048)
+def _compile(pattern: str) -> Any:
+    try:
+        return regex.compile(pattern)
+    except (regex.error, TypeError, ValueError, RecursionError):
+        return None
+
+
+def pattern_search(pattern: str, text: str, timeout: float = PATTERN_TIMEOUT) -> bool:
+    """``re.search(pattern, text) is not None``, within ``timeout`` seconds (else :class:`PatternTimeout`).
+
+    Uses the ``regex`` module (its ``timeout`` stops catastrophic backtracking);
+    a pattern it cannot compile falls back to ``re`` (unbounded, as jsonschema does).
+    """
+    rx = _compile(pattern)
+    if rx is None:
+        return re.search(pattern, text) is not None
+    try:
+        return rx.search(text, timeout=timeout) is not None
+    except TimeoutError as e:
+        raise PatternTimeout(f"pattern {pattern!r} took more than {timeout * 1000:.0f} ms") from e
+
+
+def _pattern(validator: Any, patrn: str, instance: Any, schema: dict) -> Any:
+    if not validator.is_type(instance, "string"):
+        return
+    try:
+        ok = pattern_search(patrn, instance)
+    except PatternTimeout:
+        yield ValidationError(
+            f"{instance[:40]!r}{'...' if len(instance) > 40 else ''} is refused: matching it against "
+            f"{patrn!r} takes more than {PATTERN_TIMEOUT * 1000:.0f} ms"
+        )
+        return
+    if not ok:
+        yield ValidationError(f"{instance!r} does not match {patrn!r}")
+
+
+def _matches_key(patrn: str, key: str) -> bool:
+    try:
+        return pattern_search(patrn, key)
+    except PatternTimeout:
+        return False  # a key that cannot be matched in time matches no pattern (then additionalProperties decides)
+
+
+def _pattern_properties(validator: Any, pattern_props: dict, instance: Any, schema: dict) -> Any:
+    if not validator.is_type(instance, "object"):
+        return
+    for patrn, subschema in pattern_props.items():
+        for k, v in instance.items():
+            if _matches_key(patrn, k):
+                yield from validator.descend(v, subschema, path=k, schema_path=patrn)
+
+
+_ADDITIONAL = Draft202012Validator.VALIDATORS["additionalProperties"]
+
+
+def _additional_properties(validator: Any, aP: Any, instance: Any, schema: dict) -> Any:
+    pats = schema.get("patternProperties")
+    if not pats or not validator.is_type(instance, "object"):
+        yield from _ADDITIONAL(validator, aP, instance, schema)
+        return
+    props = schema.get("properties", {})
+    extras = sorted(k for k in instance if k not in props and not any(_matches_key(p, k) for p in pats))
+    if validator.is_type(aP, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], aP, path=extra)
+    elif not aP and extras:
+        verb = "does" if len(extras) == 1 else "do"
+        yield ValidationError(f"{', '.join(map(repr, extras))} {verb} not match any of the regexes: {', '.join(map(repr, sorted(pats)))}")
+
+
+BoundedValidator = validators.extend(
+    Draft202012Validator,
+    {"pattern": _pattern, "patternProperties": _pattern_properties, "additionalProperties": _additional_properties},
+)
+"""Draft 2020-12 validator whose regex keywords run under :data:`PATTERN_TIMEOUT`."""
