@@ -13,10 +13,19 @@ Every backend validates the arguments against the tool's JSON Schema first, so
 unknown tools, missing required arguments, wrong types and enum violations all
 come back as ``ToolResult(ok=False, error=...)`` with a message the model can read.
 The same call in the same episode gets the same answer (per-episode cache).
+
+Failure behaviour: ``call`` never raises on anything the model wrote. Arguments
+that are not plain JSON (lone surrogates, non-finite numbers, nesting past 64,
+non-string keys) are ``invalid_arguments``; a dataset ``pattern`` that cannot
+match a value within 50 ms refuses the value; every answer must be plain JSON and
+at most ``max_response_chars`` long (``metrics["invalid_output"]``,
+``metrics["oversized_output"]``). The one exception that still propagates is a
+Python tool's own bug (an exception other than ``ToolError`` / ``ValueError``).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import hashlib
 import inspect
@@ -24,7 +33,9 @@ import json
 import math
 import random
 import re
+import signal
 import string
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from datetime import date, datetime, timedelta, timezone
@@ -36,6 +47,7 @@ except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants as _sre_constants
     import sre_parse as _sre_parse
 
+from slca._limits import PatternTimeout, pattern_search, value_problem
 from slca.env.schema import ToolBox
 from slca.types import ToolResult
 
@@ -60,11 +72,19 @@ def call_key(name: str, arguments: Any) -> str:
 
 @functools.lru_cache(maxsize=1024)
 def _wants_state(fn: Callable[..., Any]) -> bool:
-    return "state" in inspect.signature(fn).parameters
+    sig = _signature(fn)
+    return sig is not None and "state" in sig.parameters
+
+
+def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins have none: then the call itself decides
+        return None
 
 
 def _stable_int(*parts: Any) -> int:
-    h = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
+    h = hashlib.sha256("\x1f".join(str(p) for p in parts).encode("utf-8", "surrogatepass")).digest()
     return int.from_bytes(h[:8], "big")
 
 
@@ -73,8 +93,12 @@ class BaseSimulator:
 
     Subclasses implement ``_execute(name, arguments, episode) -> ToolResult``.
     ``metrics`` counts ``calls``, ``cache_hits`` and failures by kind
-    (``unknown_tool``, ``invalid_arguments``, ``tool_error``, ...).
+    (``unknown_tool``, ``invalid_arguments``, ``tool_error``, ``invalid_output``,
+    ``oversized_output``, ...). An answer whose tool message would be longer than
+    ``max_response_chars`` (None: no limit) becomes ``ok=False``.
     """
+
+    max_response_chars: int | None = 16384
 
     def __init__(self, tools: Iterable[Any] | ToolBox):
         self.toolbox = tools if isinstance(tools, ToolBox) else ToolBox(tools)
@@ -102,9 +126,13 @@ class BaseSimulator:
     def call(self, name: str, arguments: dict, episode: str | int = 0) -> ToolResult:
         """Validate, answer from the episode cache or execute, and count the outcome."""
         self.metrics["calls"] += 1
-        err = self.toolbox.argument_error(name, arguments)
+        if not isinstance(name, str) or name not in self.specs:
+            self.metrics["unknown_tool"] += 1
+            return ToolResult(ok=False, error=self.toolbox.argument_error(str(name)[:200], arguments))
+        problem = value_problem(arguments) if isinstance(arguments, dict) else None
+        err = f"invalid arguments for {name!r}: {problem}" if problem else self.toolbox.argument_error(name, arguments)
         if err is not None:
-            self.metrics["unknown_tool" if name not in self.specs else "invalid_arguments"] += 1
+            self.metrics["invalid_arguments"] += 1
             return ToolResult(ok=False, error=err)
         key = call_key(name, arguments)
         cache = self._cache.setdefault(episode, {})
@@ -112,6 +140,8 @@ class BaseSimulator:
             self.metrics["cache_hits"] += 1
             return cache[key]
         result = self._execute(name, dict(arguments), episode)
+        if result.ok:
+            result = self._checked_output(name, result)
         if not result.ok:
             self.metrics["failed"] += 1
         # Stateful tools change the world: repeating one is a new action, not a cached read.
@@ -119,8 +149,67 @@ class BaseSimulator:
             cache[key] = result
         return result
 
+    def _checked_output(self, name: str, result: ToolResult) -> ToolResult:
+        """``result`` if its content is plain JSON of bounded size, else a failed call (counted)."""
+        problem = value_problem(result.content)
+        if problem is not None:
+            self.metrics["invalid_output"] += 1
+            return ToolResult(ok=False, error=f"{name} returned a value that is not JSON: {problem}")
+        limit = self.max_response_chars
+        if limit is not None:
+            size = len(result.to_text())
+            if size > limit:
+                self.metrics["oversized_output"] += 1
+                return ToolResult(ok=False, error=f"{name} returned {size} characters, more than the limit of {limit}")
+        return result
+
     def _execute(self, name: str, arguments: dict, episode: str | int) -> ToolResult:  # pragma: no cover
         raise NotImplementedError
+
+
+class _CallTimeout(BaseException):
+    """Raised inside a Python tool that ran past its time limit (a BaseException, so the tool's own
+    ``except Exception`` cannot swallow it)."""
+
+
+def _run_with_deadline(fn: Callable[..., Any], kwargs: dict, seconds: float | None) -> Any:
+    """``fn(**kwargs)``, raising :class:`_CallTimeout` after ``seconds``.
+
+    In the main thread on POSIX, with no other real-time timer running, the call
+    is interrupted (``SIGALRM`` via ``setitimer``). Elsewhere it runs in a worker
+    thread and is abandoned when late: Python cannot stop a thread, so it finishes
+    on its own in the background.
+    """
+    if seconds is None:
+        return fn(**kwargs)
+    if (
+        hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+        and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    ):
+        armed = [True]
+
+        def on_alarm(signum: int, frame: Any) -> None:
+            if armed[0]:
+                raise _CallTimeout
+
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            try:
+                return fn(**kwargs)
+            finally:
+                armed[0] = False  # from here on a late alarm is ignored
+        finally:  # (one-shot timer: if it fired just before the line above, this still runs)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="slca-tool")
+    try:
+        return pool.submit(fn, **kwargs).result(timeout=seconds)
+    except concurrent.futures.TimeoutError:
+        raise _CallTimeout from None
+    finally:
+        pool.shutdown(wait=False)
 
 
 class PythonSimulator(BaseSimulator):
@@ -132,26 +221,57 @@ class PythonSimulator(BaseSimulator):
     returns ``ok=False`` with the message; any other exception is a bug in the
     tool and propagates. Content that violates the tool's response schema is
     returned as a failed call and counted in ``metrics["invalid_output"]``.
+
+    Failure behaviour (no conversion happens behind the tool's back):
+
+    * arguments the callable does not accept (an extra key the schema allows, a
+      parameter the schema does not require) -> ``ok=False`` naming the argument,
+      ``metrics["invalid_arguments"]``; the callable is not run;
+    * a result that is not plain JSON (``set``, ``datetime``, ``bytes``,
+      ``Decimal``, NaN, ...) -> ``ok=False`` naming the value's path and type,
+      ``metrics["invalid_output"]``: return ``sorted(s)``, ``d.isoformat()``,
+      ``str(x)`` yourself;
+    * a call running longer than ``timeout`` seconds (default 10; None: no limit)
+      -> ``ok=False``, ``metrics["timeouts"]``. In the main thread the call is
+      interrupted; in other threads it is abandoned and finishes in the background.
     """
 
-    def __init__(self, tools: Iterable[Any] | ToolBox, functions: Mapping[str, Callable[..., Any]]):
+    def __init__(self, tools: Iterable[Any] | ToolBox, functions: Mapping[str, Callable[..., Any]], *, timeout: float | None = 10.0):
         super().__init__(tools)
         missing = sorted(set(self.specs) - set(functions))
         if missing:
             raise ValueError(f"functions: no implementation for tools {missing}")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds or None, got {timeout}")
         self.functions = dict(functions)
+        self.timeout = timeout
         self._wants_state = {n: _wants_state(f) for n, f in self.functions.items()}
+        self._signatures = {n: _signature(f) for n, f in self.functions.items()}
 
     def _execute(self, name: str, arguments: dict, episode: str | int) -> ToolResult:
         fn = self.functions[name]
         kwargs = dict(arguments)
         if self._wants_state.get(name):
             kwargs["state"] = self.state(episode)
+        sig = self._signatures.get(name)
+        if sig is not None:
+            try:
+                sig.bind(**kwargs)
+            except TypeError as e:
+                self.metrics["invalid_arguments"] += 1
+                return ToolResult(ok=False, error=f"invalid arguments for {name!r}: {e}")
         try:
-            content = fn(**kwargs)
+            content = _run_with_deadline(fn, kwargs, self.timeout)
         except (ToolError, ValueError) as e:
             self.metrics["tool_error"] += 1
             return ToolResult(ok=False, error=f"{name} failed: {e}")
+        except _CallTimeout:
+            self.metrics["timeouts"] += 1
+            return ToolResult(ok=False, error=f"{name} did not finish within {self.timeout} s")
+        problem = value_problem(content)
+        if problem is not None:
+            self.metrics["invalid_output"] += 1
+            return ToolResult(ok=False, error=f"{name} returned a value that is not JSON: {problem}")
         bad = self.toolbox.response_error(name, content)
         if bad is not None:
             self.metrics["invalid_output"] += 1
@@ -170,6 +290,28 @@ _WORDS = (
 
 
 _DRAWS = 8
+MAX_ITEMS = 64
+"""Most items the schema simulator draws for one array (a larger ``minItems`` is refused)."""
+MAX_STRING = 4096
+"""Longest string the schema simulator draws (a larger ``minLength`` is refused)."""
+MAX_VALUES = 4096
+"""Most values (nested ones included) in one drawn response."""
+
+
+class _Refused(Exception):
+    """A response schema asks for something the simulator will not draw (too large, nothing allowed)."""
+
+
+class _Draw:
+    """One response draw: the RNG, the schema root (for ``$ref``) and a budget of values."""
+
+    def __init__(self, rng: random.Random, root: Any):
+        self.rng, self.root, self.left = rng, root, MAX_VALUES
+
+    def spend(self, n: int = 1) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise _Refused(f"the response schema asks for more than {MAX_VALUES} values")
 
 
 class SchemaSimulator(BaseSimulator):
@@ -193,6 +335,15 @@ class SchemaSimulator(BaseSimulator):
     in the same episode whose arguments mention that id gets the stored values
     for matching response properties (a booking made can be looked up).
     A tool without a response schema answers ``{"status": "ok"}`` plus its arguments.
+
+    Failure behaviour: a response schema that allows nothing (``enum: []``) or
+    asks for more than the simulator draws (``minItems`` > 64, ``minLength`` >
+    4096, more than 4096 values in all) gives ``ok=False`` saying so, counted in
+    ``metrics["invalid_output"]``; a schema construct the generator cannot handle
+    (an error while drawing) gives ``ok=False`` counted in
+    ``metrics["schema_errors"]``. A ``pattern`` is drawn from the stdlib's parse of
+    the regex and checked with a 50 ms time limit; one it cannot draw or check in
+    time falls back to an ordinary string (then the response check decides).
     """
 
     def __init__(self, tools: Iterable[Any] | ToolBox, seed: int = 0):
@@ -212,11 +363,18 @@ class SchemaSimulator(BaseSimulator):
         else:
             # A stored / echoed value may not fit, and float ``multipleOf`` checks can
             # reject a rounded draw: redraw (without the echoes) a few times.
-            for attempt in range(_DRAWS):
-                content = _generate(spec.response, rng, known if attempt == 0 else {}, name, depth=0, root=spec.response)
-                bad = self.toolbox.response_error(name, content)
-                if bad is None:
-                    break
+            try:
+                for attempt in range(_DRAWS):
+                    content = _generate(spec.response, _Draw(rng, spec.response), known if attempt == 0 else {}, name, depth=0)
+                    bad = self.toolbox.response_error(name, content)
+                    if bad is None:
+                        break
+            except _Refused as e:
+                self.metrics["invalid_output"] += 1
+                return ToolResult(ok=False, error=f"simulator will not draw a response for {name!r}: {e}")
+            except (ValueError, TypeError, OverflowError, RecursionError, IndexError, KeyError, AttributeError) as e:
+                self.metrics["schema_errors"] += 1
+                return ToolResult(ok=False, error=f"simulator cannot draw a response from {name!r}'s response schema: {type(e).__name__}: {e}")
             if bad is not None:
                 self.metrics["invalid_output"] += 1
                 return ToolResult(ok=False, error=f"simulator could not produce a valid response for {name!r}: {bad}")
@@ -252,26 +410,31 @@ def _resolve(ref: str, root: Any) -> Any:
     return node
 
 
-def _generate(schema: Any, rng: random.Random, known: dict[str, Any], field: str, depth: int, root: Any = None) -> Any:
+def _generate(schema: Any, ctx: _Draw, known: dict[str, Any], field: str, depth: int) -> Any:
     """Draw one value that satisfies ``schema``; ``field`` is the property name (for ids and echoes)."""
     if not isinstance(schema, dict) or depth > 8:
         return None
+    rng = ctx.rng
+    ctx.spend()
     if "$ref" in schema:
-        target = _resolve(schema["$ref"], root)
+        target = _resolve(schema["$ref"], ctx.root) if isinstance(schema["$ref"], str) else None
         rest = {k: v for k, v in schema.items() if k != "$ref"}
-        return _generate({**target, **rest} if isinstance(target, dict) else rest, rng, known, field, depth + 1, root)
+        return _generate({**target, **rest} if isinstance(target, dict) else rest, ctx, known, field, depth + 1)
     if "const" in schema:
         return schema["const"]
     if "enum" in schema:
+        if not schema["enum"]:
+            raise _Refused(f"{field!r} has an empty enum: no value is allowed")
         return rng.choice(schema["enum"])
     if "allOf" in schema:
         merged: dict[str, Any] = {}
         for sub in schema["allOf"]:
-            merged.update(sub)
-        return _generate({**{k: v for k, v in schema.items() if k != "allOf"}, **merged}, rng, known, field, depth + 1, root)
+            if isinstance(sub, dict):
+                merged.update(sub)
+        return _generate({**{k: v for k, v in schema.items() if k != "allOf"}, **merged}, ctx, known, field, depth + 1)
     for comb in ("anyOf", "oneOf"):
-        if comb in schema:
-            return _generate(schema[comb][0], rng, known, field, depth + 1, root)
+        if comb in schema and schema[comb]:
+            return _generate(schema[comb][0], ctx, known, field, depth + 1)
     types = [t for t in _types(schema) if t != "null"] or ["null"]
     t = types[0]
     if t == "object":
@@ -281,13 +444,15 @@ def _generate(schema: Any, rng: random.Random, known: dict[str, Any], field: str
             if k in known and depth == 0:
                 out[k] = known[k]
             else:
-                out[k] = _generate(sub, rng, known, k, depth + 1, root)
+                out[k] = _generate(sub, ctx, known, k, depth + 1)
         return out
     if t == "array":
         lo = int(schema.get("minItems", 1))
-        hi = int(schema.get("maxItems", max(lo, 3)))
+        if lo > MAX_ITEMS:
+            raise _Refused(f"{field!r} needs minItems {lo}, more than the {MAX_ITEMS} items the simulator draws")
+        hi = min(int(schema.get("maxItems", max(lo, 3))), MAX_ITEMS)
         n = rng.randint(lo, max(lo, hi))
-        return [_generate(schema.get("items", {}), rng, known, field, depth + 1, root) for _ in range(n)]
+        return [_generate(schema.get("items", {}), ctx, known, field, depth + 1) for _ in range(n)]
     if t in ("integer", "number"):
         lo = float(schema["minimum"]) if "minimum" in schema else None
         hi = float(schema["maximum"]) if "maximum" in schema else None
@@ -316,20 +481,24 @@ def _generate(schema: Any, rng: random.Random, known: dict[str, Any], field: str
         return rng.random() < 0.5
     if t == "null":
         return None
-    return _string(schema, rng, field)
+    return _string(schema, ctx, field)
 
 
 def _from_regex(pattern: str, rng: random.Random) -> str | None:
     """A string matching ``pattern``, drawn by walking the stdlib's parse of the regex (None if unsupported)."""
     try:
         tree = _sre_parse.parse(pattern)
-    except re.error:
+    except (re.error, RecursionError, OverflowError, ValueError, TypeError):
         return None
     c = _sre_constants
+    left = [MAX_STRING]  # characters still allowed (nested repeats multiply)
 
     def walk(items: Any) -> str:
         out = []
         for op, av in items:
+            left[0] -= 1
+            if left[0] < 0:
+                raise ValueError("the pattern's shortest match is too long")
             if op is c.LITERAL:
                 out.append(chr(av))
             elif op is c.NOT_LITERAL:
@@ -340,6 +509,8 @@ def _from_regex(pattern: str, rng: random.Random) -> str | None:
                 out.append(pick(av))
             elif op in (c.MAX_REPEAT, c.MIN_REPEAT):
                 lo, hi, sub = av
+                if lo > MAX_STRING:
+                    raise ValueError("the pattern repeats more than the simulator draws")
                 hi = min(hi, lo + 3) if hi is not c.MAXREPEAT else lo + 3
                 out.extend(walk(sub) for _ in range(rng.randint(lo, max(lo, hi))))
             elif op is c.SUBPATTERN:
@@ -370,13 +541,14 @@ def _from_regex(pattern: str, rng: random.Random) -> str | None:
 
     try:
         s = walk(tree)
-    except ValueError:
+        return s if pattern_search(pattern, s) else None
+    except (ValueError, RecursionError, PatternTimeout):
         return None
-    return s if re.search(pattern, s) else None
 
 
-def _string(schema: dict, rng: random.Random, field: str) -> str:
-    if "pattern" in schema:
+def _string(schema: dict, ctx: _Draw, field: str) -> str:
+    rng = ctx.rng
+    if isinstance(schema.get("pattern"), str):
         s = _from_regex(schema["pattern"], rng)
         if s is not None:
             return s
@@ -402,6 +574,8 @@ def _string(schema: dict, rng: random.Random, field: str) -> str:
     else:
         s = rng.choice(_WORDS) + ("" if rng.random() < 0.5 else f" {rng.choice(_WORDS)}")
     lo, hi = int(schema.get("minLength", 0)), schema.get("maxLength")
+    if lo > MAX_STRING:
+        raise _Refused(f"{field!r} needs minLength {lo}, more than the {MAX_STRING} characters the simulator draws")
     if len(s) < lo:
         s = s + "".join(rng.choice(string.ascii_lowercase) for _ in range(lo - len(s)))
     if hi is not None and len(s) > int(hi):
