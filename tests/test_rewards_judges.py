@@ -68,13 +68,13 @@ def test_openai_judge_scores_and_mixes_in(judge_server):
 def test_openai_judge_retries_then_nan_with_reason(judge_server, caplog):
     url, replies, _ = judge_server
     replies += [("content", "great answer!"), ("content", "7")]
-    judge = OpenAIJudge(url, "m", max_retries=1)
+    judge = OpenAIJudge(url, "m", max_retries=1, http_attempts=2, backoff=0.01)
     assert judge.score(TASK, turns_for(TASK), "x") == pytest.approx(0.7) and judge.metrics["invalid_output"] == 1
-    replies += [("status", 500), ("content", '{"score": 42}')]
+    replies += [("status", 500), ("content", '{"score": 42}'), ("content", '{"score": 42}')]  # 500 retried, then 42 asked again
     with caplog.at_level(logging.WARNING, logger="slca.rewards"):
         s = summary_reward(TASK, turns_for(TASK), TASK.meta["reference_answer"], judge=judge)
     assert math.isnan(s.total) and "judge failed" in s.reason and "outside 0-10" in s.reason
-    assert judge.metrics["http_error"] == 1 and any("NaN" in r.message for r in caplog.records)
+    assert judge.metrics["http_errors"] == 1 and judge.metrics["http_retries"] == 1 and any("NaN" in r.message for r in caplog.records)
 
 
 def test_reward_model_judge_on_a_local_model():

@@ -8,36 +8,296 @@ against the response schema with ``jsonschema``; and retries with the
 validation error as feedback when the output is not valid. Answers are cached
 per episode (stateless tools) so a repeated call gets the same answer.
 
-Failures never raise into the rollout: timeouts, HTTP errors, unreachable
-servers and output that stays invalid after the retries become
-``ToolResult(ok=False, error=...)`` and are counted in ``metrics``
-(``timeouts``, ``http_errors``, ``connection_errors``, ``bad_responses``,
-``invalid_json``, ``schema_violations``, ``retries``, ``requests``, ``failed``).
+The HTTP client (:class:`ChatClient`, shared with :class:`slca.rewards.OpenAIJudge`)
+is ``httpx`` with ``tenacity``:
+
+* each request has a **total deadline** (``timeout`` seconds from sending the
+  request to the last byte of the reply; httpx's own timeouts are per read, so a
+  server dripping a byte at a time would hold them forever): the request runs as
+  a coroutine under ``asyncio.wait_for`` on a private event-loop thread, and is
+  cancelled at the deadline;
+* failed requests are retried ``http_attempts`` times in all with exponential
+  backoff and jitter (``backoff``, doubling, at most ``max_backoff`` seconds):
+  timeouts, refused / closed / reset connections, short bodies, HTTP 5xx, 408
+  and 429, malformed replies; other 4xx statuses are not retried;
+* replies are read up to ``max_response_bytes`` and decoded with the JSON limits
+  of :func:`slca._limits.loads` (a reply nested 5,000 deep is a ``bad_response``,
+  not a ``RecursionError``);
+* credentials never reach the model or a report: the URL is shown without its
+  user info and query values, server bodies never go into an error message (a
+  redacted excerpt goes to the ``slca.env`` logger), and the API key and any
+  ``Bearer`` / ``sk-`` / ``api_key=`` token are masked there.
+
+Failures never raise into the rollout: they become ``ToolResult(ok=False,
+error=...)`` and are counted in ``metrics``: one count per failed HTTP attempt by
+kind (``timeouts``, ``connection_errors``, ``incomplete_responses``,
+``http_errors``, ``bad_responses``), ``requests`` (attempts sent),
+``http_retries``, and per call ``invalid_json``, ``schema_violations``,
+``retries`` (answers asked again with feedback) and ``failed``. One call takes at
+most ``(max_retries + 1) * (http_attempts * timeout + backoff waits)`` seconds.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
+import logging
+import os
 import re
-import socket
-import urllib.error
-import urllib.request
+import threading
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+import httpx
+import tenacity
+
+from slca._limits import loads as _bounded_loads
 from slca.env.schema import ToolBox
 from slca.env.simulators import BaseSimulator
 from slca.types import ToolResult
 
-__all__ = ["EndpointError", "chat_completion", "parse_json_reply", "LLMSimulator"]
+__all__ = ["EndpointError", "ChatClient", "chat_completion", "parse_json_reply", "redact", "safe_url", "LLMSimulator"]
+
+log = logging.getLogger("slca.env")
+
+FAULT_METRICS = {
+    "timeout": "timeouts",
+    "connection_error": "connection_errors",
+    "incomplete_response": "incomplete_responses",
+    "http_error": "http_errors",
+    "bad_response": "bad_responses",
+}
+"""EndpointError kind -> the metrics key it is counted under (once per failed HTTP attempt)."""
 
 
 class EndpointError(RuntimeError):
-    """A chat-completions request failed; ``kind`` is timeout / http_error / connection_error / bad_response."""
+    """A chat-completions request failed.
 
-    def __init__(self, kind: str, message: str):
+    ``kind`` is one of :data:`FAULT_METRICS`' keys; ``status`` the HTTP status
+    (``http_error`` only); ``retryable`` whether another attempt may succeed.
+    The message names the (redacted) URL, never the server's body.
+    """
+
+    def __init__(self, kind: str, message: str, *, status: int | None = None, retryable: bool = True):
         super().__init__(message)
-        self.kind = kind
+        self.kind, self.status, self.retryable = kind, status, retryable
+
+
+# ------------------------------------------------------------------ redaction
+
+_TOKEN_PATTERNS = (
+    (re.compile(r"(?i)(bearer\s+)[^\s\"',;]+"), r"\1***"),
+    (re.compile(r"(?i)\b(api[_-]?key|access[_-]?token|token|secret|password|passwd)(\"?\s*[:=]\s*\"?)[^\s\"',;&}]+"), r"\1\2***"),
+    (re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"), "sk-***"),
+)
+
+
+def safe_url(url: str) -> str:
+    """``url`` without user info and with query values masked (``http://***@host/v1?key=***``)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<invalid url>"
+    netloc = parts.netloc.rpartition("@")[2]
+    if "@" in parts.netloc:
+        netloc = "***@" + netloc
+    query = "&".join(f"{k}=***" for k, _ in parse_qsl(parts.query, keep_blank_values=True))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def _url_secrets(url: str) -> list[str]:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return []
+    found = [parts.username or "", parts.password or ""] + [v for _, v in parse_qsl(parts.query)]
+    return [x for x in found if len(x) >= 3]
+
+
+def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """``text`` with each of ``secrets`` and anything that looks like a credential replaced by ``***``."""
+    for sec in sorted((x for x in secrets if x and len(x) >= 3), key=len, reverse=True):
+        text = text.replace(sec, "***")
+    for rx, sub in _TOKEN_PATTERNS:
+        text = rx.sub(sub, text)
+    return text
+
+
+# ------------------------------------------------------------------ the client
+
+_LOOP_LOCK = threading.Lock()
+_LOOP: tuple[int, asyncio.AbstractEventLoop, threading.Thread] | None = None
+
+
+def _event_loop() -> asyncio.AbstractEventLoop:
+    """The private event loop that runs every request (one daemon thread per process, made again after fork)."""
+    global _LOOP
+    with _LOOP_LOCK:
+        if _LOOP is None or _LOOP[0] != os.getpid() or not _LOOP[2].is_alive():
+            loop = asyncio.new_event_loop()
+            th = threading.Thread(target=loop.run_forever, name="slca-http", daemon=True)
+            th.start()
+            _LOOP = (os.getpid(), loop, th)
+        return _LOOP[1]
+
+
+def _retryable_status(status: int) -> bool:
+    return status >= 500 or status in (408, 425, 429)
+
+
+class ChatClient:
+    """An OpenAI-compatible ``/chat/completions`` client with a total deadline per request and bounded retries.
+
+    Args:
+        base_url: endpoint root, e.g. ``http://127.0.0.1:8000/v1`` (user info in it is sent as basic auth).
+        api_key: sent as ``Authorization: Bearer``; optional for local servers.
+        timeout: seconds for one whole request (connect, send, headers, body).
+        http_attempts: attempts per :meth:`complete` in all (>= 1).
+        backoff: first wait between attempts in seconds; doubles each time (plus up to ``backoff`` jitter).
+        max_backoff: longest wait between attempts.
+        max_response_bytes: longest reply body read.
+        metrics: counter the faults are counted in (see :data:`FAULT_METRICS`); a new one when None.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        http_attempts: int = 3,
+        backoff: float = 0.5,
+        max_backoff: float = 8.0,
+        max_response_bytes: int = 1 << 20,
+        metrics: Counter[str] | None = None,
+    ):
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {safe_url(str(base_url))!r}")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0, got {timeout}")
+        if int(http_attempts) < 1:
+            raise ValueError(f"http_attempts must be >= 1, got {http_attempts}")
+        if not backoff >= 0 or not max_backoff >= 0:
+            raise ValueError(f"backoff and max_backoff must be >= 0, got {backoff}, {max_backoff}")
+        self.base_url, self.api_key = base_url, api_key
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.shown_url = safe_url(self.url)
+        self.timeout, self.http_attempts = float(timeout), int(http_attempts)
+        self.backoff, self.max_backoff = float(backoff), float(max_backoff)
+        self.max_response_bytes = int(max_response_bytes)
+        self.metrics: Counter[str] = metrics if metrics is not None else Counter()
+        self._secrets = [api_key, *_url_secrets(base_url)]
+        self._client: tuple[int, httpx.AsyncClient] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:  # picklable (Ray, multiprocessing): the connection pool is not sent
+        return {**self.__dict__, "_client": None}
+
+    def redact(self, text: str) -> str:
+        """``text`` with this client's credentials and anything credential-like masked."""
+        return redact(text, self._secrets)
+
+    def complete(self, model: str, messages: list[dict[str, Any]], **params: Any) -> str:
+        """POST the chat request and return ``choices[0].message.content``, retrying transient faults.
+
+        Raises:
+            EndpointError: the last attempt's fault, after ``http_attempts`` attempts
+                (or at once for a non-retryable one, such as HTTP 401).
+        """
+        body = json.dumps({"model": model, "messages": messages, **params}).encode()  # ASCII: any str encodes
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.http_attempts),
+            wait=tenacity.wait_exponential_jitter(multiplier=self.backoff, max=self.max_backoff, jitter=self.backoff),
+            retry=tenacity.retry_if_exception(lambda e: isinstance(e, EndpointError) and e.retryable),
+            before_sleep=lambda state: self.metrics.update(["http_retries"]),
+            reraise=True,
+        )
+        return retrying(self._attempt, body)
+
+    def _attempt(self, body: bytes) -> str:
+        self.metrics["requests"] += 1
+        try:
+            return self._run(body)
+        except EndpointError as e:
+            self.metrics[FAULT_METRICS[e.kind]] += 1
+            log.warning("chat endpoint fault (%s): %s", e.kind, self.redact(str(e)))
+            raise
+
+    def _run(self, body: bytes) -> str:
+        """One request on the private loop, cancelled at the deadline."""
+        fut = asyncio.run_coroutine_threadsafe(self._bounded(body), _event_loop())
+        try:
+            status, raw = fut.result(timeout=self.timeout + 5.0)  # the coroutine itself stops at self.timeout
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise EndpointError("timeout", f"no complete answer from {self.shown_url} within {self.timeout} s") from None
+        return self._content(status, raw)
+
+    async def _bounded(self, body: bytes) -> tuple[int, bytes]:
+        try:
+            return await asyncio.wait_for(self._post(body), self.timeout)
+        except asyncio.TimeoutError:
+            raise EndpointError("timeout", f"no complete answer from {self.shown_url} within {self.timeout} s") from None
+
+    async def _post(self, body: bytes) -> tuple[int, bytes]:
+        if self._client is None or self._client[0] != os.getpid():
+            limits = httpx.Limits(max_connections=32, max_keepalive_connections=8)
+            self._client = (os.getpid(), httpx.AsyncClient(timeout=self.timeout, limits=limits, follow_redirects=False))
+        client = self._client[1]
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        try:
+            async with client.stream("POST", self.url, content=body, headers=headers) as resp:
+                chunks, size = [], 0
+                try:
+                    async for chunk in resp.aiter_bytes():
+                        size += len(chunk)
+                        if size > self.max_response_bytes:
+                            raise EndpointError("bad_response", f"reply from {self.shown_url} is longer than {self.max_response_bytes} bytes")
+                        chunks.append(chunk)
+                except httpx.TimeoutException:
+                    raise
+                except (httpx.HTTPError, OSError) as e:
+                    raise EndpointError(
+                        "incomplete_response", f"reply from {self.shown_url} cut off after {size} bytes ({type(e).__name__})"
+                    ) from None
+                return resp.status_code, b"".join(chunks)
+        except httpx.TimeoutException:
+            raise EndpointError("timeout", f"no complete answer from {self.shown_url} within {self.timeout} s") from None
+        except (httpx.HTTPError, OSError) as e:
+            raise EndpointError("connection_error", f"cannot talk to {self.shown_url}: {type(e).__name__}") from None
+
+    def _content(self, status: int, raw: bytes) -> str:
+        if status >= 400:
+            log.warning("HTTP %d from %s: %s", status, self.shown_url, self.redact(raw[:300].decode("utf-8", "replace")))
+            raise EndpointError("http_error", f"HTTP {status} from {self.shown_url}", status=status, retryable=_retryable_status(status))
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise EndpointError("bad_response", f"reply from {self.shown_url} is not UTF-8") from None
+        doc, reason = _bounded_loads(text)
+        if reason is not None:
+            raise EndpointError("bad_response", f"reply from {self.shown_url} is not JSON: {reason}")
+        try:
+            content = doc["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise EndpointError("bad_response", f"reply from {self.shown_url} has no choices[0].message.content") from None
+        if not isinstance(content, str):
+            raise EndpointError("bad_response", f"message content is {type(content).__name__}, expected a string")
+        return content
+
+    def close(self) -> None:
+        """Close the connection pool (the client can still be used: a new pool opens)."""
+        held, self._client = self._client, None
+        if held is not None and held[0] == os.getpid():
+            fut = asyncio.run_coroutine_threadsafe(held[1].aclose(), _event_loop())
+            try:
+                fut.result(timeout=5.0)
+            except Exception:  # closing is best effort: the pool is dropped either way
+                pass
 
 
 def chat_completion(
@@ -47,58 +307,46 @@ def chat_completion(
     *,
     api_key: str | None = None,
     timeout: float = 30.0,
+    http_attempts: int = 1,
     **params: Any,
 ) -> str:
-    """POST ``{base_url}/chat/completions`` and return the first choice's message content.
+    """POST ``{base_url}/chat/completions`` once and return the first choice's message content.
 
     Args:
         base_url: e.g. ``http://127.0.0.1:8000/v1``.
         model: the served model's name.
         messages: OpenAI chat messages.
         api_key: sent as ``Authorization: Bearer``; optional for local servers.
-        timeout: seconds for the whole request.
+        timeout: seconds for the whole request (a total deadline, not per read).
+        http_attempts: attempts with backoff (see :class:`ChatClient`); one by default.
         **params: extra request fields (``temperature``, ``seed``, ``response_format``, ...).
 
     Raises:
-        EndpointError: on timeout, HTTP error status, connection failure or a
-            response without ``choices[0].message.content``.
+        EndpointError: on timeout, HTTP error status, connection failure, a cut-off
+            or malformed reply, or one without ``choices[0].message.content``.
     """
-    body = json.dumps({"model": model, "messages": messages, **params}).encode()
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    req = urllib.request.Request(base_url.rstrip("/") + "/chat/completions", data=body, headers=headers, method="POST")
+    client = ChatClient(base_url, api_key=api_key, timeout=timeout, http_attempts=http_attempts)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            raw = resp.read()
-    except urllib.error.HTTPError as e:
-        detail = e.read()[:200].decode("utf-8", "replace")
-        raise EndpointError("http_error", f"HTTP {e.code} from {base_url}: {detail}") from e
-    except urllib.error.URLError as e:
-        if isinstance(e.reason, (socket.timeout, TimeoutError)):
-            raise EndpointError("timeout", f"no answer from {base_url} within {timeout} s") from e
-        raise EndpointError("connection_error", f"cannot reach {base_url}: {e.reason}") from e
-    except (socket.timeout, TimeoutError) as e:
-        raise EndpointError("timeout", f"no answer from {base_url} within {timeout} s") from e
-    try:
-        content = json.loads(raw)["choices"][0]["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError) as e:
-        raise EndpointError("bad_response", f"not a chat-completions response: {raw[:200]!r}") from e
-    if not isinstance(content, str):
-        raise EndpointError("bad_response", f"message content is {type(content).__name__}, expected a string")
-    return content
-
-
-_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
+        return client.complete(model, messages, **params)
+    finally:
+        client.close()
 
 
 def parse_json_reply(text: str) -> Any:
-    """The JSON value in a model reply (a surrounding Markdown code fence is allowed). Raises ValueError."""
+    """The JSON value in a model reply (a surrounding Markdown code fence is allowed).
+
+    Decoded with the limits of :func:`slca._limits.loads`; raises ValueError with the reason.
+    """
     s = text.strip()
-    m = _FENCE.match(s)
-    if m:
-        s = m.group(1)
-    return json.loads(s)
+    if s.startswith("```") and s.endswith("```") and len(s) >= 6:
+        s = s[3:-3]
+        if s.startswith("json"):
+            s = s[4:]
+        s = s.strip()
+    value, reason = _bounded_loads(s)
+    if reason is not None:
+        raise ValueError(reason)
+    return value
 
 
 _SYSTEM = (
@@ -116,8 +364,12 @@ class LLMSimulator(BaseSimulator):
         base_url: endpoint root, e.g. ``http://127.0.0.1:8000/v1``.
         model: served model name.
         api_key: optional bearer token.
-        timeout: seconds per request.
-        max_retries: extra attempts after a failed or invalid answer.
+        timeout: seconds for one whole HTTP request (a total deadline).
+        max_retries: extra answers asked for (with the error as feedback) after an
+            answer that is not JSON or violates the response schema.
+        http_attempts: HTTP attempts per answer, with exponential backoff (see :class:`ChatClient`).
+        backoff: first wait between HTTP attempts in seconds (doubling, at most ``max_backoff``).
+        max_backoff: longest wait between HTTP attempts.
         temperature: sampling temperature sent to the endpoint (0 for repeatability).
         seed: sent as the request ``seed`` (servers that honour it are reproducible).
         max_history: how many earlier calls of the episode go into the prompt.
@@ -132,20 +384,30 @@ class LLMSimulator(BaseSimulator):
         api_key: str | None = None,
         timeout: float = 30.0,
         max_retries: int = 2,
+        http_attempts: int = 3,
+        backoff: float = 0.5,
+        max_backoff: float = 8.0,
         temperature: float = 0.0,
         seed: int = 0,
         max_history: int = 8,
     ):
         super().__init__(tools)
-        if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-        if timeout <= 0:
-            raise ValueError(f"timeout must be > 0, got {timeout}")
-        self.base_url, self.model, self.api_key = base_url, model, api_key
-        self.timeout, self.max_retries = float(timeout), int(max_retries)
+        self.client = ChatClient(
+            base_url, api_key=api_key, timeout=timeout, http_attempts=http_attempts,
+            backoff=backoff, max_backoff=max_backoff, metrics=self.metrics,
+        )
+        self.model, self.max_retries = model, int(max_retries)
         self.temperature, self.seed, self.max_history = float(temperature), int(seed), int(max_history)
+
+    @property
+    def base_url(self) -> str:
+        return self.client.base_url
+
+    @property
+    def timeout(self) -> float:
+        return self.client.timeout
 
     def prompt(self, name: str, arguments: dict, episode: str | int = 0) -> list[dict[str, Any]]:
         """The chat messages sent for one call."""
@@ -168,16 +430,16 @@ class LLMSimulator(BaseSimulator):
         for attempt in range(self.max_retries + 1):
             if attempt:
                 self.metrics["retries"] += 1
-            self.metrics["requests"] += 1
             try:
-                text = chat_completion(
-                    self.base_url, self.model, messages, api_key=self.api_key, timeout=self.timeout,
+                text = self.client.complete(
+                    self.model, messages,
                     temperature=self.temperature, seed=self.seed, response_format={"type": "json_object"},
                 )
             except EndpointError as e:
-                self.metrics[{"timeout": "timeouts", "http_error": "http_errors", "connection_error": "connection_errors"}.get(e.kind, "bad_responses")] += 1
-                last = str(e)
-                continue
+                # What the model reads: the kind of fault, never a URL or a server's body.
+                what = f"HTTP {e.status}" if e.status is not None else e.kind.replace("_", " ")
+                tries = self.client.http_attempts if e.retryable else 1
+                return ToolResult(ok=False, error=f"tool simulator unavailable for {name!r}: {what} (after {tries} HTTP attempt{'s' * (tries > 1)})")
             try:
                 content = parse_json_reply(text)
             except ValueError as e:
@@ -194,4 +456,4 @@ class LLMSimulator(BaseSimulator):
                 {"role": "assistant", "content": text},
                 {"role": "user", "content": f"Invalid: {last}. Reply with one JSON value that conforms to the response schema."},
             ]
-        return ToolResult(ok=False, error=f"tool simulator failed for {name!r} after {self.max_retries + 1} attempts: {last}")
+        return ToolResult(ok=False, error=f"tool simulator failed for {name!r} after {self.max_retries + 1} attempts: {self.client.redact(last)[:500]}")

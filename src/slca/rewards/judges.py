@@ -17,7 +17,7 @@ import math
 from collections import Counter
 from typing import Any, Protocol
 
-from slca.env.llm import EndpointError, chat_completion, parse_json_reply
+from slca.env.llm import ChatClient, EndpointError, parse_json_reply
 from slca.rewards.execution import Unscorable, _collect
 from slca.types import Task, Turn
 
@@ -47,34 +47,52 @@ def judge_messages(task: Task, turns: list[Turn], final_text: str, max_chars: in
 class OpenAIJudge:
     """LLM judge over an OpenAI-compatible chat endpoint; the score is ``reply / 10``.
 
-    Failed requests and unparsable replies are retried ``max_retries`` times,
-    then raise :class:`Unscorable`; ``metrics`` counts them.
+    HTTP goes through :class:`slca.env.llm.ChatClient`: a total deadline of
+    ``timeout`` seconds per request, ``http_attempts`` attempts with exponential
+    backoff. An unparsable or out-of-range reply is asked again ``max_retries``
+    times. When no score comes, :class:`Unscorable` is raised (the summary reward
+    becomes NaN with the reason; the reason names the fault and the redacted URL,
+    never the server's body). ``metrics`` counts ``requests``, each fault kind
+    (``timeouts``, ``connection_errors``, ``incomplete_responses``,
+    ``http_errors``, ``bad_responses``), ``http_retries`` and ``invalid_output``.
     """
 
-    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout: float = 30.0, max_retries: int = 1, temperature: float = 0.0):
-        if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
-        self.base_url, self.model, self.api_key = base_url, model, api_key
-        self.timeout, self.max_retries, self.temperature = float(timeout), int(max_retries), float(temperature)
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        max_retries: int = 1,
+        http_attempts: int = 3,
+        backoff: float = 0.5,
+        max_backoff: float = 8.0,
+        temperature: float = 0.0,
+    ):
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
         self.metrics: Counter[str] = Counter()
+        self.client = ChatClient(
+            base_url, api_key=api_key, timeout=timeout, http_attempts=http_attempts,
+            backoff=backoff, max_backoff=max_backoff, metrics=self.metrics,
+        )
+        self.model, self.max_retries, self.temperature = model, int(max_retries), float(temperature)
 
     def score(self, task: Task, turns: list[Turn], final_text: str) -> float:
         msgs = judge_messages(task, turns, final_text)
         last = ""
         for _ in range(self.max_retries + 1):
-            self.metrics["requests"] += 1
             try:
-                text = chat_completion(self.base_url, self.model, msgs, api_key=self.api_key, timeout=self.timeout, temperature=self.temperature)
+                text = self.client.complete(self.model, msgs, temperature=self.temperature)
             except EndpointError as e:
-                self.metrics[e.kind] += 1
-                last = str(e)
-                continue
+                raise Unscorable(f"judge endpoint failed: {e}") from None
             try:
                 value = parse_json_reply(text)
                 s = float(value["score"] if isinstance(value, dict) else value)
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, OverflowError):
                 self.metrics["invalid_output"] += 1
-                last = f"judge reply is not a score: {text[:100]!r}"
+                last = f"judge reply is not a score: {self.client.redact(text[:100])!r}"
                 continue
             if 0.0 <= s <= 10.0:
                 return s / 10.0
