@@ -269,3 +269,4 @@ BoundedValidator = validators.extend(
     {"pattern": _pattern, "patternProperties": _pattern_properties, "additionalProperties": _additional_properties},
 )
 """Draft 2020-12 validator whose regex keywords run under :data:`PATTERN_TIMEOUT`."""
+BoundedValidator.__module__, BoundedValidator.__qualname__ = __name__, "BoundedValidator"  # picklable by name

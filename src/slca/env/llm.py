@@ -227,7 +227,10 @@ class ChatClient:
 
     def _run(self, body: bytes) -> str:
         """One request on the private loop, cancelled at the deadline."""
-        fut = asyncio.run_coroutine_threadsafe(self._bounded(body), _event_loop())
+        if self._client is None or self._client[0] != os.getpid():  # outside the deadline: making one loads TLS certificates
+            limits = httpx.Limits(max_connections=32, max_keepalive_connections=8)
+            self._client = (os.getpid(), httpx.AsyncClient(timeout=self.timeout, limits=limits, follow_redirects=False))
+        fut = asyncio.run_coroutine_threadsafe(self._bounded(self._client[1], body), _event_loop())
         try:
             status, raw = fut.result(timeout=self.timeout + 5.0)  # the coroutine itself stops at self.timeout
         except concurrent.futures.TimeoutError:
@@ -235,17 +238,13 @@ class ChatClient:
             raise EndpointError("timeout", f"no complete answer from {self.shown_url} within {self.timeout} s") from None
         return self._content(status, raw)
 
-    async def _bounded(self, body: bytes) -> tuple[int, bytes]:
+    async def _bounded(self, client: httpx.AsyncClient, body: bytes) -> tuple[int, bytes]:
         try:
-            return await asyncio.wait_for(self._post(body), self.timeout)
+            return await asyncio.wait_for(self._post(client, body), self.timeout)
         except asyncio.TimeoutError:
             raise EndpointError("timeout", f"no complete answer from {self.shown_url} within {self.timeout} s") from None
 
-    async def _post(self, body: bytes) -> tuple[int, bytes]:
-        if self._client is None or self._client[0] != os.getpid():
-            limits = httpx.Limits(max_connections=32, max_keepalive_connections=8)
-            self._client = (os.getpid(), httpx.AsyncClient(timeout=self.timeout, limits=limits, follow_redirects=False))
-        client = self._client[1]
+    async def _post(self, client: httpx.AsyncClient, body: bytes) -> tuple[int, bytes]:
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
