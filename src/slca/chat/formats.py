@@ -194,7 +194,7 @@ def _tag_blocks(text: str) -> tuple[str, list[str], list[ParseError]]:
 def _loads(body: str) -> tuple[Any, ParseError | None]:
     src = body.strip()
     if not src:
-        return None, ParseError("empty_call", "empty <tool_call></tool_call>", body)
+        return None, ParseError("empty_call", "empty <tool_call></tool_call>", _short(body, 200))
     obj, reason = _bounded_loads(src)
     if reason is not None:
         return None, ParseError("invalid_json", f"tool call is not valid JSON: {reason}", _short(src, 200))
