@@ -30,6 +30,12 @@ from typing import Any
 import regex
 from jsonschema import Draft202012Validator, ValidationError, validators
 
+try:  # the stdlib's regex parser (moved in 3.11; same API)
+    from re import _constants as _sre_constants, _parser as _sre_parse
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants as _sre_constants
+    import sre_parse as _sre_parse
+
 __all__ = [
     "MAX_DEPTH",
     "MAX_INT_DIGITS",
@@ -51,6 +57,10 @@ MAX_INT_DIGITS = 4300
 
 PATTERN_TIMEOUT = 0.05
 """Seconds one JSON Schema ``pattern`` may take on one value before the value is refused."""
+
+MAX_PATTERN_COST = 20_000
+"""Largest regex accepted, counted with nested counted repeats multiplied out (``(a{1000}){1000}``
+is 1,000,000): the ``regex`` module unrolls such repeats when it compiles, which no timeout bounds."""
 
 # A JSON string (an unterminated one runs to the end: every quote is consumed once, so linear).
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.S)
@@ -192,11 +202,41 @@ class PatternTimeout(Exception):
     """A regex did not finish within its time limit."""
 
 
+def _cost(items: Any) -> int:
+    """Size of a parsed regex with counted repeats multiplied out (capped just past the limit)."""
+    c = _sre_constants
+    total = 0
+    for op, av in items:
+        if op in (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", None)):
+            lo, hi, sub = av
+            n = hi if hi is not c.MAXREPEAT else lo
+            total += max(1, n) * _cost(sub)
+        elif op is c.SUBPATTERN:
+            total += _cost(av[-1])
+        elif op is c.BRANCH:
+            total += sum(_cost(b) for b in av[1])
+        elif op in (c.ASSERT, c.ASSERT_NOT):
+            total += _cost(av[1])
+        elif op is getattr(c, "ATOMIC_GROUP", None):
+            total += _cost(av)
+        else:
+            total += 1
+        if total > MAX_PATTERN_COST:
+            return MAX_PATTERN_COST + 1
+    return total
+
+
 @functools.lru_cache(maxsize=2048)
 def _compile(pattern: str) -> Any:
+    """The compiled pattern; None if ``regex`` cannot compile it; "too complex" past :data:`MAX_PATTERN_COST`."""
+    try:
+        if _cost(_sre_parse.parse(pattern)) > MAX_PATTERN_COST:
+            return "too complex"
+    except (re.error, RecursionError, OverflowError, ValueError, TypeError):
+        pass  # not a stdlib regex: let the regex module decide
     try:
         return regex.compile(pattern)
-    except (regex.error, TypeError, ValueError, RecursionError):
+    except (regex.error, TypeError, ValueError, RecursionError, OverflowError):
         return None
 
 
@@ -204,15 +244,18 @@ def pattern_search(pattern: str, text: str, timeout: float = PATTERN_TIMEOUT) ->
     """``re.search(pattern, text) is not None``, within ``timeout`` seconds (else :class:`PatternTimeout`).
 
     Uses the ``regex`` module (its ``timeout`` stops catastrophic backtracking);
-    a pattern it cannot compile falls back to ``re`` (unbounded, as jsonschema does).
+    a pattern it cannot compile falls back to ``re`` (unbounded, as jsonschema does);
+    a pattern past :data:`MAX_PATTERN_COST` is not run at all (:class:`PatternTimeout`).
     """
     rx = _compile(pattern)
+    if rx == "too complex":
+        raise PatternTimeout(f"pattern {pattern[:60]!r} is too large to match under a time limit")
     if rx is None:
         return re.search(pattern, text) is not None
     try:
         return rx.search(text, timeout=timeout) is not None
     except TimeoutError as e:
-        raise PatternTimeout(f"pattern {pattern!r} took more than {timeout * 1000:.0f} ms") from e
+        raise PatternTimeout(f"matching it against {pattern[:60]!r} takes more than {timeout * 1000:.0f} ms") from e
 
 
 def _pattern(validator: Any, patrn: str, instance: Any, schema: dict) -> Any:
@@ -220,11 +263,8 @@ def _pattern(validator: Any, patrn: str, instance: Any, schema: dict) -> Any:
         return
     try:
         ok = pattern_search(patrn, instance)
-    except PatternTimeout:
-        yield ValidationError(
-            f"{instance[:40]!r}{'...' if len(instance) > 40 else ''} is refused: matching it against "
-            f"{patrn!r} takes more than {PATTERN_TIMEOUT * 1000:.0f} ms"
-        )
+    except PatternTimeout as e:
+        yield ValidationError(f"{instance[:40]!r}{'...' if len(instance) > 40 else ''} is refused: {e}")
         return
     if not ok:
         yield ValidationError(f"{instance!r} does not match {patrn!r}")
