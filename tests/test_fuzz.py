@@ -332,3 +332,64 @@ def test_bounded_loads_agrees_with_json_where_json_is_safe(text):
         assert value == ref or value != value  # (NaN never comes back: refused)
     else:  # refused something json accepts: only the documented limits
         assert any(k in reason for k in ("nested", "digits", "not JSON", "out of range", "surrogate")), reason
+
+
+# ------------------------------------------------------------------ the cases, one by one
+
+
+def test_python_tool_failures_are_named_and_counted():
+    import datetime
+    import decimal
+
+    values = {"a_set": {1, 2}, "a_datetime": datetime.datetime(2025, 1, 1), "bytes": b"x", "a_decimal": decimal.Decimal("1.5")}
+    tools = [_tool(n, {}) for n in values] + [_tool("strict", {"x": {"type": "integer"}})]
+    fns = {n: (lambda v=v: {"value": v}) for n, v in values.items()}
+    fns["strict"] = lambda x=0: {"x": x}
+    sim = PythonSimulator(tools, fns)
+    for n, v in values.items():
+        r = sim.call(n, {})
+        assert not r.ok and type(v).__name__ in r.error and "['value']" in r.error
+    r = sim.call("strict", {"x": 1, "y": 2})  # the schema allows extra keys, the callable does not
+    assert not r.ok and "unexpected keyword argument 'y'" in r.error
+    assert sim.metrics["invalid_output"] == 4 and sim.metrics["invalid_arguments"] == 1
+
+
+def test_python_tool_time_limit_main_thread_and_other_threads():
+    def stubborn():
+        while True:
+            try:
+                time.sleep(0.01)
+            except Exception:  # a tool that swallows everything still stops: the limit is a BaseException
+                pass
+
+    def slow():
+        time.sleep(1.5)
+        return {}
+
+    sim = PythonSimulator([_tool("stubborn", {}), _tool("slow", {})], {"stubborn": stubborn, "slow": slow}, timeout=0.3)
+    t0 = time.perf_counter()
+    r = sim.call("stubborn", {})
+    assert not r.ok and "did not finish within 0.3 s" in r.error and time.perf_counter() - t0 < 3.0
+    out = {}
+    th = threading.Thread(target=lambda: out.update(r=sim.call("slow", {})))  # no signals here: abandoned instead
+    t0 = time.perf_counter()
+    th.start()
+    th.join(10)
+    assert not out["r"].ok and time.perf_counter() - t0 < 1.4
+    assert sim.metrics["timeouts"] == 2
+    assert PythonSimulator([_tool("slow", {})], {"slow": slow}, timeout=None).call("slow", {}).ok
+
+
+def test_schema_simulator_hostile_schemas_and_arguments():
+    sim = SchemaSimulator(HOSTILE_TOOLS)
+    t0 = time.process_time()
+    r = sim.call("code", {"code": "a" * 5000 + "!"})  # ^(a|aa)+$ backtracks exponentially on this in `re`
+    assert not r.ok and "is refused" in r.error and time.process_time() - t0 < 2.0
+    assert sim.call("code", {"code": "aaaa"}).ok
+    assert "empty enum" in sim.call("none_allowed", {"q": "x"}).error
+    assert "minItems 1000000" in sim.call("million", {}).error
+    assert "minLength 1000000000" in sim.call("long", {}).error
+    assert "more than 4096 values" in sim.call("wide", {}).error
+    r = sim.call("get_weather", {"city": "\ud800"})
+    assert not r.ok and "lone surrogate" in r.error
+    assert sim.metrics["invalid_arguments"] == 2 and sim.metrics["invalid_output"] == 4
