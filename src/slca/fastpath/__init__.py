@@ -1,0 +1,11 @@
+"""Fast paths for the two hot loops of a step: rollout decoding and the training pass's log-probabilities.
+
+Both compute what the plain transformers forward computes, in fewer and
+larger kernels; each is checked against the plain forward in
+``tests/test_fastpath.py`` (tolerances in the module docstrings) and falls back
+to the plain forward for models it does not support.
+"""
+
+from slca.fastpath.decode import FastBatch, FastDecoder, make_batch, unsupported_reason
+
+__all__ = ["FastBatch", "FastDecoder", "make_batch", "unsupported_reason"]

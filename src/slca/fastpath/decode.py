@@ -1,0 +1,388 @@
+"""A rollout forward with fewer kernels per token, read from the Hugging Face weights.
+
+:class:`FastBatch` is a drop-in for the rollout engine's KV-cache batch (the
+same ``feed`` / ``feed_lists`` / ``expand`` / ``keep`` / ``park`` / ``unpark``
+methods and the same hole-and-position semantics, see :mod:`slca.rollout`),
+but it does not call the model's ``forward``. It runs the decoder itself:
+
+* **fused projections**: per layer one ``(q|k|v)`` matmul and one
+  ``(gate|up)`` matmul, from weights concatenated once per rollout call out of
+  the model's own ``q_proj`` / ``k_proj`` / ``v_proj`` / ``gate_proj`` /
+  ``up_proj`` (so they are whatever the optimizer last wrote);
+* **one static KV buffer** ``(layers, 2, B, kv_heads, capacity, head_dim)``
+  written in place (no per-layer cache objects, no concatenation; capacity
+  doubles when full), with the validity mask kept beside it;
+* RoPE applied to queries and keys in one op, attention through SDPA with
+  ``enable_gqa`` (the KV heads are never copied up to the query heads), one
+  boolean mask per forward shared by all layers;
+* the final norm and the LM head only at each row's last valid column (a
+  prefill or environment chunk of W tokens computes one row of logits, not W).
+
+The per-step Python is one loop over the layers (a handful of ops each); the
+transformers module stack, mask building and cache bookkeeping are gone.
+
+Supported: ``Qwen2ForCausalLM`` and ``LlamaForCausalLM`` (full attention, SiLU
+MLP, plain ``nn.Linear`` projections, any RoPE type the model's own rotary
+module computes). Anything else (another architecture, sliding-window layers,
+LoRA-wrapped or quantized layers, forward hooks, a subclass that overrides
+``forward``) is refused by :func:`unsupported_reason` and the engine falls back
+to the transformers forward. A subclass that overrides ``forward`` only to
+change the logits it returns may opt in by defining
+``slca_rollout_logits(logits, input_ids, valid, position_ids, fresh)`` (see
+:meth:`FastBatch.feed`), which the fast path then applies.
+
+Equality: the same math as the transformers forward in a different op order
+(fused matmuls, RMSNorm through ``torch.nn.functional.rms_norm``), so logits
+differ by float rounding only; ``tests/test_fastpath.py`` checks logits within
+``1e-4`` (fp32) of the transformers forward on every feed pattern the engine
+uses, and identical sampled tokens and log-probabilities within ``1e-5`` for
+whole multi-turn rollouts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["FastDecoder", "FastBatch", "unsupported_reason", "LOGITS_HOOK"]
+
+LOGITS_HOOK = "slca_rollout_logits"
+
+
+def _stock_classes() -> dict[str, tuple[type, type, type]]:
+    """model_type -> (causal LM class, decoder layer class, base model class) the fast path knows."""
+    out: dict[str, tuple[type, type, type]] = {}
+    try:
+        from transformers.models.qwen2 import modeling_qwen2 as q
+
+        out["qwen2"] = (q.Qwen2ForCausalLM, q.Qwen2DecoderLayer, q.Qwen2Model)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from transformers.models.llama import modeling_llama as ll
+
+        out["llama"] = (ll.LlamaForCausalLM, ll.LlamaDecoderLayer, ll.LlamaModel)
+    except ImportError:  # pragma: no cover
+        pass
+    return out
+
+
+def unsupported_reason(model: torch.nn.Module) -> str | None:
+    """Why :class:`FastDecoder` cannot run ``model`` exactly (None: it can)."""
+    cfg = getattr(model, "config", None)
+    known = _stock_classes()
+    mt = getattr(cfg, "model_type", None)
+    if mt not in known:
+        return f"model_type {mt!r} is not one of {sorted(known)}"
+    lm_cls, layer_cls, base_cls = known[mt]
+    if not isinstance(model, lm_cls):
+        return f"{type(model).__name__} is not a {lm_cls.__name__}"
+    if type(model).forward is not lm_cls.forward and not callable(getattr(model, LOGITS_HOOK, None)):
+        return f"{type(model).__name__} overrides forward (define {LOGITS_HOOK} to opt in)"
+    base = getattr(model, "model", None)
+    if type(base) is not base_cls:
+        return "the base model is not the stock one"
+    if getattr(cfg, "hidden_act", "silu") != "silu":
+        return f"hidden_act {cfg.hidden_act!r} (only silu)"
+    if "sliding_attention" in (getattr(cfg, "layer_types", None) or []):
+        return "sliding-window attention layers"
+    if getattr(cfg, "pretraining_tp", 1) not in (None, 1):
+        return "pretraining_tp > 1"
+    if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "attn_logit_softcapping", None):
+        return "logit soft-capping"
+    for mod in model.modules():
+        if mod._forward_hooks or mod._forward_pre_hooks:
+            return f"a forward hook on {type(mod).__name__}"
+    for layer in base.layers:
+        if type(layer) is not layer_cls:
+            return f"decoder layer {type(layer).__name__}"
+        a, m = layer.self_attn, layer.mlp
+        for lin in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj):
+            if type(lin) is not torch.nn.Linear or not lin.weight.is_floating_point():
+                return f"projection {type(lin).__name__} is not a plain floating-point nn.Linear (LoRA, quantized?)"
+        for extra in ("q_norm", "k_norm"):
+            if getattr(a, extra, None) is not None:
+                return f"attention has {extra}"
+    if type(model.lm_head) is not torch.nn.Linear:
+        return "lm_head is not a plain nn.Linear"
+    return None
+
+
+@dataclass
+class _Layer:
+    """One decoder layer's weights, fused where it saves kernels."""
+
+    ln1: torch.Tensor  # (C,)
+    wqkv: torch.Tensor  # ((H + 2 Hkv) D, C)
+    bqkv: torch.Tensor | None  # ((H + 2 Hkv) D,)
+    wo: torch.Tensor  # (C, H D)
+    bo: torch.Tensor | None
+    ln2: torch.Tensor  # (C,)
+    wgu: torch.Tensor  # (2 I, C)
+    bgu: torch.Tensor | None
+    wd: torch.Tensor  # (C, I)
+    bd: torch.Tensor | None
+
+
+def _cat_bias(*lins: torch.nn.Linear) -> torch.Tensor | None:
+    if all(lin.bias is None for lin in lins):
+        return None
+    return torch.cat([lin.bias if lin.bias is not None else lin.weight.new_zeros(lin.out_features) for lin in lins])
+
+
+class FastDecoder:
+    """The decoder of a supported model as a few fused ops per layer (weights read at construction)."""
+
+    @torch.no_grad()
+    def __init__(self, model: torch.nn.Module):
+        why = unsupported_reason(model)
+        if why is not None:
+            raise ValueError(f"FastDecoder: {why}")
+        self.model = model
+        cfg = model.config
+        base = model.model
+        a0 = base.layers[0].self_attn
+        self.H = cfg.num_attention_heads
+        self.Hkv = cfg.num_key_value_heads
+        self.D = a0.head_dim
+        self.scale = a0.scaling
+        self.eps = base.norm.variance_epsilon
+        self.embed = base.embed_tokens.weight
+        self.rotary = base.rotary_emb
+        self.norm_w = base.norm.weight
+        self.lm_head = model.lm_head
+        self.hook = getattr(model, LOGITS_HOOK, None)
+        self.layers = []
+        for layer in base.layers:
+            a, m = layer.self_attn, layer.mlp
+            self.layers.append(_Layer(
+                ln1=layer.input_layernorm.weight,
+                wqkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
+                bqkv=_cat_bias(a.q_proj, a.k_proj, a.v_proj),
+                wo=a.o_proj.weight, bo=a.o_proj.bias,
+                ln2=layer.post_attention_layernorm.weight,
+                wgu=torch.cat([m.gate_proj.weight, m.up_proj.weight]),
+                bgu=_cat_bias(m.gate_proj, m.up_proj),
+                wd=m.down_proj.weight, bd=m.down_proj.bias,
+            ))
+        self.dtype = self.layers[0].wqkv.dtype
+        self.device = self.embed.device
+
+    def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, (x.shape[-1],), w, self.eps)
+        # low precision: normalise in fp32 and round before the weight, as transformers' RMSNorm does
+        return w * F.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
+
+    def forward(
+        self, ids: torch.Tensor, pos: torch.Tensor, kv: torch.Tensor, start: int, mask: torch.Tensor, last: torch.Tensor
+    ) -> torch.Tensor:
+        """Feed W columns for B rows; return the logits at each row's column ``last``.
+
+        Args:
+            ids: (B, W) token ids.
+            pos: (B, W) position of each column's token in its row's sequence.
+            kv: (layers, 2, B, Hkv, capacity, D) cache; columns ``start .. start+W`` are written.
+            start: cache columns already filled.
+            mask: (B, 1, W, start + W) bool, True where a query column may attend a cache column.
+            last: (B,) column (0 .. W-1) whose logits are returned.
+
+        Returns:
+            (B, V) logits in the model's dtype.
+        """
+        B, W = ids.shape
+        H, Hkv, D = self.H, self.Hkv, self.D
+        end = start + W
+        x = F.embedding(ids, self.embed)  # (B, W, C)
+        cos, sin = self.rotary(x, pos)  # (B, W, D) each
+        cos, sin = cos[:, :, None, :], sin[:, :, None, :]
+        half = D // 2
+        for li, L in enumerate(self.layers):
+            h = self._rms(x, L.ln1)
+            qkv = F.linear(h, L.wqkv, L.bqkv).view(B, W, H + 2 * Hkv, D)
+            qk = qkv[:, :, : H + Hkv]
+            rot = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)
+            qk = qk * cos + rot * sin  # RoPE on queries and keys at once: (B, W, H + Hkv, D)
+            kv[li, 0, :, :, start:end] = qk[:, :, H:].transpose(1, 2)
+            kv[li, 1, :, :, start:end] = qkv[:, :, H + Hkv :].transpose(1, 2)
+            att = F.scaled_dot_product_attention(
+                qk[:, :, :H].transpose(1, 2), kv[li, 0, :, :, :end], kv[li, 1, :, :, :end],
+                attn_mask=mask, scale=self.scale, enable_gqa=Hkv != H,
+            )  # (B, H, W, D)
+            x = x + F.linear(att.transpose(1, 2).reshape(B, W, H * D), L.wo, L.bo)
+            h = self._rms(x, L.ln2)
+            g, u = F.linear(h, L.wgu, L.bgu).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(g) * u, L.wd, L.bd)
+        xl = x[torch.arange(B, device=x.device), last]  # (B, C) each row's last valid column
+        return self.lm_head(self._rms(xl, self.norm_w))
+
+
+@dataclass
+class FastParked:
+    """Cache, validity and positions of rows taken out of the batch for the rest of a turn."""
+
+    kv: torch.Tensor  # (layers, 2, B_p, Hkv, S_p, D)
+    attn: torch.Tensor  # (B_p, S_p) bool
+    next_pos: torch.Tensor  # (B_p,)
+
+
+class FastBatch:
+    """The rollout engine's shared, holed KV cache over :class:`FastDecoder` (see :mod:`slca.rollout`).
+
+    Column ``j`` of the cache holds, for every row, the token fed in that
+    column; ``attn[b, j]`` says whether it is one of row ``b``'s tokens (a
+    hole otherwise). ``next_pos[b]`` counts row ``b``'s tokens so far.
+    """
+
+    def __init__(self, model: torch.nn.Module, batch_size: int, pad_id: int, device: torch.device,
+                 decoder: FastDecoder | None = None, capacity: int = 256):
+        self.dec = decoder or FastDecoder(model)
+        self.model = model
+        self.pad_id = pad_id
+        self.device = device
+        d = self.dec
+        self.kv = torch.zeros(len(d.layers), 2, batch_size, d.Hkv, capacity, d.D, dtype=d.dtype, device=device)
+        self._attn = torch.zeros(batch_size, capacity, dtype=torch.bool, device=device)
+        self.n = 0  # cache columns filled
+        self.next_pos = torch.zeros(batch_size, dtype=torch.long, device=device)
+
+    @property
+    def attn(self) -> torch.Tensor:
+        """(B, S) long: 1 on each row's valid cache columns."""
+        return self._attn[:, : self.n].long()
+
+    def _reserve(self, extra: int) -> None:
+        cap = self.kv.shape[-2]
+        if self.n + extra <= cap:
+            return
+        new = max(2 * cap, self.n + extra + 64)
+        kv = self.kv.new_zeros(*self.kv.shape[:-2], new, self.kv.shape[-1])
+        kv[..., : self.n, :] = self.kv[..., : self.n, :]
+        at = self._attn.new_zeros(self._attn.shape[0], new)
+        at[:, : self.n] = self._attn[:, : self.n]
+        self.kv, self._attn = kv, at
+
+    @torch.no_grad()
+    def feed(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Append a chunk and return each row's logits after its last valid token.
+
+        Args:
+            ids: (B, W) token ids (anything where not valid).
+            valid: (B, W) bool, True on the row's real tokens (in order, any layout).
+
+        Returns:
+            (B, V) float logits at each row's last valid column (rows with no
+            valid column: the logits of a masked column, to be ignored).
+            A model defining ``slca_rollout_logits(logits, input_ids, valid,
+            position_ids, fresh)`` gets these (B, V) logits, the chunk and
+            whether the cache was empty, and returns the logits to use.
+        """
+        B, W = ids.shape
+        v = valid.long()
+        pos = self.next_pos[:, None] + v.cumsum(dim=1) - 1  # (B, W)
+        pos = torch.where(valid, pos, self.next_pos[:, None].expand_as(pos))
+        ids = torch.where(valid, ids, torch.full_like(ids, self.pad_id))
+        self._reserve(W)
+        start, end = self.n, self.n + W
+        self._attn[:, start:end] = valid
+        cols = torch.arange(end, device=ids.device)
+        # a query column sees the valid columns up to itself, and always itself (so a hole's
+        # output stays finite; it is never read)
+        causal = cols[None, :] <= (start + torch.arange(W, device=ids.device))[:, None]  # (W, S)
+        mask = (self._attn[:, None, :end] & causal[None]) | (cols[None, None, :] == start + torch.arange(W, device=ids.device)[None, :, None])
+        ar = torch.arange(W, device=ids.device)
+        last = torch.where(valid, ar, torch.full_like(ids, -1)).amax(dim=1).clamp_min(0)
+        logits = self.dec.forward(ids, pos, self.kv, start, mask[:, None], last)
+        fresh = start == 0
+        self.n = end
+        self.next_pos = self.next_pos + v.sum(dim=1)
+        if self.dec.hook is not None:
+            logits = self.dec.hook(logits, ids, valid, pos, fresh)
+        return logits.float()
+
+    def feed_lists(self, seqs: Sequence[Sequence[int] | None]) -> torch.Tensor:
+        """Feed one list of ids per row (None or empty: nothing for that row); returns :meth:`feed`'s logits."""
+        W = max((len(s) for s in seqs if s), default=0)
+        if W == 0:
+            raise ValueError("feed_lists needs at least one non-empty sequence")
+        ids = torch.full((len(seqs), W), self.pad_id, dtype=torch.long)
+        valid = torch.zeros(len(seqs), W, dtype=torch.bool)
+        for b, s in enumerate(seqs):
+            if s:
+                ids[b, : len(s)] = torch.tensor(list(s), dtype=torch.long)
+                valid[b, : len(s)] = True
+        return self.feed(ids.to(self.device), valid.to(self.device))
+
+    def _select(self, idx: torch.Tensor) -> None:
+        n = self.n
+        kv = self.kv.new_zeros(*self.kv.shape[:2], len(idx), *self.kv.shape[3:])
+        kv[..., :n, :] = self.kv[:, :, idx, :, :n]
+        at = self._attn.new_zeros(len(idx), self._attn.shape[1])
+        at[:, :n] = self._attn[idx, :n]
+        self.kv, self._attn, self.next_pos = kv, at, self.next_pos[idx]
+
+    def expand(self, repeats: int) -> None:
+        """Repeat every row ``repeats`` times in place (row ``i`` becomes rows ``i*repeats .. i*repeats+repeats-1``)."""
+        B = self.next_pos.shape[0]
+        self._select(torch.arange(B, device=self.device).repeat_interleave(repeats))
+
+    def keep(self, index: Sequence[int]) -> None:
+        """Keep only these rows (batch positions), dropping finished rollouts from every later forward."""
+        self._select(torch.tensor(list(index), dtype=torch.long, device=self.device))
+
+    def park(self, keep: torch.Tensor) -> FastParked:
+        """Move the rows where ``keep`` is False out of the batch (their cache aside).
+
+        Args:
+            keep: (B,) bool over the current batch rows.
+        """
+        out_idx = (~keep).nonzero().squeeze(-1)
+        n = self.n
+        parked = FastParked(self.kv[:, :, out_idx, :, :n].clone(), self._attn[out_idx, :n].clone(), self.next_pos[out_idx])
+        self._select(keep.nonzero().squeeze(-1))
+        return parked
+
+    def unpark(self, parked: FastParked, here: torch.Tensor, there: torch.Tensor) -> torch.Tensor:
+        """Merge parked rows back; rows end up ordered by their ids.
+
+        Args:
+            parked: from :meth:`park`.
+            here: (B_here,) ids of the rows now in the batch, in batch order.
+            there: (B_parked,) ids of the parked rows, in parked order.
+
+        Returns:
+            the (B_here + B_parked,) sorted row ids, the new batch order. Parked
+            rows get invalid (hole) columns for everything fed while they were out.
+        """
+        ids = torch.cat([here, there])
+        order = ids.argsort()
+        where = torch.empty_like(order)
+        where[order] = torch.arange(len(ids), device=ids.device)
+        p_here, p_there = where[: len(here)], where[len(here):]
+        s = parked.kv.shape[-2]
+        kv = self.kv.new_zeros(*self.kv.shape[:2], len(ids), *self.kv.shape[3:])
+        kv[:, :, p_here] = self.kv
+        kv[:, :, p_there, :, :s] = parked.kv
+        at = self._attn.new_zeros(len(ids), self._attn.shape[1])
+        at[p_here] = self._attn
+        at[p_there, :s] = parked.attn
+        next_pos = self.next_pos.new_zeros(len(ids))
+        next_pos[p_here], next_pos[p_there] = self.next_pos, parked.next_pos
+        self.kv, self._attn, self.next_pos = kv, at, next_pos
+        return ids[order]
+
+
+def make_batch(model: torch.nn.Module, batch_size: int, pad_id: int, device: torch.device, capacity: int = 256) -> FastBatch | None:
+    """A :class:`FastBatch` for ``model``, or None when the fast path does not support it."""
+    if unsupported_reason(model) is not None:
+        return None
+    return FastBatch(model, batch_size, pad_id, device, capacity=capacity)
+
+
+def describe(model: torch.nn.Module) -> dict[str, Any]:
+    """Whether the fast decode path runs ``model`` and, if not, why."""
+    why = unsupported_reason(model)
+    return {"fast_decode": why is None, "reason": why}
