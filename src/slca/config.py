@@ -103,6 +103,9 @@ class TrainConfig:
     """Loss aggregation: 'token_mean' (DAPO), 'seq_mean' (GRPO), 'token_sum_norm' (Dr. GRPO), 'segment_balanced'."""
     max_grad_norm: float = 1.0
     """Gradient clipping threshold (the pre-clip norm is logged)."""
+    fast_paths: bool = True
+    """Run supported models (stock Qwen2 / Llama) through slca.fastpath in rollouts and the training pass
+    (same tokens; log-probs within 1e-5 of the plain transformers forward, see docs/performance.md); False: the plain forward."""
 
     # ---- diagnostics / evaluation / checkpoints
     diag_every: int = 1

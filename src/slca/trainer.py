@@ -183,6 +183,7 @@ class Trainer:
             top_p=1.0 if eval_mode else c.top_p,
             format=c.tool_format,
             seed=c.seed * 1_000_003 + step * 7 + (1 if eval_mode else 0),
+            fast_decode=c.fast_paths,
         )
 
     def rollout(self, step: int) -> Rollouts:
@@ -242,11 +243,11 @@ class Trainer:
                         split_grads: bool, st: UpdateStats) -> None:
         """One optimizer step on a minibatch (masks and advantages (b, T)); appends to ``st``."""
         c, mask = self.cfg, mb.model_mask
-        logp = response_logprobs(self.model, mb, c.temperature)
+        logp = response_logprobs(self.model, mb, c.temperature, c.fast_paths)
         per_tok, sur = clipped_surrogate(logp, mb.old_logprobs, adv, clip_low=c.clip_low, clip_high=c.clip_high, return_stats=True)
         if self.ref is not None:
             with torch.no_grad():
-                ref_logp = response_logprobs(self.ref, mb, c.temperature)
+                ref_logp = response_logprobs(self.ref, mb, c.temperature, c.fast_paths)
             kl_tok = kl_penalty(logp, ref_logp, kind=c.kl_kind)
             per_tok = per_tok + c.kl_coef * kl_tok
             st.kls.append(float((kl_tok.detach() * mask).sum() / mask.sum().clamp_min(1)))

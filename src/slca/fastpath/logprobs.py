@@ -13,8 +13,9 @@ plain causal attention with *no mask* is exact for every real token: SDPA runs
 which transformers uses when there is no mask).
 
 Only the hidden states that predict response tokens (policy and environment)
-reach the LM head, flattened to ``(N, C)``, and the log-probability is one
-``cross_entropy`` (log-softmax and gather fused) at ``temperature``.
+reach the LM head, flattened to ``(N, C)`` (no logits for padding; a fused
+``cross_entropy`` instead of log-softmax + gather measured no faster, see
+docs/performance.md).
 
 Same values as the left-padded forward up to float rounding (different
 attention kernels and summation order); ``tests/test_fastpath.py`` checks
@@ -26,8 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
+from slca.batching import token_logprobs
 from slca.fastpath.decode import unsupported_reason
 
 __all__ = ["fast_response_logprobs", "right_padded"]
@@ -76,7 +77,5 @@ def fast_response_logprobs(model: torch.nn.Module, batch: Any, temperature: floa
     valid = batch.valid_mask.bool()  # (B, T)
     b, t = valid.nonzero(as_tuple=True)  # (N,) each
     h = hidden[b, plen[b] + t - 1]  # (N, C): the state before response token t of row b
-    logits = model.lm_head(h).float() / temperature  # (N, V)
-    lp = -F.cross_entropy(logits, batch.input_ids[b, P + t], reduction="none")  # (N,)
-    out = logits.new_zeros(valid.shape)
-    return out.index_put((b, t), lp)
+    lp = token_logprobs(model.lm_head(h), batch.input_ids[b, P + t], temperature)  # (N,)
+    return lp.new_zeros(valid.shape).index_put((b, t), lp)
