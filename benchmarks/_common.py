@@ -169,19 +169,34 @@ class ScriptedQwen2ForCausalLM(Qwen2ForCausalLM):
         B, W = ids.shape
         valid = att[:, -W:].bool() if att is not None else torch.ones_like(ids, dtype=torch.bool)
         ar = torch.arange(W, device=ids.device)
-        if logits.shape[1] == W:
-            col = torch.where(valid, ar, -1).amax(1).clamp_min(0)  # (B,) each row's last fed token
-        else:
-            col = torch.full((B,), W - 1, device=ids.device)
-        rows = torch.arange(B, device=ids.device)
+        col = torch.where(valid, ar, -1).amax(1).clamp_min(0)  # (B,) each row's last fed token
         lcol = col if logits.shape[1] == W else torch.full_like(col, logits.shape[1] - 1)
-        if self._script is None:
-            logits[rows[:, None], lcol[:, None], torch.tensor(self._stop)[None, :]] = float("-inf")
-            return out
         pos = kwargs.get("position_ids")
         if pos is None:
             pos = (att.cumsum(-1) - 1)[:, -W:] if att is not None else (past + ar).expand(B, W)
         fresh = (att.shape[1] == W) if att is not None else past == 0
+        rows = torch.arange(B, device=ids.device)
+        logits[rows, lcol] = self.slca_rollout_logits(logits[rows, lcol], ids, valid, pos, fresh)
+        return out
+
+    def slca_rollout_logits(self, logits, input_ids, valid, position_ids, fresh):
+        """The script applied to (B, V) logits at each row's last valid token of a fed chunk.
+
+        Called by :meth:`forward` (transformers ``generate``, TRL, slca's plain
+        engine) and, under this name, by slca's fast decode path
+        (:mod:`slca.fastpath`), so both sides sample the same script.
+        """
+        if getattr(self, "_stop", None) is None:
+            return logits
+        logits = logits.clone()
+        ids, valid, pos = input_ids, valid, position_ids
+        B, W = ids.shape
+        ar = torch.arange(W, device=ids.device)
+        col = torch.where(valid, ar, -1).amax(1).clamp_min(0)  # (B,) each row's last fed token
+        rows = torch.arange(B, device=ids.device)
+        if self._script is None:
+            logits[:, torch.tensor(self._stop)] = float("-inf")
+            return logits
         if fresh:
             self._turn_starts = set()
         h = len(self._header)
@@ -194,8 +209,7 @@ class ScriptedQwen2ForCausalLM(Qwen2ForCausalLM):
         p = (q - starts[k]).clamp(0, self._script.shape[1] - 1)
         forced = torch.full((B, logits.shape[-1]), float("-inf"), dtype=logits.dtype)
         forced[rows, self._script[k, p]] = 0.0
-        logits[rows, lcol] = forced
-        return out
+        return forced
 
 
 ScriptedQwen2ForCausalLM.forward.__signature__ = inspect.signature(Qwen2ForCausalLM.forward)
@@ -294,6 +308,11 @@ def time_call(fn: Callable[[], object], repeats: int, warmup: int = 1) -> Clock:
         with clock():
             fn()
     return clock
+
+
+def load() -> float:
+    """The 1-minute load average (NaN where the OS does not report it)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
 
 def machine() -> str:

@@ -32,7 +32,7 @@ import _common as C  # noqa: E402
 import torch  # noqa: E402
 
 
-def slca_trainer(tok, size: C.Size, multi: bool, run_dir: str):
+def slca_trainer(tok, size: C.Size, multi: bool, run_dir: str, fast: bool = True):
     from slca.config import TrainConfig
     from slca.trainer import Trainer
 
@@ -44,7 +44,7 @@ def slca_trainer(tok, size: C.Size, multi: bool, run_dir: str):
         max_new_tokens=max(len(t) for t in script) + 8 if multi else size.completion_tokens,
         temperature=1.0, top_p=1.0, estimator="slca", kl_coef=0.0, loss_agg="token_mean",
         ppo_epochs=1, minibatches=1, lr=1e-5, warmup_steps=0, diag_every=0, eval_every=0,
-        sample_html_every=0, save_every=0,
+        sample_html_every=0, save_every=0, fast_paths=fast,
     )
     ts = C.tasks(size.prompts, multi)
     return Trainer(cfg, model=model, tokenizer=tok, train_tasks=ts, make_env=C.make_env)
@@ -82,14 +82,15 @@ def trl_trainer(tok, size: C.Size, multi: bool, out_dir: str, steps: int, callba
     return tr
 
 
-def run_pair(tok, size: C.Size, multi: bool, threads: int, repeats: int, warmup: int) -> dict:
-    """Interleaved TRL / slca steps at ``threads`` threads: a :class:`_common.Clock` per side."""
+def run_pair(tok, size: C.Size, multi: bool, threads: int, repeats: int, warmup: int, plain: bool = True) -> dict:
+    """Interleaved TRL / slca (/ slca with ``fast_paths=False``) steps at ``threads`` threads: a :class:`_common.Clock` per side."""
     from transformers import TrainerCallback
 
     C.set_threads(threads)
     with tempfile.TemporaryDirectory() as d:
         sl = slca_trainer(tok, size, multi, str(Path(d) / "slca"))
-        res = {"trl": C.Clock(), "slca": C.Clock(), "slca_tokens": 0.0}
+        sp = slca_trainer(tok, size, multi, str(Path(d) / "plain"), fast=False) if plain else None
+        res = {"trl": C.Clock(), "slca": C.Clock(), "plain": C.Clock(), "slca_tokens": 0.0, "plain_tokens": float("nan")}
 
         class Pair(TrainerCallback):
             def on_step_begin(self, args, state, control, **kw):
@@ -105,6 +106,10 @@ def run_pair(tok, size: C.Size, multi: bool, threads: int, repeats: int, warmup:
                 with clock():
                     m = sl.train_step()
                 res["slca_tokens"] = m["rollout/response_tokens"] * m["rollout/policy_token_frac"]
+                if sp is not None:
+                    with (res["plain"] if timed else C.Clock())():
+                        m = sp.train_step()
+                    res["plain_tokens"] = m["rollout/response_tokens"] * m["rollout/policy_token_frac"]
 
         tr = trl_trainer(tok, size, multi, str(Path(d) / "trl"), warmup + repeats, [Pair()])
         with warnings.catch_warnings():
@@ -122,6 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=3, help="timed steps per side (median reported)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps per side first")
     p.add_argument("--tiny", action="store_true", help="a seconds-long smoke run on a tiny model (tests)")
+    p.add_argument("--no-plain", action="store_true", help="skip the slca fast_paths=False side (a third of the run time)")
     a = p.parse_args(argv)
     size = C.TINY if a.tiny else C.FULL
     C.header("bench_step: training-step throughput, slca Trainer vs TRL GRPOTrainer", a)
@@ -131,18 +137,19 @@ def main(argv: list[str] | None = None) -> None:
     print(f"   model: random Qwen2 hidden {size.hidden}, {size.layers} layers, {size.heads}/{size.kv_heads} heads, "
           f"vocab {len(tok)}; batch {size.prompts} prompts x {size.generations} generations")
     print(f"{'workload':<9}{'thr':>4}  {'TRL wall s/step':<22}{'slca wall s/step':<22}{'TRL cpu s':>10}{'slca cpu s':>11}"
-          f"{'slca/TRL wall':>14}{'slca/TRL cpu':>13}{'slca rollouts/s':>16}{'policy tok TRL/slca':>21}")
+          f"{'plain cpu s':>12}{'slca/TRL wall':>14}{'slca/TRL cpu':>13}{'fast/plain cpu':>15}{'load':>6}{'policy tok TRL/slca/plain':>27}")
     for w in workloads:
         for th in C.parse_threads(a.threads):
-            r = run_pair(tok, size, w == "multi", th, a.repeats, a.warmup)
-            t, s = r["trl"], r["slca"]
+            r = run_pair(tok, size, w == "multi", th, a.repeats, a.warmup, plain=not a.no_plain)
+            t, s, q = r["trl"], r["slca"], r["plain"]
             print(f"{w:<9}{th:>4}  {C.spread(t.wall):<22}{C.spread(s.wall):<22}{C.med(t.cpu):>10.2f}{C.med(s.cpu):>11.2f}"
-                  f"{C.med(t.wall) / C.med(s.wall):>13.2f}x{C.med(t.cpu) / C.med(s.cpu):>12.2f}x{B / C.med(s.wall):>16.2f}"
-                  f"{r['trl_tokens']:>13.0f}/{r['slca_tokens']:<8.0f}", flush=True)
+                  f"{C.med(q.cpu):>12.2f}{C.med(t.wall) / C.med(s.wall):>13.2f}x{C.med(t.cpu) / C.med(s.cpu):>12.2f}x"
+                  f"{C.med(q.cpu) / C.med(s.cpu):>14.2f}x{C.load():>6.1f}"
+                  f"{r['trl_tokens']:>13.0f}/{r['slca_tokens']:.0f}/{r['plain_tokens']:<8.0f}", flush=True)
     print("wall: median [min-max] seconds per step; cpu: median process CPU seconds per step (less sensitive to other "
-          "load). slca/TRL = TRL time / slca time (>1: slca faster). policy tok = mean model-written tokens per "
-          "rollout (tool results excluded).")
-
+          "load). slca = default settings (fast paths on); plain = slca with fast_paths=False (the transformers forward). "
+          "slca/TRL = TRL time / slca time (>1: slca faster). fast/plain = plain cpu / slca cpu. load = 1-minute load "
+          "average at the end of the row. policy tok = mean model-written tokens per rollout (tool results excluded).")
 
 if __name__ == "__main__":
     main()

@@ -48,10 +48,10 @@ def test_bench_step_tiny_same_work_on_both_sides(bench, capsys):
     out = capsys.readouterr().out
     for w in ("single", "multi"):
         (r,) = rows(out, w)
-        trl_tok, slca_tok = r[-1].split("/")
-        assert float(trl_tok) == float(slca_tok) > 0, out
-        ratios = [float(c.rstrip("x")) for c in r if c.endswith("x")]  # slca/TRL on wall and on CPU time
-        assert len(ratios) == 2 and all(math.isfinite(x) and x > 0 for x in ratios), out
+        trl_tok, slca_tok, plain_tok = r[-1].split("/")
+        assert float(trl_tok) == float(slca_tok) == float(plain_tok) > 0, out
+        ratios = [float(c.rstrip("x")) for c in r if c.endswith("x")]  # slca/TRL on wall and CPU time, fast/plain
+        assert len(ratios) == 3 and all(math.isfinite(x) and x > 0 for x in ratios), out
 
 
 def test_bench_overhead_tiny(bench, capsys):
