@@ -53,6 +53,8 @@ class Size:
 
 
 FULL = Size()
+GPU = Size(hidden=1024, layers=12, heads=16, kv_heads=4, intermediate=2816)
+"""The larger from-scratch Qwen2 of benchmarks/gpu.sh (~150M parameters; run in bf16 on CUDA)."""
 TINY = Size(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, vocab=400, prompts=2, generations=2, completion_tokens=8)
 
 
@@ -195,7 +197,7 @@ class ScriptedQwen2ForCausalLM(Qwen2ForCausalLM):
         col = torch.where(valid, ar, -1).amax(1).clamp_min(0)  # (B,) each row's last fed token
         rows = torch.arange(B, device=ids.device)
         if self._script is None:
-            logits[:, torch.tensor(self._stop)] = float("-inf")
+            logits[:, torch.tensor(self._stop, device=logits.device)] = float("-inf")
             return logits
         if fresh:
             self._turn_starts = set()
@@ -203,12 +205,13 @@ class ScriptedQwen2ForCausalLM(Qwen2ForCausalLM):
         for b, j in torch.nonzero((ids == self._start) & valid).tolist():
             if ids[b, j + 1 : j + 1 + h].tolist() == self._header:
                 self._turn_starts.add(int(pos[b, j]) + 1 + h)
-        starts = torch.tensor(sorted(self._turn_starts) or [0])
+        starts = torch.tensor(sorted(self._turn_starts) or [0], device=ids.device)
+        script = self._script.to(ids.device)
         q = pos[rows, col] + 1  # (B,) position of the token to sample
-        k = (torch.searchsorted(starts, q, right=True) - 1).clamp(0, self._script.shape[0] - 1)
-        p = (q - starts[k]).clamp(0, self._script.shape[1] - 1)
-        forced = torch.full((B, logits.shape[-1]), float("-inf"), dtype=logits.dtype)
-        forced[rows, self._script[k, p]] = 0.0
+        k = (torch.searchsorted(starts, q, right=True) - 1).clamp(0, script.shape[0] - 1)
+        p = (q - starts[k]).clamp(0, script.shape[1] - 1)
+        forced = torch.full((B, logits.shape[-1]), float("-inf"), dtype=logits.dtype, device=logits.device)
+        forced[rows, script[k, p]] = 0.0
         return forced
 
 
@@ -268,6 +271,12 @@ def parse_threads(s: str) -> list[int]:
     return out
 
 
+def sync() -> None:
+    """Wait for queued CUDA work, so wall-clock sections end when the work does."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 class Clock:
     """Wall and process-CPU seconds of timed sections.
 
@@ -283,8 +292,10 @@ class Clock:
 
     @contextlib.contextmanager
     def __call__(self) -> Iterator[None]:
+        sync()
         w, c = time.perf_counter(), time.process_time()
         yield
+        sync()
         self.wall.append(time.perf_counter() - w)
         self.cpu.append(time.process_time() - c)
 

@@ -32,14 +32,17 @@ import _common as C  # noqa: E402
 import torch  # noqa: E402
 
 
-def slca_trainer(tok, size: C.Size, multi: bool, run_dir: str, fast: bool = True):
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def slca_trainer(tok, size: C.Size, multi: bool, run_dir: str, fast: bool = True, device: str = "cpu", dtype: str = "fp32"):
     from slca.config import TrainConfig
     from slca.trainer import Trainer
 
     script = C.script_turns(tok) if multi else None
-    model = C.build_model(tok, size, script)
+    model = C.build_model(tok, size, script).to(device=device, dtype=DTYPES[dtype])
     cfg = TrainConfig(
-        run_dir=run_dir, seed=0, tasks_per_step=size.prompts, group_size=size.generations,
+        run_dir=run_dir, device=device, seed=0, tasks_per_step=size.prompts, group_size=size.generations,
         max_turns=3 if multi else 1, max_total_tokens=2048,
         max_new_tokens=max(len(t) for t in script) + 8 if multi else size.completion_tokens,
         temperature=1.0, top_p=1.0, estimator="slca", kl_coef=0.0, loss_agg="token_mean",
@@ -50,13 +53,14 @@ def slca_trainer(tok, size: C.Size, multi: bool, run_dir: str, fast: bool = True
     return Trainer(cfg, model=model, tokenizer=tok, train_tasks=ts, make_env=C.make_env)
 
 
-def trl_trainer(tok, size: C.Size, multi: bool, out_dir: str, steps: int, callbacks):
+def trl_trainer(tok, size: C.Size, multi: bool, out_dir: str, steps: int, callbacks, device: str = "cpu", dtype: str = "fp32"):
     from datasets import Dataset
     from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
     script = C.script_turns(tok) if multi else None
-    model = C.build_model(tok, size, script)
+    # the weights themselves in `dtype` on both sides (no autocast: TRL's bf16 flag stays off)
+    model = C.build_model(tok, size, script).to(device=device, dtype=DTYPES[dtype])
     rows = [{"prompt": t.messages} for t in C.tasks(size.prompts, multi)]
 
     def execution_reward(completions, **_):
@@ -70,7 +74,7 @@ def trl_trainer(tok, size: C.Size, multi: bool, out_dir: str, steps: int, callba
         output_dir=out_dir, per_device_train_batch_size=size.prompts * size.generations, num_generations=size.generations,
         max_completion_length=2048 if multi else size.completion_tokens, max_steps=steps, learning_rate=1e-5,
         beta=0.0, loss_type="dapo", num_iterations=1, gradient_accumulation_steps=1, temperature=1.0, top_p=1.0,
-        top_k=0, bf16=False, logging_steps=1, report_to="none", use_cpu=True, save_strategy="no", seed=0,
+        top_k=0, bf16=False, logging_steps=1, report_to="none", use_cpu=device == "cpu", save_strategy="no", seed=0,
         dataloader_num_workers=0, disable_tqdm=True, max_tool_calling_iterations=3 if multi else None,
     )
     tr = GRPOTrainer(
@@ -82,21 +86,25 @@ def trl_trainer(tok, size: C.Size, multi: bool, out_dir: str, steps: int, callba
     return tr
 
 
-def run_pair(tok, size: C.Size, multi: bool, threads: int, repeats: int, warmup: int, plain: bool = True) -> dict:
+def run_pair(tok, size: C.Size, multi: bool, threads: int, repeats: int, warmup: int, plain: bool = True,
+             device: str = "cpu", dtype: str = "fp32") -> dict:
     """Interleaved TRL / slca (/ slca with ``fast_paths=False``) steps at ``threads`` threads: a :class:`_common.Clock` per side."""
     from transformers import TrainerCallback
 
     C.set_threads(threads)
     with tempfile.TemporaryDirectory() as d:
-        sl = slca_trainer(tok, size, multi, str(Path(d) / "slca"))
-        sp = slca_trainer(tok, size, multi, str(Path(d) / "plain"), fast=False) if plain else None
+        dev = {"device": device, "dtype": dtype}
+        sl = slca_trainer(tok, size, multi, str(Path(d) / "slca"), **dev)
+        sp = slca_trainer(tok, size, multi, str(Path(d) / "plain"), fast=False, **dev) if plain else None
         res = {"trl": C.Clock(), "slca": C.Clock(), "plain": C.Clock(), "slca_tokens": 0.0, "plain_tokens": float("nan")}
 
         class Pair(TrainerCallback):
             def on_step_begin(self, args, state, control, **kw):
+                C.sync()
                 self.w, self.c = time.perf_counter(), time.process_time()
 
             def on_step_end(self, args, state, control, **kw):
+                C.sync()
                 w, c = time.perf_counter() - self.w, time.process_time() - self.c
                 timed = state.global_step > warmup
                 if timed:
@@ -111,7 +119,7 @@ def run_pair(tok, size: C.Size, multi: bool, threads: int, repeats: int, warmup:
                         m = sp.train_step()
                     res["plain_tokens"] = m["rollout/response_tokens"] * m["rollout/policy_token_frac"]
 
-        tr = trl_trainer(tok, size, multi, str(Path(d) / "trl"), warmup + repeats, [Pair()])
+        tr = trl_trainer(tok, size, multi, str(Path(d) / "trl"), warmup + repeats, [Pair()], **dev)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             tr.train()
@@ -127,20 +135,23 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=3, help="timed steps per side (median reported)")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps per side first")
     p.add_argument("--tiny", action="store_true", help="a seconds-long smoke run on a tiny model (tests)")
+    p.add_argument("--size", choices=("full", "gpu"), default="full", help="gpu: hidden 1024, 12 layers (benchmarks/gpu.sh)")
+    p.add_argument("--device", default="cpu", help="torch device of both sides ('cuda' in benchmarks/gpu.sh)")
+    p.add_argument("--dtype", choices=tuple(DTYPES), default="fp32", help="dtype of the weights on both sides")
     p.add_argument("--no-plain", action="store_true", help="skip the slca fast_paths=False side (a third of the run time)")
     a = p.parse_args(argv)
-    size = C.TINY if a.tiny else C.FULL
+    size = C.TINY if a.tiny else (C.GPU if a.size == "gpu" else C.FULL)
     C.header("bench_step: training-step throughput, slca Trainer vs TRL GRPOTrainer", a)
     tok = C.build_tokenizer(size.vocab)
     workloads = ["single", "multi"] if a.workload == "both" else [a.workload]
     B = size.prompts * size.generations
     print(f"   model: random Qwen2 hidden {size.hidden}, {size.layers} layers, {size.heads}/{size.kv_heads} heads, "
-          f"vocab {len(tok)}; batch {size.prompts} prompts x {size.generations} generations")
+          f"vocab {len(tok)}; batch {size.prompts} prompts x {size.generations} generations; {a.device}, {a.dtype}")
     print(f"{'workload':<9}{'thr':>4}  {'TRL wall s/step':<22}{'slca wall s/step':<22}{'TRL cpu s':>10}{'slca cpu s':>11}"
           f"{'plain cpu s':>12}{'slca/TRL wall':>14}{'slca/TRL cpu':>13}{'fast/plain cpu':>15}{'load':>6}{'policy tok TRL/slca/plain':>27}")
     for w in workloads:
         for th in C.parse_threads(a.threads):
-            r = run_pair(tok, size, w == "multi", th, a.repeats, a.warmup, plain=not a.no_plain)
+            r = run_pair(tok, size, w == "multi", th, a.repeats, a.warmup, plain=not a.no_plain, device=a.device, dtype=a.dtype)
             t, s, q = r["trl"], r["slca"], r["plain"]
             print(f"{w:<9}{th:>4}  {C.spread(t.wall):<22}{C.spread(s.wall):<22}{C.med(t.cpu):>10.2f}{C.med(s.cpu):>11.2f}"
                   f"{C.med(q.cpu):>12.2f}{C.med(t.wall) / C.med(s.wall):>13.2f}x{C.med(t.cpu) / C.med(s.cpu):>12.2f}x"

@@ -103,3 +103,14 @@ def test_scripted_policy_follows_its_script_in_generate(bench):
     # training passes (grad enabled) see the model's own logits, not the script
     logits = model(**enc).logits[0, -1]
     assert torch.isfinite(logits).all()
+
+
+def test_gpu_sh_skips_cleanly_without_cuda():
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: gpu.sh would run the benchmark")
+    import subprocess
+
+    out = subprocess.run(["bash", str(BENCH / "gpu.sh")], env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().startswith("gpu.sh: skipped (no CUDA device"), out.stdout
