@@ -80,20 +80,35 @@ def user_prompt(i: int, multi: bool) -> str:
     return f"Request {i}: write a short story about the weather in {CITIES[i % len(CITIES)]}."
 
 
-def script_turns(tok) -> list[list[int]]:
-    """Token ids of the three scripted assistant turns (each ends with the end-of-turn id)."""
+FILLER = "Let me look up the weather for the cities in the request, two at a time, and then write a summary. "
+
+
+def script_turns(tok, tool_turns: int = 2, turn_tokens: int | None = None) -> list[list[int]]:
+    """Token ids of the scripted assistant turns (each ends with the end-of-turn id).
+
+    ``tool_turns`` turns of two parallel ``get_weather`` calls (city pairs in
+    turn), then a summary. ``turn_tokens``: every turn is padded to that many
+    tokens with :data:`FILLER` text before the calls (before the summary text),
+    for the scaling benchmark; None keeps the turns as they are (the default
+    workload: 2 tool turns, 135 tokens in all).
+    """
     from slca.chat import get_format
     from slca.types import ToolCall
 
     fmt = get_format("hermes")
     eot = tok.convert_tokens_to_ids("<|im_end|>")
     turns = []
-    for k in range(2):
-        calls = [ToolCall("get_weather", {"city": c}) for c in CITIES[2 * k : 2 * k + 2]]
-        turns.append(fmt.render(calls))
+    for k in range(tool_turns):
+        pair = CITIES[2 * (k % 2) : 2 * (k % 2) + 2]
+        turns.append(fmt.render([ToolCall("get_weather", {"city": c}) for c in pair]))
     facts = ", ".join(f"{c} {json.loads(get_weather(c))['condition']} at {json.loads(get_weather(c))['temperature_c']} C" for c in CITIES)
     turns.append(f"Here is the weather: {facts}. Paris and Lima are the warmest; take a coat in Oslo.")
-    return [tok.encode(t, add_special_tokens=False) + [eot] for t in turns]
+    out = [tok.encode(t, add_special_tokens=False) + [eot] for t in turns]
+    if turn_tokens is not None:
+        filler = tok.encode(FILLER * (1 + turn_tokens // 8), add_special_tokens=False)
+        sep = tok.encode("\n", add_special_tokens=False)
+        out = [(filler[: max(turn_tokens - len(t) - len(sep), 0)] + sep + t) if len(t) < turn_tokens else t for t in out]
+    return out
 
 
 def build_tokenizer(vocab: int = 1000):

@@ -35,30 +35,32 @@ import torch  # noqa: E402
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def slca_trainer(tok, size: C.Size, multi: bool, run_dir: str, fast: bool = True, device: str = "cpu", dtype: str = "fp32"):
+def slca_trainer(tok, size: C.Size, multi: bool, run_dir: str, fast: bool = True, device: str = "cpu", dtype: str = "fp32",
+                 script: list[list[int]] | None = None, minibatches: int = 1):
     from slca.config import TrainConfig
     from slca.trainer import Trainer
 
-    script = C.script_turns(tok) if multi else None
+    script = script or (C.script_turns(tok) if multi else None)
     model = C.build_model(tok, size, script).to(device=device, dtype=DTYPES[dtype])
     cfg = TrainConfig(
         run_dir=run_dir, device=device, seed=0, tasks_per_step=size.prompts, group_size=size.generations,
-        max_turns=3 if multi else 1, max_total_tokens=2048,
+        max_turns=len(script) if multi else 1, max_total_tokens=4096,
         max_new_tokens=max(len(t) for t in script) + 8 if multi else size.completion_tokens,
         temperature=1.0, top_p=1.0, estimator="slca", kl_coef=0.0, loss_agg="token_mean",
-        ppo_epochs=1, minibatches=1, lr=1e-5, warmup_steps=0, diag_every=0, eval_every=0,
+        ppo_epochs=1, minibatches=minibatches, lr=1e-5, warmup_steps=0, diag_every=0, eval_every=0,
         sample_html_every=0, save_every=0, fast_paths=fast,
     )
     ts = C.tasks(size.prompts, multi)
     return Trainer(cfg, model=model, tokenizer=tok, train_tasks=ts, make_env=C.make_env)
 
 
-def trl_trainer(tok, size: C.Size, multi: bool, out_dir: str, steps: int, callbacks, device: str = "cpu", dtype: str = "fp32"):
+def trl_trainer(tok, size: C.Size, multi: bool, out_dir: str, steps: int, callbacks, device: str = "cpu", dtype: str = "fp32",
+                script: list[list[int]] | None = None):
     from datasets import Dataset
     from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    script = C.script_turns(tok) if multi else None
+    script = script or (C.script_turns(tok) if multi else None)
     # the weights themselves in `dtype` on both sides (no autocast: TRL's bf16 flag stays off)
     model = C.build_model(tok, size, script).to(device=device, dtype=DTYPES[dtype])
     rows = [{"prompt": t.messages} for t in C.tasks(size.prompts, multi)]
@@ -72,10 +74,10 @@ def trl_trainer(tok, size: C.Size, multi: bool, out_dir: str, steps: int, callba
     warnings.filterwarnings("ignore", category=FutureWarning)
     args = GRPOConfig(
         output_dir=out_dir, per_device_train_batch_size=size.prompts * size.generations, num_generations=size.generations,
-        max_completion_length=2048 if multi else size.completion_tokens, max_steps=steps, learning_rate=1e-5,
+        max_completion_length=4096 if multi else size.completion_tokens, max_steps=steps, learning_rate=1e-5,
         beta=0.0, loss_type="dapo", num_iterations=1, gradient_accumulation_steps=1, temperature=1.0, top_p=1.0,
         top_k=0, bf16=False, logging_steps=1, report_to="none", use_cpu=device == "cpu", save_strategy="no", seed=0,
-        dataloader_num_workers=0, disable_tqdm=True, max_tool_calling_iterations=3 if multi else None,
+        dataloader_num_workers=0, disable_tqdm=True, max_tool_calling_iterations=len(script) if multi else None,
     )
     tr = GRPOTrainer(
         model=model, processing_class=tok, reward_funcs=[execution_reward, summary_reward], args=args,
