@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{'train s':>9}{'rollout %':>10}{'s/ktok':>8}{'base RSS':>10}{'step RSS':>10}{'peak RSS':>10}{'load':>6}")
     done: dict[tuple, dict] = {}
     for axis in axes:
-        for value in (AXES[axis][:2] if a.tiny else AXES[axis]):
+        for value in (AXES[axis][:1] if a.tiny else AXES[axis]):
             cfg = {**BASE, **(MB_BASE if axis == "mb" else {}), axis: value}
             if a.tiny:
                 cfg["tokens"] = min(cfg["tokens"], 64)

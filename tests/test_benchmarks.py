@@ -114,3 +114,24 @@ def test_gpu_sh_skips_cleanly_without_cuda():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().startswith("gpu.sh: skipped (no CUDA device"), out.stdout
+
+
+def test_bench_fastpath_tiny_same_tokens(bench, capsys):
+    bench("bench_fastpath").main(["--tiny", "--repeats", "1"])
+    out = capsys.readouterr().out
+    table = [ln.split() for ln in out.splitlines() if ln.startswith(("rollout", "decode", "train"))]
+    assert len(table) == 6, out
+    for r in table:
+        ratio = [c for c in r if c.endswith("x")]
+        assert len(ratio) == 1 and float(ratio[0].rstrip("x")) > 0, out
+    assert all("yes" in r for r in table if r[0] == "rollout"), out  # both sides sampled the same tokens
+
+
+def test_bench_scaling_tiny_one_point(bench, capsys):
+    bench("bench_scaling").main(["--tiny", "--axes", "G"])
+    out = capsys.readouterr().out
+    (r,) = rows(out, "G")
+    assert r[2] == "slca" and int(r[3]) > 0, out
+    vals = numbers(r[6:9])  # step, rollout, train CPU seconds
+    assert all(math.isfinite(v) and v > 0 for v in vals) and abs(vals[0] - vals[1] - vals[2]) < 0.02, out
+    assert r[-2].endswith("GB") and float(r[-2][:-2]) > 0.1, out  # peak RSS of the child
