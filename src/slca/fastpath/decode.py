@@ -267,18 +267,12 @@ class FastBatch:
 
     @torch.no_grad()
     def feed(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """Append a chunk and return each row's logits after its last valid token.
+        """Append a chunk (``ids``, ``valid``: (B, W), as the transformers-backed batch's ``feed``).
 
-        Args:
-            ids: (B, W) token ids (anything where not valid).
-            valid: (B, W) bool, True on the row's real tokens (in order, any layout).
-
-        Returns:
-            (B, V) float logits at each row's last valid column (rows with no
-            valid column: the logits of a masked column, to be ignored).
-            A model defining ``slca_rollout_logits(logits, input_ids, valid,
-            position_ids, fresh)`` gets these (B, V) logits, the chunk and
-            whether the cache was empty, and returns the logits to use.
+        Returns (B, V) float logits at each row's last valid column (rows
+        without one: to be ignored). A model defining ``slca_rollout_logits(
+        logits, input_ids, valid, position_ids, fresh)`` gets these logits, the
+        chunk and whether the cache was empty, and returns the logits to use.
         """
         B, W = ids.shape
         v = valid.long()
@@ -305,16 +299,9 @@ class FastBatch:
 
     def feed_lists(self, seqs: Sequence[Sequence[int] | None]) -> torch.Tensor:
         """Feed one list of ids per row (None or empty: nothing for that row); returns :meth:`feed`'s logits."""
-        W = max((len(s) for s in seqs if s), default=0)
-        if W == 0:
-            raise ValueError("feed_lists needs at least one non-empty sequence")
-        ids = torch.full((len(seqs), W), self.pad_id, dtype=torch.long)
-        valid = torch.zeros(len(seqs), W, dtype=torch.bool)
-        for b, s in enumerate(seqs):
-            if s:
-                ids[b, : len(s)] = torch.tensor(list(s), dtype=torch.long)
-                valid[b, : len(s)] = True
-        return self.feed(ids.to(self.device), valid.to(self.device))
+        from slca.rollout import _Batch
+
+        return _Batch.feed_lists(self, seqs)  # the same padding of lists into a chunk
 
     def _select(self, idx: torch.Tensor) -> None:
         n = self.n
@@ -346,22 +333,16 @@ class FastBatch:
         return parked
 
     def unpark(self, parked: FastParked, here: torch.Tensor, there: torch.Tensor) -> torch.Tensor:
-        """Merge parked rows back; rows end up ordered by their ids.
+        """Merge parked rows back, ordered by their ids (the contract of the transformers-backed batch's ``unpark``).
 
-        Args:
-            parked: from :meth:`park`.
-            here: (B_here,) ids of the rows now in the batch, in batch order.
-            there: (B_parked,) ids of the parked rows, in parked order.
-
-        Returns:
-            the (B_here + B_parked,) sorted row ids, the new batch order. Parked
-            rows get invalid (hole) columns for everything fed while they were out.
+        ``here`` / ``there``: (B_here,) / (B_parked,) row ids in batch / parked
+        order. Returns the sorted ids (the new batch order); parked rows get
+        holes for everything fed while they were out.
         """
         ids = torch.cat([here, there])
         order = ids.argsort()
-        where = torch.empty_like(order)
-        where[order] = torch.arange(len(ids), device=ids.device)
-        p_here, p_there = where[: len(here)], where[len(here):]
+        slot = torch.empty_like(order).scatter_(0, order, torch.arange(len(ids), device=ids.device))  # row -> slot
+        p_here, p_there = slot[: len(here)], slot[len(here):]
         s = parked.kv.shape[-2]
         kv = self.kv.new_zeros(*self.kv.shape[:2], len(ids), *self.kv.shape[3:])
         kv[:, :, p_here] = self.kv
