@@ -13,7 +13,12 @@ in one process, so load drift hits both alike:
 * ``train multi``: forward + backward of ``response_logprobs`` and a token-mean
   surrogate on the multi-turn batch of the first rollout (``fast=``);
 * ``train 32x512``: the same on bench_floor's batch (default model size, 32 rows
-  of 256 prompt + 256 response tokens, all rows the same length).
+  of 256 prompt + 256 response tokens, all rows the same length);
+* ``train varied``: default model size, 32 rows of 150-255 prompt and 100-299
+  response tokens (seeded), as real rollouts vary. With rows of one length
+  (the pieces above) the plain path has no padding either, so transformers
+  drops the all-ones mask and both sides run mask-free attention; varying
+  lengths are where the right-padded layout pays.
 
 It also checks that both sides sampled the same tokens (rollouts) and prints
 the largest log-probability difference (training pass).
@@ -37,6 +42,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--tiny", action="store_true", help="a seconds-long smoke run on a tiny model (tests)")
+    p.add_argument("--pieces", default="", help="comma-separated piece names to run (default: all)")
     a = p.parse_args(argv)
     C.header("bench_fastpath: slca.fastpath vs the transformers forward (interleaved A/B)", a)
     C.set_threads(a.threads)
@@ -80,6 +86,18 @@ def main(argv: list[str] | None = None) -> None:
     fbatch = RolloutBatch(ids, att, att.cumsum(1) - 1, fP, torch.ones(fB, fT, dtype=torch.long),
                           torch.ones(fB, fT, dtype=torch.long), torch.full((fB, fT), -7.0))
 
+    from slca.batching import collate as _collate
+    from slca.types import Task, Trajectory
+
+    vt = Task(id="varied", messages=[{"role": "user", "content": "x"}], tools=[])
+    vtrajs = []
+    for _ in range(fB):
+        pl, rl = (int(torch.randint(150, 256, (1,), generator=g)), int(torch.randint(100, 300, (1,), generator=g))) if not a.tiny else (4, 6)
+        seq = torch.randint(0, len(ftok) - 20, (pl + rl,), generator=g).tolist()
+        vtrajs.append(Trajectory(task=vt, prompt_ids=seq[:pl], response_ids=seq[pl:], model_mask=[1] * rl, logprobs=[-7.0] * rl,
+                                 turns=[], final_text="", stop_reason="eos", messages=[], group_id=0))
+    vbatch = _collate(vtrajs, 0)
+
     def train_pass(model, batch, fast):
         model.train()
         for q in model.parameters():
@@ -109,7 +127,10 @@ def main(argv: list[str] | None = None) -> None:
         f"decode B={size.prompts * G}": lambda fast: decode(size.prompts * G, fast),
         "train multi": lambda fast: train_pass(multi_model, mbatch, fast),
         f"train {fB}x{fP + fT}": lambda fast: train_pass(fmodel, fbatch, fast),
+        "train varied": lambda fast: train_pass(fmodel, vbatch, fast),
     }
+    if a.pieces:
+        pieces = {k: v for k, v in pieces.items() if k in a.pieces.split(",")}
     print(f"{'piece':<16}{'plain cpu s':>12}{'fast cpu s':>11}{'plain/fast':>11}{'same tokens':>12}{'max |dlogp|':>12}{'load':>6}")
     for name, fn in pieces.items():
         clocks = {True: C.Clock(), False: C.Clock()}

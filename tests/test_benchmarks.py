@@ -120,7 +120,7 @@ def test_bench_fastpath_tiny_same_tokens(bench, capsys):
     bench("bench_fastpath").main(["--tiny", "--repeats", "1"])
     out = capsys.readouterr().out
     table = [ln.split() for ln in out.splitlines() if ln.startswith(("rollout", "decode", "train"))]
-    assert len(table) == 6, out
+    assert len(table) == 7, out
     for r in table:
         ratio = [c for c in r if c.endswith("x")]
         assert len(ratio) == 1 and float(ratio[0].rstrip("x")) > 0, out
