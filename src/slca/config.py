@@ -270,6 +270,7 @@ CHECKS: dict[str, Check] = {
     "kl_kind": _one_of("k1", "k2", "k3"),
     "loss_agg": _one_of("token_mean", "seq_mean", "token_sum_norm", "segment_balanced"),
     "max_grad_norm": _gt(0),  # < 0 flips every gradient, 0 freezes training
+    "fast_paths": lambda v: None,  # true or false; the type check above refuses anything else
     "diag_every": _ge(0),
     "volatility_window": _gt(0),
     "eval_every": _ge(0),
