@@ -179,17 +179,33 @@ def test_sft_loss_decreases_and_ignores_non_assistant_tokens(tok):
     assert stats.assistant_tokens == 30 * 4 * sum(ex.model_mask)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     # The loss is the mean cross-entropy of the assistant tokens only (next-token shift).
-    from slca.models.sft import _collate
+    from slca.models.sft import _collate, weighted_lm_loss
 
-    ids, att, labels = _collate([ex], tok.pad_token_id)
+    ids, att, weights = _collate([ex], tok.pad_token_id)
     with torch.no_grad():
-        out = model(input_ids=ids, attention_mask=att, labels=labels)
-        logp = torch.log_softmax(out.logits[0, :-1], dim=-1)
+        logits = model(input_ids=ids, attention_mask=att).logits
+        logp = torch.log_softmax(logits[0, :-1], dim=-1)
         targets = ids[0, 1:]
         nll = -logp[torch.arange(len(targets)), targets]
         on = torch.tensor(ex.model_mask[1:], dtype=torch.bool)
+        loss, assistant = weighted_lm_loss(logits, ids, weights)
     assert 0 < on.sum() < len(on)
-    assert float(out.loss) == pytest.approx(float(nll[on].mean()), rel=1e-5)
+    assert float(loss) == pytest.approx(float(nll[on].mean()), rel=1e-5)
+    assert float(assistant) == pytest.approx(float(loss), rel=1e-6)
+    # With env_loss_weight, tool-response tokens after the first assistant turn join the loss
+    # at that weight; system / first-user tokens never do.
+    from slca.models.sft import encode_examples
+
+    (ex2,), _ = encode_examples(tok, [(CONVERSATION, TOOLS)], 4096)
+    assert ex2.model_mask == ex.model_mask and sum(ex2.env_mask) > 0
+    assert not any(ex2.env_mask[: enc.prompt_length]) and not any(m and e for m, e in zip(ex2.model_mask, ex2.env_mask))
+    ids, att, weights = _collate([ex2], tok.pad_token_id, env_weight=0.5)
+    env = torch.tensor(ex2.env_mask[1:], dtype=torch.bool)
+    with torch.no_grad():
+        loss, assistant = weighted_lm_loss(model(input_ids=ids, attention_mask=att).logits, ids, weights)
+    expect = (nll[on].sum() + 0.5 * nll[env].sum()) / (on.sum() + 0.5 * env.sum())
+    assert float(loss) == pytest.approx(float(expect), rel=1e-5)
+    assert float(assistant) == pytest.approx(float(nll[on].mean()), rel=1e-5)
     with pytest.raises(ValueError, match="examples"):
         sft_train(model, [], SFTConfig(), pad_id=0)
 

@@ -90,6 +90,9 @@ class BuildConfig:
     synthetic_entities: float = 0.5
     """Fraction of demos whose cities, tickers, people, titles, dates and request numbers are
     replaced by fresh pseudo-words (teaches copying; see :mod:`slca.models.augment`)."""
+    drills: int = 0
+    """Copy drills mixed into the warm-start data (:mod:`slca.models.drills`): short
+    conversations whose assistant tokens are all copied from the request."""
     vocab_size: int = 1024
     """BPE vocabulary, special tokens included."""
     model: ModelSize = field(default_factory=ModelSize)

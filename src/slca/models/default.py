@@ -17,6 +17,14 @@ project from nothing (no hub download):
    ``AutoModelForCausalLM`` / ``AutoTokenizer``. The fingerprint covers the
    build config, the recipe version, the chat template and the toolworld
    source, so a change to any of them builds a new model.
+
+The default build takes longer than a demo should wait, so its result ships
+with the package (:func:`shipped_model_dir`, a ``save_pretrained`` folder of
+about 7 MB): ``load_default()`` with the default config loads it when its
+recorded fingerprint is the current recipe's, and builds otherwise.
+``slca build-model --out src/slca/models/shipped`` rebuilds it from the recipe;
+a test checks that the shipped fingerprint matches the recipe, so a recipe
+change cannot silently keep stale weights.
 """
 
 from __future__ import annotations
@@ -45,6 +53,9 @@ __all__ = [
     "default_model_dir",
     "load_default",
     "make_model",
+    "prepare_build",
+    "shipped_model_dir",
+    "resolve_default_dir",
 ]
 
 #: How a generated assistant turn of the project's chat template parses back into a message
@@ -100,7 +111,7 @@ def _source_digest() -> str:
     for name in sorted(p.name for p in env.iterdir() if p.name.startswith("toolworld") and p.name.endswith(".py")):
         h.update(env.joinpath(name).read_bytes())
     models = resources.files("slca.models")
-    for name in ("augment.py", "demos.py", "sft.py", "tokenizer.py"):
+    for name in ("augment.py", "demos.py", "drills.py", "sft.py", "tokenizer.py"):
         h.update(models.joinpath(name).read_bytes())
     return h.hexdigest()
 
@@ -114,6 +125,34 @@ def default_model_dir(cache_dir: str | Path | None = None, config: BuildConfig |
     cfg = config or BuildConfig()
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root() / "default-model"
     return root / cfg.fingerprint(_source_digest())[:16]
+
+
+def shipped_model_dir() -> Path:
+    """The default model built by the recipe and shipped in the package (may be absent in a source tree)."""
+    return Path(str(resources.files("slca.models").joinpath("shipped")))
+
+
+def _recorded_fingerprint(path: Path) -> str | None:
+    try:
+        return json.loads((path / _INFO).read_text()).get("fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def resolve_default_dir(cache_dir: str | Path | None = None, config: BuildConfig | None = None) -> tuple[Path, bool]:
+    """Where the model for ``config`` is loaded from, and whether it must be built first.
+
+    The shipped weights are used when their recorded fingerprint is the one the
+    current recipe gives (only the default config can match); otherwise the cache
+    entry, built on first use.
+    """
+    path = default_model_dir(cache_dir, config)
+    if (path / _INFO).exists():
+        return path, False
+    shipped = shipped_model_dir()
+    if _recorded_fingerprint(shipped) == path.name:
+        return shipped, False
+    return path, True
 
 
 def make_model(size: ModelSize, tokenizer, seed: int = 0):
@@ -162,6 +201,38 @@ class BuildReport:
     max_length: int
 
 
+def prepare_build(cfg: BuildConfig, console=None):
+    """The warm-start data of ``cfg``: ``(demonstrations, tokenizer, examples, dropped)``.
+
+    Demonstrations (with their quality mix and synthetic entities), the BPE
+    tokenizer trained on them, and the encoded SFT examples (demonstrations
+    first, then ``cfg.drills`` copy drills); ``dropped`` counts demonstrations
+    over ``cfg.sft.max_length`` tokens.
+    """
+    from contextlib import nullcontext
+
+    from slca.models.demos import make_demonstrations, render_texts
+    from slca.models.sft import encode_examples
+
+    status = console.status if console is not None else (lambda _: nullcontext())
+    log = console.log if console is not None else (lambda *_: None)
+    with status("toolworld demonstrations"):
+        demos = make_demonstrations(cfg.n_tasks, cfg.mix, seed=cfg.data_seed, synthetic=cfg.synthetic_entities)
+    log(f"{len(demos)} demonstrations from toolworld train tasks")
+    with status("training the tokenizer"):
+        tokenizer = train_tokenizer(render_texts(demos), vocab_size=cfg.vocab_size, model_max_length=cfg.model.max_position_embeddings)
+    log(f"tokenizer: {len(tokenizer)} tokens")
+    with status("encoding demonstrations"):
+        examples, dropped = encode_examples(tokenizer, [(d.messages, d.tools) for d in demos], cfg.sft.max_length)
+    if cfg.drills:
+        from slca.models.drills import make_drills
+
+        drill_examples, _ = encode_examples(tokenizer, [(c, None) for c in make_drills(cfg.drills, seed=cfg.data_seed)], cfg.sft.max_length)
+        log(f"{len(drill_examples)} copy drills")
+        examples += drill_examples
+    return demos, tokenizer, examples, dropped
+
+
 def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, progress: bool = True) -> BuildReport:
     """Build tokenizer + model + warm start for ``config`` and ``save_pretrained`` both to ``out_dir``.
 
@@ -171,21 +242,13 @@ def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, pro
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from slca.models.demos import make_demonstrations, render_texts
-    from slca.models.sft import encode_examples, sft_train
+    from slca.models.sft import sft_train
 
     cfg = config or BuildConfig()
     out = Path(out_dir)
     console = Console(stderr=True, quiet=not progress)
     t0, c0 = time.perf_counter(), time.process_time()
-    with console.status("toolworld demonstrations"):
-        demos = make_demonstrations(cfg.n_tasks, cfg.mix, seed=cfg.data_seed, synthetic=cfg.synthetic_entities)
-    console.log(f"{len(demos)} demonstrations from toolworld train tasks")
-    with console.status("training the tokenizer"):
-        tokenizer = train_tokenizer(render_texts(demos), vocab_size=cfg.vocab_size, model_max_length=cfg.model.max_position_embeddings)
-    console.log(f"tokenizer: {len(tokenizer)} tokens")
-    with console.status("encoding demonstrations"):
-        examples, dropped = encode_examples(tokenizer, [(d.messages, d.tools) for d in demos], cfg.sft.max_length)
+    demos, tokenizer, examples, dropped = prepare_build(cfg, console)
     lengths = [len(e.input_ids) for e in examples]
     console.log(f"encoded: mean {sum(lengths) / len(lengths):.0f} tokens, max {max(lengths)}, dropped {dropped} over {cfg.sft.max_length}")
     model = make_model(cfg.model, tokenizer, seed=cfg.model_seed)
@@ -226,7 +289,7 @@ def load_default(cache_dir: str | Path | None = None, *, rebuild: bool = False, 
     Args:
         cache_dir: folder of cache entries (default ``$SLCA_CACHE/default-model``
             or ``~/.cache/slca/default-model``).
-        rebuild: build again even if a cache entry exists.
+        rebuild: build again (into the cache) even if a cache entry or shipped weights exist.
         progress: show rich progress while building.
         config: the build config (default :class:`BuildConfig()`).
 
@@ -236,11 +299,14 @@ def load_default(cache_dir: str | Path | None = None, *, rebuild: bool = False, 
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = default_model_dir(cache_dir, config)
-    if rebuild and path.exists():
-        shutil.rmtree(path)
-    if not (path / _INFO).exists():
+    if rebuild:
+        path = default_model_dir(cache_dir, config)
+        shutil.rmtree(path, ignore_errors=True)
         build_default(path, config, progress=progress)
+    else:
+        path, missing = resolve_default_dir(cache_dir, config)
+        if missing:
+            build_default(path, config, progress=progress)
     tokenizer = add_response_template(AutoTokenizer.from_pretrained(path))
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.eval()

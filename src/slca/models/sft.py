@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["SFTConfig", "SFTExample", "SFTStats", "encode_examples", "make_batches", "sft_train"]
+__all__ = ["SFTConfig", "SFTExample", "SFTStats", "encode_examples", "make_batches", "sft_train", "weighted_lm_loss"]
 
 
 @dataclass(frozen=True)
@@ -43,14 +43,23 @@ class SFTConfig:
     """Conversations longer than this many tokens are dropped (not truncated)."""
     seed: int = 0
     """Seeds batch order."""
+    env_loss_weight: float = 0.0
+    """Weight of a language-modelling loss on the environment's tokens after the first
+    assistant turn (tool responses, later user turns), relative to assistant tokens.
+    Tool responses echo the call's arguments, so this loss is copying practice at no
+    extra forward cost; it never trains the policy to *generate* those tokens at
+    rollout time (they are inserted by the environment)."""
 
 
 @dataclass
 class SFTExample:
-    """One encoded conversation: token ids and the assistant-token mask, both (T,)."""
+    """One encoded conversation: token ids, the assistant-token mask and the
+    environment-token mask (tokens after the first assistant turn that the
+    environment inserted), all (T,)."""
 
     input_ids: list[int]
     model_mask: list[int]
+    env_mask: list[int] | None = None
 
 
 @dataclass
@@ -83,7 +92,8 @@ def encode_examples(tokenizer, conversations: Sequence[tuple[list[dict[str, Any]
         if len(enc.input_ids) > max_length:
             dropped += 1
             continue
-        out.append(SFTExample(list(enc.input_ids), list(enc.model_mask)))
+        env = [int(i >= enc.prompt_length and not m) for i, m in enumerate(enc.model_mask)]
+        out.append(SFTExample(list(enc.input_ids), list(enc.model_mask), env))
     return out, dropped
 
 
@@ -110,25 +120,46 @@ def make_batches(lengths: Sequence[int], batch_tokens: int, rng: random.Random) 
     return batches
 
 
-def _collate(examples: Sequence[SFTExample], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded ``input_ids`` (B, T), ``attention_mask`` (B, T), ``labels`` (B, T).
+def _collate(examples: Sequence[SFTExample], pad_id: int, env_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ``input_ids`` (B, T), ``attention_mask`` (B, T), loss ``weights`` (B, T).
 
-    ``labels[b, t] = input_ids[b, t]`` on assistant tokens and -100 elsewhere
-    (the model shifts labels itself).
+    ``weights[b, t]`` weighs the prediction of token ``t`` (from position ``t - 1``):
+    1 on assistant tokens, ``env_weight`` on environment tokens after the first
+    assistant turn, 0 elsewhere (system, first user turn, padding).
     """
     T = max(len(e.input_ids) for e in examples)
     B = len(examples)
     ids = torch.full((B, T), pad_id, dtype=torch.long)
     att = torch.zeros((B, T), dtype=torch.long)
-    labels = torch.full((B, T), -100, dtype=torch.long)
+    weights = torch.zeros((B, T), dtype=torch.float32)
     for b, e in enumerate(examples):
         n = len(e.input_ids)
-        row = torch.tensor(e.input_ids, dtype=torch.long)
-        ids[b, :n] = row
+        ids[b, :n] = torch.tensor(e.input_ids, dtype=torch.long)
         att[b, :n] = 1
-        m = torch.tensor(e.model_mask, dtype=torch.bool)
-        labels[b, :n] = torch.where(m, row, torch.full_like(row, -100))
-    return ids, att, labels
+        w = torch.tensor(e.model_mask, dtype=torch.float32)
+        if env_weight and e.env_mask is not None:
+            w = w + env_weight * torch.tensor(e.env_mask, dtype=torch.float32)
+        weights[b, :n] = w
+    return ids, att, weights
+
+
+def weighted_lm_loss(logits: torch.Tensor, input_ids: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next-token cross-entropy weighted per target token.
+
+    Args:
+        logits: (B, T, V) model outputs.
+        input_ids: (B, T) the sequence (targets are ``input_ids[:, 1:]``).
+        weights: (B, T) weight of predicting each token (column 0 is never a target).
+
+    Returns:
+        (loss, assistant_loss): ``sum(w * ce) / sum(w)`` over targets, and the plain
+        mean cross-entropy on tokens of weight exactly 1 (the assistant's, for logging).
+    """
+    ce = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), input_ids[:, 1:].flatten(), reduction="none")
+    w = weights[:, 1:].flatten()
+    loss = (ce * w).sum() / w.sum().clamp_min(1e-9)
+    a = (w == 1.0).float()
+    return loss, (ce.detach() * a).sum() / a.sum().clamp_min(1.0)
 
 
 def _lr_at(step: int, cfg: SFTConfig) -> float:
@@ -143,7 +174,9 @@ def _lr_at(step: int, cfg: SFTConfig) -> float:
 def sft_train(model, examples: Sequence[SFTExample], cfg: SFTConfig, *, pad_id: int, progress=None) -> SFTStats:
     """Train ``model`` in place for ``cfg.steps`` steps on ``examples``.
 
-    Loss: mean next-token cross-entropy over assistant tokens of the batch.
+    Loss: next-token cross-entropy over the assistant tokens of the batch, plus
+    ``cfg.env_loss_weight`` times that on environment tokens (:func:`weighted_lm_loss`);
+    ``stats.losses`` records the assistant-token part.
     Epochs repeat with a fresh batch order until ``cfg.steps`` are done.
 
     Args:
@@ -151,7 +184,8 @@ def sft_train(model, examples: Sequence[SFTExample], cfg: SFTConfig, *, pad_id: 
         examples: encoded conversations.
         cfg: optimisation settings.
         pad_id: the padding token id.
-        progress: optional callable ``progress(step, loss)`` called after each step.
+        progress: optional callable ``progress(step, loss)`` called after each step
+            (``step`` 0-based; it may evaluate the model, which is put back in train mode).
 
     Returns:
         The per-step losses and token counts.
@@ -177,19 +211,21 @@ def sft_train(model, examples: Sequence[SFTExample], cfg: SFTConfig, *, pad_id: 
         if not batches:
             batches = make_batches(lengths, cfg.batch_tokens, rng)
         idx = batches.pop()
-        ids, att, labels = _collate([examples[i] for i in idx], pad_id)
+        ids, att, weights = _collate([examples[i] for i in idx], pad_id, cfg.env_loss_weight)
         for g in opt.param_groups:
             g["lr"] = _lr_at(step, cfg)
-        loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
+        logits = model(input_ids=ids, attention_mask=att).logits
+        loss, assistant_loss = weighted_lm_loss(logits, ids, weights)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        stats.losses.append(float(loss.detach()))
+        stats.losses.append(float(assistant_loss))
         stats.tokens += int(att.sum())
-        stats.assistant_tokens += int((labels != -100).sum())
+        stats.assistant_tokens += int((weights[:, 1:] == 1.0).sum())
         if progress is not None:
             progress(step, stats.losses[-1])
+            model.train()
     stats.seconds = time.perf_counter() - t0
     stats.cpu_seconds = time.process_time() - c0
     model.eval()

@@ -1,0 +1,117 @@
+"""One warm-start recipe, evaluated on the toolworld test split while it trains.
+
+Usage (from the repository root)::
+
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/warmstart_sweep.py --steps 2000 --env-weight 0.5 \
+        --eval-at 500,1000,2000 --out docs/results/warmstart/run.json [--save DIR]
+
+Builds demonstrations, tokenizer and a fresh Qwen2 exactly as
+:func:`slca.models.build_default` does for the given :class:`~slca.models.BuildConfig`
+overrides, trains the SFT warm start, and at each ``--eval-at`` step runs greedy
+rollouts on ``--eval-n`` toolworld test tasks and records ArgMatch, Success on
+tool-needing and single-call tasks, parse rate and the summary score. The JSON
+file is rewritten after every evaluation, so a long run can be read as it goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=360)
+    ap.add_argument("--batch-tokens", type=int, default=4096)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--env-weight", type=float, default=0.0)
+    ap.add_argument("--n-tasks", type=int, default=4000)
+    ap.add_argument("--synthetic", type=float, default=0.5)
+    ap.add_argument("--drills", type=int, default=0)
+    ap.add_argument("--hidden", type=int, default=192)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=6)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--mlp", type=int, default=512)
+    ap.add_argument("--eval-at", default="")
+    ap.add_argument("--eval-n", type=int, default=64)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--save", default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+
+    from slca.env import toolworld
+    from slca.models import BuildConfig, ModelSize, SFTConfig, make_model, sft_train
+    from slca.models.default import prepare_build
+    from slca.rollout import RolloutConfig, generate_rollouts
+
+    sys_path_fix()
+    from warmstart_report import rollout_rates
+
+    cfg = BuildConfig(
+        n_tasks=args.n_tasks, synthetic_entities=args.synthetic, drills=args.drills,
+        model=ModelSize(hidden_size=args.hidden, num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                        num_key_value_heads=args.kv_heads, intermediate_size=args.mlp),
+        sft=SFTConfig(steps=args.steps, batch_tokens=args.batch_tokens, lr=args.lr, warmup_steps=args.warmup,
+                      env_loss_weight=args.env_weight),
+    )
+    t0, c0 = time.perf_counter(), time.process_time()
+    _, tok, examples, _ = prepare_build(cfg)
+    model = make_model(cfg.model, tok, seed=cfg.model_seed)
+    prep = time.process_time() - c0
+    tasks = toolworld.make_tasks("test", n=args.eval_n)
+    rcfg = RolloutConfig(group_size=1, temperature=0.0, max_turns=4, max_new_tokens=128, max_total_tokens=768)
+    eval_at = {int(s) for s in args.eval_at.split(",") if s}
+    record = {"args": vars(args), "n_params": sum(p.numel() for p in model.parameters()), "prep_cpu_s": prep,
+              "evals": [], "losses": []}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    sft_cpu = [0.0]
+
+    def progress(step: int, loss: float) -> None:
+        record["losses"].append(loss)
+        if step + 1 in eval_at or step + 1 == args.steps:
+            c = time.process_time()
+            model.eval()
+            trajs = []
+            with torch.no_grad():
+                for i in range(0, len(tasks), 32):
+                    trajs += generate_rollouts(model, tok, tasks[i : i + 32], toolworld.make_env, rcfg).trajectories
+            r = rollout_rates(trajs)
+            tool = [t for t in trajs if t.task.gold]
+            single = [t for t in trajs if t.task.kind == "single"]
+            r["success_tool"] = rollout_rates(tool)["success"] if tool else float("nan")
+            r["success_single"] = rollout_rates(single)["success"] if single else float("nan")
+            r["step"] = step + 1
+            r["eval_cpu_s"] = time.process_time() - c
+            r["train_cpu_s"] = time.process_time() - c0 - prep - sum(e["eval_cpu_s"] for e in record["evals"]) - r["eval_cpu_s"]
+            r["loss"] = sum(record["losses"][-20:]) / len(record["losses"][-20:])
+            record["evals"].append(r)
+            out.write_text(json.dumps(record, indent=1))
+            print(f"step {step + 1}: loss {r['loss']:.3f} arg_match {r['arg_match']:.3f} success_tool {r['success_tool']:.3f} "
+                  f"single {r['success_single']:.3f} parse {r['parseable_call_rate']:.3f} summary {r['summary_reward']:.3f} "
+                  f"train_cpu {r['train_cpu_s']:.0f}s", flush=True)
+
+    sft_train(model, examples, cfg.sft, pad_id=tok.pad_token_id, progress=progress)
+    record["wall_s"] = time.perf_counter() - t0
+    record["cpu_s"] = time.process_time() - c0
+    out.write_text(json.dumps(record, indent=1))
+    if args.save:
+        model.save_pretrained(args.save)
+        tok.save_pretrained(args.save)
+
+
+def sys_path_fix() -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+if __name__ == "__main__":
+    main()
