@@ -34,6 +34,7 @@ def main() -> None:
     ap.add_argument("--n-tasks", type=int, default=4000)
     ap.add_argument("--synthetic", type=float, default=0.5)
     ap.add_argument("--drills", type=int, default=0)
+    ap.add_argument("--induction", type=int, default=0)
     ap.add_argument("--hidden", type=int, default=192)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=6)
@@ -59,7 +60,7 @@ def main() -> None:
         model=ModelSize(hidden_size=args.hidden, num_hidden_layers=args.layers, num_attention_heads=args.heads,
                         num_key_value_heads=args.kv_heads, intermediate_size=args.mlp),
         sft=SFTConfig(steps=args.steps, batch_tokens=args.batch_tokens, lr=args.lr, warmup_steps=args.warmup,
-                      env_loss_weight=args.env_weight),
+                      env_loss_weight=args.env_weight, induction_steps=args.induction),
     )
     t0, c0 = time.perf_counter(), time.process_time()
     _, tok, examples, _ = prepare_build(cfg)
@@ -94,10 +95,23 @@ def main() -> None:
             r["loss"] = sum(record["losses"][-20:]) / len(record["losses"][-20:])
             record["evals"].append(r)
             out.write_text(json.dumps(record, indent=1))
+            if args.save:
+                model.save_pretrained(Path(args.save) / f"step{step + 1}")
+                tok.save_pretrained(Path(args.save) / f"step{step + 1}")
             print(f"step {step + 1}: loss {r['loss']:.3f} arg_match {r['arg_match']:.3f} success_tool {r['success_tool']:.3f} "
                   f"single {r['success_single']:.3f} parse {r['parseable_call_rate']:.3f} summary {r['summary_reward']:.3f} "
                   f"train_cpu {r['train_cpu_s']:.0f}s", flush=True)
 
+    from slca.models.sft import induction_warmup
+    from slca.models.default import induction_vocab
+
+    c1 = time.process_time()
+    record["induction_losses"] = induction_warmup(model, induction_vocab(tok), cfg.sft.induction_steps, lr=cfg.sft.lr, seed=cfg.sft.seed,
+        bos_id=tok.convert_tokens_to_ids("<|im_start|>"), sep_id=tok.convert_tokens_to_ids("<|im_end|>"))
+    record["induction_cpu_s"] = time.process_time() - c1
+    prep += record["induction_cpu_s"]
+    if record["induction_losses"]:
+        print(f"induction warm-up: loss {record['induction_losses'][0]:.2f} -> {record['induction_losses'][-1]:.3f} in {record['induction_cpu_s']:.0f}s", flush=True)
     sft_train(model, examples, cfg.sft, pad_id=tok.pad_token_id, progress=progress)
     record["wall_s"] = time.perf_counter() - t0
     record["cpu_s"] = time.process_time() - c0

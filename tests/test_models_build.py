@@ -69,3 +69,32 @@ def test_model_size_must_divide_heads():
         ModelSize(hidden_size=30, num_attention_heads=4)
     with pytest.raises(ValueError, match="num_key_value_heads"):
         ModelSize(num_attention_heads=6, num_key_value_heads=4)
+
+
+def test_shipped_weights_are_the_current_recipe(tmp_path, monkeypatch):
+    """The weights in the package were built by the current recipe (rebuild: `slca build-model --out src/slca/models/shipped`)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM
+
+    from slca.models import BuildConfig, resolve_default_dir, shipped_model_dir
+
+    shipped = shipped_model_dir()
+    info = json.loads((shipped / "slca_build.json").read_text())
+    monkeypatch.setenv("SLCA_CACHE", str(tmp_path))  # an empty cache
+    expected = default_model_dir(None, BuildConfig()).name
+    assert info["fingerprint"] == expected, "recipe changed: rebuild with `slca build-model --out src/slca/models/shipped`"
+    assert BuildConfig.from_dict(info["config"]) == BuildConfig()
+    weights = shipped / "model.safetensors"
+    assert weights.stat().st_size <= 16 * 2**20
+    assert resolve_default_dir() == (shipped, False)  # loaded from the package, nothing to build
+    model = AutoModelForCausalLM.from_pretrained(shipped)
+    assert isinstance(model, Qwen2ForCausalLM)
+    assert model.config.vocab_size == len(AutoTokenizer.from_pretrained(shipped))
+    assert len(info["losses"]) == BuildConfig().sft.steps
+
+
+def test_a_stale_shipped_fingerprint_is_not_loaded(tmp_path, monkeypatch):
+    """A config that differs from the shipped one (TINY here) is built into the cache instead."""
+    from slca.models import resolve_default_dir
+
+    path, missing = resolve_default_dir(tmp_path, TINY)
+    assert missing and path == default_model_dir(tmp_path, TINY)

@@ -6,7 +6,17 @@
 """
 
 from slca.models.config import RECIPE_VERSION, BuildConfig, DemoMix, ModelSize
-from slca.models.default import BuildReport, build_default, default_cache_root, default_model_dir, load_default, make_model
+from slca.models.default import (
+    BuildReport,
+    build_default,
+    default_cache_root,
+    default_model_dir,
+    load_default,
+    make_model,
+    prepare_build,
+    resolve_default_dir,
+    shipped_model_dir,
+)
 from slca.models.sft import SFTConfig, SFTStats, sft_train
 from slca.models.tokenizer import ADDED_TOKENS, SPECIAL_TOKENS, chat_template, train_tokenizer
 
@@ -26,6 +36,9 @@ __all__ = [
     "default_model_dir",
     "load_default",
     "make_model",
+    "prepare_build",
+    "resolve_default_dir",
     "sft_train",
+    "shipped_model_dir",
     "train_tokenizer",
 ]

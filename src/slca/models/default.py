@@ -233,6 +233,12 @@ def prepare_build(cfg: BuildConfig, console=None):
     return demos, tokenizer, examples, dropped
 
 
+def induction_vocab(tokenizer) -> list[int]:
+    """Token ids the induction warm-up draws from: every id but the special and added tokens."""
+    special = set(tokenizer.all_special_ids) | {tokenizer.convert_tokens_to_ids(t) for t in tokenizer.get_added_vocab()}
+    return [i for i in range(len(tokenizer)) if i not in special]
+
+
 def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, progress: bool = True) -> BuildReport:
     """Build tokenizer + model + warm start for ``config`` and ``save_pretrained`` both to ``out_dir``.
 
@@ -256,6 +262,13 @@ def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, pro
     console.log(f"Qwen2ForCausalLM: {n_params / 1e6:.2f}M parameters")
     columns = [TextColumn("SFT warm start"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]:.3f}"),
                TimeElapsedColumn(), TimeRemainingColumn()]
+    if cfg.sft.induction_steps:
+        from slca.models.sft import induction_warmup
+
+        with console.status("induction warm-up"):
+            ind = induction_warmup(model, induction_vocab(tokenizer), cfg.sft.induction_steps, lr=cfg.sft.lr, seed=cfg.sft.seed,
+                                   bos_id=tokenizer.convert_tokens_to_ids("<|im_start|>"), sep_id=tokenizer.convert_tokens_to_ids("<|im_end|>"))
+        console.log(f"induction warm-up: {len(ind)} steps, copy loss {ind[0]:.2f} -> {ind[-1]:.3f}")
     with Progress(*columns, console=console, disable=not progress) as bar:
         job = bar.add_task("sft", total=cfg.sft.steps, loss=float("nan"))
         stats = sft_train(model, examples, cfg.sft, pad_id=tokenizer.pad_token_id,

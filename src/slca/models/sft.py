@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["SFTConfig", "SFTExample", "SFTStats", "encode_examples", "make_batches", "sft_train", "weighted_lm_loss"]
+__all__ = ["SFTConfig", "SFTExample", "SFTStats", "encode_examples", "make_batches", "sft_train", "weighted_lm_loss", "induction_warmup"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,13 @@ class SFTConfig:
     """Conversations longer than this many tokens are dropped (not truncated)."""
     seed: int = 0
     """Seeds batch order."""
+    induction_steps: int = 0
+    """Steps of an induction warm-up before SFT (:func:`induction_warmup`): random token
+    sequences repeated twice, loss on the repeat. A small model trained only on
+    demonstrations learns the marginal distribution of argument values long before it
+    learns to copy them from the request; on repeated random tokens nothing but copying
+    lowers the loss, and the copying heads it forms within ~100 steps are then reused by
+    the demonstrations (Olsson et al. 2022, "In-context learning and induction heads")."""
     env_loss_weight: float = 0.0
     """Weight of a language-modelling loss on the environment's tokens after the first
     assistant turn (tool responses, later user turns), relative to assistant tokens.
@@ -169,6 +176,43 @@ def _lr_at(step: int, cfg: SFTConfig) -> float:
     p = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
     lo = cfg.lr * cfg.min_lr_ratio
     return lo + (cfg.lr - lo) * 0.5 * (1.0 + math.cos(math.pi * min(1.0, p)))
+
+
+def induction_warmup(model, vocab_ids: Sequence[int], steps: int, *, lr: float, bos_id: int, sep_id: int, rows: int = 64,
+                     min_len: int = 12, max_len: int = 12, seed: int = 0) -> list[float]:
+    """Train ``model`` in place on repeated random token sequences; returns the per-step losses.
+
+    Each row is ``bos x sep x`` for ``x`` drawn uniformly from ``vocab_ids`` (length
+    ``min_len..max_len``, one length per batch); the loss is the cross-entropy of the
+    second copy, which only copying (an induction head) can bring to zero. The fixed
+    first token and one length for all rows matter: with neither (lengths 8-24, a
+    10-step lr warm-up) the copy loss was still 5.6 after 200 steps; with both it is
+    below 0.1 after 100 (measured on the default model size). AdamW at a constant
+    ``lr``; its optimizer state is discarded afterwards.
+    """
+    if steps <= 0:
+        return []
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.as_tensor(list(vocab_ids), dtype=torch.long)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    losses: list[float] = []
+    model.train()
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = lr
+        n = int(torch.randint(min_len, max_len + 1, (1,), generator=gen))
+        x = ids[torch.randint(len(ids), (rows, n), generator=gen)]  # (rows, n)
+        bos = torch.full((rows, 1), bos_id, dtype=torch.long)
+        sep = torch.full((rows, 1), sep_id, dtype=torch.long)
+        seq = torch.cat([bos, x, sep, x], dim=1)  # (rows, 2n + 2)
+        logits = model(input_ids=seq).logits[:, n + 1 : -1]  # predictions of the second copy
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), x.flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+    return losses
 
 
 def sft_train(model, examples: Sequence[SFTExample], cfg: SFTConfig, *, pad_id: int, progress=None) -> SFTStats:
