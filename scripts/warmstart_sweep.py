@@ -35,6 +35,7 @@ def main() -> None:
     ap.add_argument("--synthetic", type=float, default=0.5)
     ap.add_argument("--drills", type=int, default=0)
     ap.add_argument("--induction", type=int, default=0)
+    ap.add_argument("--induction-every", type=int, default=0)
     ap.add_argument("--hidden", type=int, default=192)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=6)
@@ -60,7 +61,8 @@ def main() -> None:
         model=ModelSize(hidden_size=args.hidden, num_hidden_layers=args.layers, num_attention_heads=args.heads,
                         num_key_value_heads=args.kv_heads, intermediate_size=args.mlp),
         sft=SFTConfig(steps=args.steps, batch_tokens=args.batch_tokens, lr=args.lr, warmup_steps=args.warmup,
-                      env_loss_weight=args.env_weight, induction_steps=args.induction),
+                      env_loss_weight=args.env_weight, induction_steps=args.induction,
+                      induction_every=args.induction_every),
     )
     t0, c0 = time.perf_counter(), time.process_time()
     _, tok, examples, _ = prepare_build(cfg)
@@ -112,7 +114,11 @@ def main() -> None:
     prep += record["induction_cpu_s"]
     if record["induction_losses"]:
         print(f"induction warm-up: loss {record['induction_losses'][0]:.2f} -> {record['induction_losses'][-1]:.3f} in {record['induction_cpu_s']:.0f}s", flush=True)
-    sft_train(model, examples, cfg.sft, pad_id=tok.pad_token_id, progress=progress)
+    from slca.models.sft import induction_loss_fn
+
+    aux = induction_loss_fn(induction_vocab(tok), bos_id=tok.convert_tokens_to_ids("<|im_start|>"),
+                            sep_id=tok.convert_tokens_to_ids("<|im_end|>"), seed=cfg.sft.seed + 1)
+    sft_train(model, examples, cfg.sft, pad_id=tok.pad_token_id, progress=progress, aux_loss=aux)
     record["wall_s"] = time.perf_counter() - t0
     record["cpu_s"] = time.process_time() - c0
     out.write_text(json.dumps(record, indent=1))

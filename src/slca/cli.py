@@ -93,16 +93,27 @@ DEMO_OVERRIDES = {
 }
 
 
+_TABLE_KEYS = ["eval/success", "eval/tool_tasks/success", "eval/name_f1", "eval/arg_match", "eval/process", "eval/reward_summary"]
+
+
+def _eval_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if any(k.startswith("eval/") for k in r)]
+
+
 def _compare_table(runs: dict[str, Path], title: str) -> Table:
+    """Final held-out metrics per run, with the warm start (the evaluation before the first update) as its own row."""
     from slca.report import final_eval, read_metrics
 
-    keys = ["eval/success", "eval/name_f1", "eval/arg_match", "eval/process", "eval/reward_summary"]
     t = Table(title=title)
     t.add_column("estimator")
-    for k in keys:
-        t.add_column(k.split("/")[1], justify="right")
+    for k in _TABLE_KEYS:
+        t.add_column(k[len("eval/"):].replace("/success", " success").replace("tool_tasks", "tool-task"), justify="right")
     t.add_column("contamination", justify="right")
     t.add_column("grad cos", justify="right")
+    first = next(iter(runs.values()), None)
+    evals = _eval_rows(read_metrics(first)) if first is not None else []
+    if evals and evals[0].get("step") == 0:
+        t.add_row("warm start (step 0)", *[f"{evals[0].get(k, float('nan')):.3f}" for k in _TABLE_KEYS], "", "")
     for label, d in runs.items():
         rows = read_metrics(d)
         ev = final_eval(rows)
@@ -110,11 +121,39 @@ def _compare_table(runs: dict[str, Path], title: str) -> Table:
         cos = [r["grad/cosine_tool_summary"] for r in rows if isinstance(r.get("grad/cosine_tool_summary"), float)]
         t.add_row(
             label,
-            *[f"{ev.get(k, float('nan')):.3f}" for k in keys],
+            *[f"{ev.get(k, float('nan')):.3f}" for k in _TABLE_KEYS],
             f"{sum(cont) / max(len(cont), 1):.3f}",
             f"{sum(cos) / max(len(cos), 1):+.3f}",
         )
     return t
+
+
+def demo_verdict(runs: dict[str, Path], k: int = 4) -> list[str]:
+    """Plain sentences on what RL did in the demo: held-out tool-task success against the
+    warm start and between the runs, and the training execution reward (mean of the first
+    ``k`` steps vs the last ``k``). It says so when GRPO does as well or better."""
+    from slca.report import final_eval, read_metrics
+
+    key = "eval/tool_tasks/success"
+    lines, final = [], {}
+    start = _eval_rows(read_metrics(next(iter(runs.values()))))
+    base = start[0].get(key, float("nan")) if start and start[0].get("step") == 0 else float("nan")
+    for label, d in runs.items():
+        rows = read_metrics(d)
+        final[label] = final_eval(rows).get(key, float("nan"))
+        tool = [r["reward/tool"] for r in rows if isinstance(r.get("reward/tool"), float)]
+        trend = ""
+        if len(tool) >= 2 * k:
+            a, b = sum(tool[:k]) / k, sum(tool[-k:]) / k
+            trend = f"; training execution reward {a:.3f} (first {k} steps) -> {b:.3f} (last {k}): {'rose' if b > a else 'did not rise'}"
+        vs = f" vs the warm start's {base:.3f}" if base == base else ""
+        lines.append(f"{label}: held-out success on tool-needing tasks {final[label]:.3f}{vs}{trend}.")
+    if {"GRPO", "SLCA"} <= set(final) and all(v == v for v in final.values()):
+        g, s_ = final["GRPO"], final["SLCA"]
+        lines.append("SLCA ended above GRPO on tool-needing tasks." if s_ > g else
+                     f"GRPO did as well as or better than SLCA on tool-needing tasks here ({g:.3f} vs {s_:.3f}); one seed is one draw, "
+                     "see docs/results.md for the multi-seed study.")
+    return lines
 
 
 @app.command()
@@ -140,8 +179,13 @@ def demo(
         runs[est.upper()] = out / est
         write_token_html(tr.samples, out / est / "tokens.html", title=f"{est.upper()} run: token-level advantages")
     wall = time.time() - t0
-    md = write_report(runs, out, title="slca demo: GRPO vs SLCA on toolworld", extra_md=f"Wall time: {wall / 60:.1f} min (seed {seed}, {'quick' if quick else 'full'} budget).")
+    verdict = demo_verdict(runs)
+    md = write_report(runs, out, title="slca demo: GRPO vs SLCA on toolworld",
+                      extra_md=f"Wall time: {wall / 60:.1f} min (seed {seed}, {'quick' if quick else 'full'} budget).\n\n"
+                      + "\n".join(f"- {line}" for line in verdict))
     _print_table(_compare_table(runs, "held-out toolworld test split (final)"))
+    for line in verdict:
+        console.print(line)
     console.print(f"report: [bold]{md}[/bold]  plots: {out / 'curves.png'}  token view: {out / 'slca' / 'tokens.html'}  ({wall / 60:.1f} min)")
 
 

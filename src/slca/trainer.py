@@ -345,6 +345,8 @@ class Trainer:
                 out.setdefault(k, []).append(float(v))
             out.setdefault(f"kind/{t.task.kind}/success", []).append(float(metrics["success"]))
             out.setdefault(f"kind/{t.task.kind}/reward_summary", []).append(rs)
+            if t.task.gold:  # tasks that need at least one call: what tool use is judged on
+                out.setdefault("tool_tasks/success", []).append(float(metrics["success"]))
         m = {f"eval/{k}": nanmean(v) for k, v in out.items()}
         m["eval/reward_tool"] = nanmean(sb.tool)
         m["eval/reward_summary"] = nanmean(sb.summary)

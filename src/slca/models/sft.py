@@ -50,6 +50,9 @@ class SFTConfig:
     learns to copy them from the request; on repeated random tokens nothing but copying
     lowers the loss, and the copying heads it forms within ~100 steps are then reused by
     the demonstrations (Olsson et al. 2022, "In-context learning and induction heads")."""
+    induction_every: int = 0
+    """During SFT, add the induction loss of one repeated-random-token batch every this
+    many steps (0 = never), so the copying heads of the warm-up are kept in use."""
     env_loss_weight: float = 0.0
     """Weight of a language-modelling loss on the environment's tokens after the first
     assistant turn (tool responses, later user turns), relative to assistant tokens.
@@ -178,6 +181,25 @@ def _lr_at(step: int, cfg: SFTConfig) -> float:
     return lo + (cfg.lr - lo) * 0.5 * (1.0 + math.cos(math.pi * min(1.0, p)))
 
 
+def induction_loss_fn(vocab_ids: Sequence[int], *, bos_id: int, sep_id: int, rows: int = 64, min_len: int = 12, max_len: int = 12,
+                      seed: int = 0):
+    """A callable ``f(model) -> loss`` drawing a fresh batch ``bos x sep x`` (x: (rows, n) uniform over
+    ``vocab_ids``) each call; the loss is the cross-entropy of the second copy (seeded stream)."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.as_tensor(list(vocab_ids), dtype=torch.long)
+
+    def batch_loss(model) -> torch.Tensor:
+        n = int(torch.randint(min_len, max_len + 1, (1,), generator=gen))
+        x = ids[torch.randint(len(ids), (rows, n), generator=gen)]  # (rows, n)
+        bos = torch.full((rows, 1), bos_id, dtype=torch.long)
+        sep = torch.full((rows, 1), sep_id, dtype=torch.long)
+        seq = torch.cat([bos, x, sep, x], dim=1)  # (rows, 2n + 2)
+        logits = model(input_ids=seq).logits[:, n + 1 : -1]  # predictions of the second copy
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), x.flatten())
+
+    return batch_loss
+
+
 def induction_warmup(model, vocab_ids: Sequence[int], steps: int, *, lr: float, bos_id: int, sep_id: int, rows: int = 64,
                      min_len: int = 12, max_len: int = 12, seed: int = 0) -> list[float]:
     """Train ``model`` in place on repeated random token sequences; returns the per-step losses.
@@ -192,21 +214,12 @@ def induction_warmup(model, vocab_ids: Sequence[int], steps: int, *, lr: float, 
     """
     if steps <= 0:
         return []
-    gen = torch.Generator().manual_seed(seed)
-    ids = torch.as_tensor(list(vocab_ids), dtype=torch.long)
+    batch_loss = induction_loss_fn(vocab_ids, bos_id=bos_id, sep_id=sep_id, rows=rows, min_len=min_len, max_len=max_len, seed=seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     losses: list[float] = []
     model.train()
     for step in range(steps):
-        for g in opt.param_groups:
-            g["lr"] = lr
-        n = int(torch.randint(min_len, max_len + 1, (1,), generator=gen))
-        x = ids[torch.randint(len(ids), (rows, n), generator=gen)]  # (rows, n)
-        bos = torch.full((rows, 1), bos_id, dtype=torch.long)
-        sep = torch.full((rows, 1), sep_id, dtype=torch.long)
-        seq = torch.cat([bos, x, sep, x], dim=1)  # (rows, 2n + 2)
-        logits = model(input_ids=seq).logits[:, n + 1 : -1]  # predictions of the second copy
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), x.flatten())
+        loss = batch_loss(model)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -215,7 +228,7 @@ def induction_warmup(model, vocab_ids: Sequence[int], steps: int, *, lr: float, 
     return losses
 
 
-def sft_train(model, examples: Sequence[SFTExample], cfg: SFTConfig, *, pad_id: int, progress=None) -> SFTStats:
+def sft_train(model, examples: Sequence[SFTExample], cfg: SFTConfig, *, pad_id: int, progress=None, aux_loss=None) -> SFTStats:
     """Train ``model`` in place for ``cfg.steps`` steps on ``examples``.
 
     Loss: next-token cross-entropy over the assistant tokens of the batch, plus
@@ -228,6 +241,8 @@ def sft_train(model, examples: Sequence[SFTExample], cfg: SFTConfig, *, pad_id: 
         examples: encoded conversations.
         cfg: optimisation settings.
         pad_id: the padding token id.
+        aux_loss: optional callable ``aux_loss(model) -> loss`` added to the loss every
+            ``cfg.induction_every`` steps (the induction batches of :func:`induction_loss_fn`).
         progress: optional callable ``progress(step, loss)`` called after each step
             (``step`` 0-based; it may evaluate the model, which is put back in train mode).
 
@@ -260,6 +275,8 @@ def sft_train(model, examples: Sequence[SFTExample], cfg: SFTConfig, *, pad_id: 
             g["lr"] = _lr_at(step, cfg)
         logits = model(input_ids=ids, attention_mask=att).logits
         loss, assistant_loss = weighted_lm_loss(logits, ids, weights)
+        if aux_loss is not None and cfg.induction_every and step % cfg.induction_every == 0:
+            loss = loss + aux_loss(model)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
