@@ -64,7 +64,7 @@ class TrainConfig:
 
     # ---- advantages
     estimator: str = "slca"
-    """Name in the estimator registry: 'grpo', 'slca', 'gdpo', or one you registered."""
+    """Name in the estimator registry (slca.list_estimators()): 'grpo', 'slca', 'gdpo', 'slca_cond', 'slca_turn', or one you registered."""
     scale: str = "group"
     """Advantage normalisation: 'group' (GRPO), 'batch' (TRL scale_rewards='batch'), 'none' (Dr. GRPO)."""
     eps: float = 1e-6
