@@ -16,7 +16,7 @@ What "runs" means for each kind of block:
     - ``python -c CODE``: run;
     - ``python SCRIPT ARGS``: the script exists and ``SCRIPT --help`` exits 0;
     - ``make TARGET``: ``make -n TARGET`` (the dry run) exits 0;
-    - ``bash SCRIPT``: ``bash -n SCRIPT`` (syntax) exits 0.
+    - ``bash SCRIPT`` or ``SCRIPT.sh``: ``bash -n SCRIPT`` (syntax) exits 0.
 * Anything else (``pip install``, ``ray``, ``accelerate``, a multi-GPU run, a
   snippet that downloads from the hub) must be listed in EXCEPTIONS with the
   reason; a listed exception that no longer matches a block fails the test, and
@@ -291,8 +291,8 @@ def test_shell_command_runs(cmd, tmp_path, monkeypatch, request):
     elif prog == "make":
         r = _run(["make", "-n", "-C", str(ROOT), *toks[1:]])
         assert r.returncode == 0, r.stdout + r.stderr
-    elif prog == "bash":
-        script = ROOT / toks[1]
+    elif prog == "bash" or prog.endswith(".sh"):
+        script = ROOT / (toks[1] if prog == "bash" else toks[0])
         assert script.is_file(), f"{toks[1]} does not exist"
         r = _run(["bash", "-n", str(script)])
         assert r.returncode == 0, r.stderr
