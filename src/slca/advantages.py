@@ -7,9 +7,11 @@ Shapes: ``B`` rollouts (prompts x G samples), ``T`` response tokens.
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import math
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
 import torch
@@ -30,10 +32,16 @@ __all__ = [
     "slca_turn_advantages",
     "AdvantageInputs",
     "Estimator",
+    "EstimatorSpec",
+    "InputSpec",
+    "Option",
     "register_estimator",
+    "register_input",
     "get_estimator",
+    "get_input",
     "list_estimators",
     "compute_advantages",
+    "fill_inputs",
 ]
 
 SCALES = ("group", "batch", "none")
@@ -256,9 +264,12 @@ class AdvantageInputs:
             (``slca_turn``; see :func:`slca.rewards.turns.turn_scores`).
         turn_index: (B, T) long tool-turn index of each tool token, -1 elsewhere
             (``slca_turn``); None: derived from ``model_mask`` and ``tool_mask``.
+        extra: inputs beyond these fields, by name (a new estimator's new
+            input, see :class:`InputSpec`).
 
-    An estimator that reads an optional field lists it in its ``needs``
-    attribute (a tuple of field names), so callers fill it only when needed.
+    An estimator lists the optional inputs it reads in its spec's ``needs``
+    (:class:`EstimatorSpec`), so callers fill them only when needed
+    (:func:`fill_inputs`).
     """
 
     tool_rewards: torch.Tensor
@@ -271,6 +282,7 @@ class AdvantageInputs:
     tool_signatures: Sequence[Hashable] | None = None
     turn_rewards: torch.Tensor | None = None
     turn_index: torch.Tensor | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def total_rewards(self) -> torch.Tensor:
@@ -278,78 +290,280 @@ class AdvantageInputs:
         wt, ws = self.reward_weights
         return wt * self.tool_rewards.float() + ws * self.summary_rewards.float()
 
+    def get(self, name: str) -> Any:
+        """The input called ``name``: a field, else an entry of :attr:`extra` (None when absent)."""
+        if name in _FIELDS:
+            return getattr(self, name)
+        return self.extra.get(name)
+
+    def with_inputs(self, values: Mapping[str, Any]) -> "AdvantageInputs":
+        """A copy with these inputs set: fields by name, any other name into :attr:`extra`."""
+        fields_ = {k: v for k, v in values.items() if k in _FIELDS and k != "extra"}
+        extra = {k: v for k, v in values.items() if k not in _FIELDS}
+        return replace(self, **fields_, extra={**self.extra, **extra}) if (fields_ or extra) else self
+
+
+_FIELDS = frozenset(f.name for f in fields(AdvantageInputs))
+
+
+@dataclass(frozen=True)
+class Option:
+    """One typed estimator option (keyword argument) with its default.
+
+    Attributes:
+        name: the keyword.
+        default: its value when not given; its type is the option's type
+            (an ``int`` is accepted for a ``float``).
+        doc: one line for docs and errors.
+        choices: the allowed values, when a closed set.
+    """
+
+    name: str
+    default: Any
+    doc: str = ""
+    choices: tuple[Any, ...] | None = None
+
+    def check(self, estimator: str, value: Any) -> Any:
+        """``value`` coerced to the option's type; ValueError naming the estimator and option otherwise."""
+        want = type(self.default)
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, want) or (want is not bool and isinstance(value, bool)):
+            raise ValueError(f"estimator {estimator!r}: option {self.name!r} must be {want.__name__}, got {value!r}")
+        if self.choices is not None and value not in self.choices:
+            raise ValueError(f"estimator {estimator!r}: option {self.name!r} must be one of {self.choices}, got {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """An optional estimator input: its name, what it is, how to compute it from rollouts.
+
+    Attributes:
+        name: an :class:`AdvantageInputs` field, or any other name (then it
+            travels in :attr:`AdvantageInputs.extra`).
+        doc: what it holds (shape, meaning); quoted when it is missing.
+        compute: ``compute(trajectories) -> value`` for the B rollouts of a
+            batch, or a ``"module:function"`` path imported on first use (so this
+            module need not import the reward code). None: callers must pass it.
+    """
+
+    name: str
+    doc: str
+    compute: Callable[[Sequence[Any]], Any] | str | None = None
+
+    def from_trajectories(self, trajectories: Sequence[Any]) -> Any:
+        f = self.compute
+        if f is None:
+            raise ValueError(f"input {self.name!r} has no compute function: pass it in AdvantageInputs")
+        if isinstance(f, str):
+            mod, _, attr = f.partition(":")
+            f = getattr(importlib.import_module(mod), attr)
+        return f(trajectories)
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """An advantage estimator, complete: its function, the inputs it needs, its options.
+
+    ``fn(inputs, **options) -> (B, T)`` is called with every declared option
+    (defaults filled in); an option it does not declare is refused with an
+    error naming the estimator and the option. ``needs`` are names of optional
+    inputs (:class:`InputSpec`) that must not be None. ``reference`` marks the
+    estimators every run records on its sample groups and ``slca compare`` runs
+    by default.
+
+    A plain function registered without ``options`` gets them from its
+    keyword-only parameters with defaults; if it also takes ``**kwargs`` it is
+    *open*: any option reaches it unchecked (the behaviour before specs).
+    """
+
+    name: str
+    fn: Callable[..., torch.Tensor]
+    needs: tuple[str, ...] = ()
+    options: tuple[Option, ...] = ()
+    doc: str = ""
+    reference: bool = False
+    open: bool = False
+
+    def defaults(self) -> dict[str, Any]:
+        return {o.name: o.default for o in self.options}
+
+    def resolve(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Every declared option: ``given`` (checked) or its default. Unknown names raise ValueError."""
+        known = {o.name: o for o in self.options}
+        unknown = sorted(set(given) - set(known))
+        if unknown and not self.open:
+            raise ValueError(f"estimator {self.name!r} has no option {unknown[0]!r}; its options: {sorted(known)}")
+        out = {k: v for k, v in given.items() if k not in known}
+        out.update({k: (o.check(self.name, given[k]) if k in given else o.default) for k, o in known.items()})
+        return out
+
+    def pick(self, source: Mapping[str, Any]) -> dict[str, Any]:
+        """The entries of ``source`` (e.g. a config's values) that are options of this estimator (all, if open)."""
+        names = {o.name for o in self.options}
+        return dict(source) if self.open else {k: v for k, v in source.items() if k in names}
+
+    def check_inputs(self, inputs: AdvantageInputs) -> None:
+        for n in self.needs:
+            if inputs.get(n) is None:
+                where = f"AdvantageInputs.{n}" if n in _FIELDS else f"AdvantageInputs.extra[{n!r}]"
+                hint = _INPUTS[n].doc if n in _INPUTS else "no InputSpec registered"
+                raise ValueError(f"estimator {self.name!r} needs {where} ({hint}); it is None")
+
+    def __call__(self, inputs: AdvantageInputs, **options: Any) -> torch.Tensor:
+        self.check_inputs(inputs)
+        return self.fn(inputs, **self.resolve(options))
+
 
 class Estimator(Protocol):
-    def __call__(self, inputs: AdvantageInputs, *, scale: str = "group", eps: float = 1e-6, **kwargs: Any) -> torch.Tensor: ...
+    """What :attr:`EstimatorSpec.fn` is: (B, T) advantages from the batch's inputs and the options."""
+
+    def __call__(self, inputs: AdvantageInputs, **options: Any) -> torch.Tensor: ...
 
 
-_REGISTRY: dict[str, Callable[..., torch.Tensor]] = {}
+_REGISTRY: dict[str, EstimatorSpec] = {}
+_INPUTS: dict[str, InputSpec] = {}
 
 
-def register_estimator(name: str, fn: Callable[..., torch.Tensor] | None = None):
-    """Register an advantage estimator under ``name`` (usable as a decorator).
+def _options_of(fn: Callable[..., Any]) -> tuple[tuple[Option, ...], bool]:
+    """Options from ``fn``'s keyword-only parameters with defaults; whether it takes ``**kwargs``."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return (), True
+    opts = tuple(Option(p.name, p.default) for p in params if p.kind is p.KEYWORD_ONLY and p.default is not p.empty)
+    return opts, any(p.kind is p.VAR_KEYWORD for p in params)
+
+
+def register_input(spec: InputSpec) -> InputSpec:
+    """Register an optional estimator input (a different spec under a taken name raises ValueError)."""
+    old = _INPUTS.get(spec.name)
+    same = old is not None and old.doc == spec.doc and (
+        old.compute == spec.compute or (callable(old.compute) and callable(spec.compute) and _same_fn(old.compute, spec.compute)))
+    if old is not None and not same:
+        raise ValueError(f"an estimator input named {spec.name!r} is already registered ({old.doc})")
+    _INPUTS[spec.name] = spec
+    return spec
+
+
+def get_input(name: str) -> InputSpec:
+    try:
+        return _INPUTS[name]
+    except KeyError:
+        raise ValueError(f"cannot compute AdvantageInputs field {name!r}: no InputSpec registered; known: {sorted(_INPUTS)}") from None
+
+
+def _same_fn(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
+    # the same function, or the same definition re-imported (module reload)
+    return a is b or (getattr(a, "__module__", None), getattr(a, "__qualname__", None)) == (getattr(b, "__module__", 0), getattr(b, "__qualname__", 0))
+
+
+def register_estimator(
+    name: str,
+    fn: Callable[..., torch.Tensor] | EstimatorSpec | None = None,
+    *,
+    needs: Sequence[str | InputSpec] = (),
+    options: Sequence[Option] | None = None,
+    doc: str | None = None,
+    reference: bool = False,
+):
+    """Register an advantage estimator under ``name``, as a complete spec (usable as a decorator).
+
+    Args:
+        fn: ``fn(inputs: AdvantageInputs, **options) -> (B, T)``, or an
+            :class:`EstimatorSpec` (as :func:`get_estimator` returns).
+        needs: optional inputs it reads: names of registered inputs, or
+            :class:`InputSpec` objects, registered here too (a new input and its
+            estimator in one registration).
+        options: its typed options; None reads them from ``fn``'s keyword-only
+            parameters with defaults.
+        doc: one line (default: the first line of ``fn``'s docstring).
+        reference: one of the estimators recorded on sample groups and compared by default.
 
     Re-registering the same function under the same name is a no-op; a
     different function under a taken name raises ValueError (as verl's
-    ``register_adv_est``).
+    ``register_adv_est``). Returns ``fn``.
     """
 
-    def deco(f: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    def deco(f: Callable[..., torch.Tensor] | EstimatorSpec) -> Callable[..., torch.Tensor] | EstimatorSpec:
         if not isinstance(name, str) or not name:
             raise ValueError(f"estimator name must be a non-empty string, got {name!r}")
+        spec = f if isinstance(f, EstimatorSpec) else _make_spec(name, f, needs, options, doc, reference)
         old = _REGISTRY.get(name)
-        # the same function, or the same definition re-imported (module reload), is fine
-        same = old is f or (old is not None and (old.__module__, old.__qualname__) == (f.__module__, f.__qualname__))
-        if old is not None and not same:
-            raise ValueError(f"an estimator named {name!r} is already registered ({old.__module__}.{old.__qualname__})")
-        _REGISTRY[name] = f
+        if old is not None and not _same_fn(old.fn, spec.fn):
+            raise ValueError(f"an estimator named {name!r} is already registered ({old.fn.__module__}.{old.fn.__qualname__})")
+        for n in needs:
+            if isinstance(n, InputSpec):
+                register_input(n)
+        _REGISTRY[name] = spec
         return f
 
     return deco(fn) if fn is not None else deco
 
 
-def get_estimator(name: str) -> Callable[..., torch.Tensor]:
-    """The estimator registered under ``name``; ValueError listing the known ones otherwise."""
+def _make_spec(name, f, needs, options, doc, reference) -> EstimatorSpec:
+    inferred, takes_kwargs = _options_of(f)
+    opts = tuple(options) if options is not None else inferred
+    names = [o.name for o in opts]
+    if len(set(names)) != len(names):
+        raise ValueError(f"estimator {name!r}: option names repeat: {names}")
+    first_line = ((f.__doc__ or "").strip().splitlines() or [""])[0]
+    return EstimatorSpec(name, f, tuple(n.name if isinstance(n, InputSpec) else n for n in needs), opts,
+                         doc if doc is not None else first_line, reference, open=options is None and takes_kwargs)
+
+
+def get_estimator(name: str) -> EstimatorSpec:
+    """The estimator spec registered under ``name`` (callable: ``spec(inputs, **options)``); ValueError listing the known ones otherwise."""
     try:
         return _REGISTRY[name]
     except KeyError:
         raise ValueError(f"unknown estimator {name!r}; registered: {sorted(_REGISTRY)}") from None
 
 
-def list_estimators() -> list[str]:
-    return sorted(_REGISTRY)
+def list_estimators(*, reference: bool | None = None) -> list[str]:
+    """Registered names, sorted; ``reference=True``: only the reference estimators, in registration order."""
+    if reference is None:
+        return sorted(_REGISTRY)
+    return [n for n, s in _REGISTRY.items() if s.reference == reference]
 
 
-def compute_advantages(name: str, inputs: AdvantageInputs, **kwargs: Any) -> torch.Tensor:
-    """Dispatch to the estimator registered under ``name``; returns (B, T)."""
-    return get_estimator(name)(inputs, **kwargs)
+def compute_advantages(name: str, inputs: AdvantageInputs, **options: Any) -> torch.Tensor:
+    """Dispatch to the estimator registered under ``name``; returns (B, T).
+
+    Options the estimator does not declare raise ValueError naming it and the option.
+    """
+    return get_estimator(name)(inputs, **options)
 
 
-@register_estimator("grpo")
-def _grpo(inputs: AdvantageInputs, *, scale: str = "group", eps: float = 1e-6, **_: Any) -> torch.Tensor:
+def fill_inputs(inputs: AdvantageInputs, name: str, trajectories: Sequence[Any]) -> AdvantageInputs:
+    """``inputs`` with every input estimator ``name`` needs computed from the batch's trajectories."""
+    spec = get_estimator(name)
+    return inputs.with_inputs({n: get_input(n).from_trajectories(trajectories) for n in spec.needs})
+
+
+_SCALE = Option("scale", "group", "advantage normalisation: 'group' (GRPO), 'batch', 'none' (centre only)", SCALES)
+_EPS = Option("eps", 1e-6, "added to the std in the normalisation")
+_EMPTY_TOOL = Option("empty_tool", "response", "rollouts with no tool segment (see slca_advantages)", EMPTY_TOOL_MODES)
+
+
+@register_estimator("grpo", options=(_SCALE, _EPS), reference=True)
+def _grpo(inputs: AdvantageInputs, *, scale: str, eps: float) -> torch.Tensor:
     """One scalar (weighted sum of both tiers) per rollout, on every policy token."""
     return grpo_advantages(inputs.total_rewards, inputs.group_ids, inputs.model_mask, scale=scale, eps=eps)
 
 
-@register_estimator("slca")
-def _slca(
-    inputs: AdvantageInputs, *, scale: str = "group", eps: float = 1e-6, empty_tool: str = "response", **_: Any
-) -> torch.Tensor:
+@register_estimator("slca", options=(_SCALE, _EPS, _EMPTY_TOOL), reference=True)
+def _slca(inputs: AdvantageInputs, *, scale: str, eps: float, empty_tool: str) -> torch.Tensor:
     """Each tier normalised on its own and locked to its segment."""
     return slca_advantages(
-        inputs.tool_rewards,
-        inputs.summary_rewards,
-        inputs.group_ids,
-        inputs.tool_mask,
-        inputs.summary_mask,
-        scale=scale,
-        eps=eps,
-        empty_tool=empty_tool,
+        inputs.tool_rewards, inputs.summary_rewards, inputs.group_ids, inputs.tool_mask, inputs.summary_mask,
+        scale=scale, eps=eps, empty_tool=empty_tool,
     )
 
 
-@register_estimator("gdpo")
-def _gdpo(inputs: AdvantageInputs, *, scale: str = "group", eps: float = 1e-6, **_: Any) -> torch.Tensor:
+@register_estimator("gdpo", options=(_SCALE, _EPS), reference=True)
+def _gdpo(inputs: AdvantageInputs, *, scale: str, eps: float) -> torch.Tensor:
     """Each tier normalised on its own, summed, on every policy token (no locking)."""
     return gdpo_advantages(
         inputs.tool_rewards, inputs.summary_rewards, inputs.group_ids, inputs.model_mask, scale=scale, eps=eps
@@ -617,70 +831,34 @@ def slca_turn_advantages(
     return base + float(turn_lambda) * torch.where(on, per_tok, torch.zeros_like(per_tok))
 
 
-def _needs(inputs: AdvantageInputs, name: str, field_name: str, hint: str) -> Any:
-    v = getattr(inputs, field_name)
-    if v is None:
-        raise ValueError(f"estimator {name!r} needs AdvantageInputs.{field_name} ({hint}); it is None")
-    return v
+register_input(InputSpec(
+    "tool_signatures", "one hashable per rollout, e.g. slca.rewards.turns.tool_signature(turns)",
+    "slca.rewards.turns:tool_signatures",
+))
+register_input(InputSpec(
+    "turn_rewards", "(B, K) per-turn scores, e.g. slca.rewards.turns.turn_scores per rollout",
+    "slca.rewards.turns:turn_rewards",
+))
+_COND_STD = Option("cond_std", "group", "std of the conditioned summary normalisation (see conditional_normalize)", COND_STDS)
+_TURN_LAMBDA = Option("turn_lambda", 1.0, "weight of the per-turn advantage on each tool turn's tokens")
 
 
-@register_estimator("slca_cond")
-def _slca_cond(
-    inputs: AdvantageInputs,
-    *,
-    scale: str = "group",
-    eps: float = 1e-6,
-    empty_tool: str = "response",
-    cond_std: str = "group",
-    **_: Any,
-) -> torch.Tensor:
+@register_estimator("slca_cond", needs=("tool_signatures",), options=(_SCALE, _EPS, _EMPTY_TOOL, _COND_STD))
+def _slca_cond(inputs: AdvantageInputs, *, scale: str, eps: float, empty_tool: str, cond_std: str) -> torch.Tensor:
     """SLCA with the summary baseline conditioned on the tool outcome."""
-    sigs = _needs(inputs, "slca_cond", "tool_signatures", "one hashable per rollout, e.g. slca.rewards.turns.tool_signature(turns)")
     return slca_cond_advantages(
-        inputs.tool_rewards,
-        inputs.summary_rewards,
-        inputs.group_ids,
-        sigs,
-        inputs.tool_mask,
-        inputs.summary_mask,
-        scale=scale,
-        eps=eps,
-        empty_tool=empty_tool,
-        cond_std=cond_std,
+        inputs.tool_rewards, inputs.summary_rewards, inputs.group_ids, inputs.tool_signatures, inputs.tool_mask,
+        inputs.summary_mask, scale=scale, eps=eps, empty_tool=empty_tool, cond_std=cond_std,
     )
 
 
-_slca_cond.needs = ("tool_signatures",)  # type: ignore[attr-defined]
-
-
-@register_estimator("slca_turn")
-def _slca_turn(
-    inputs: AdvantageInputs,
-    *,
-    scale: str = "group",
-    eps: float = 1e-6,
-    empty_tool: str = "response",
-    turn_lambda: float = 1.0,
-    **_: Any,
-) -> torch.Tensor:
+@register_estimator("slca_turn", needs=("turn_rewards",), options=(_SCALE, _EPS, _EMPTY_TOOL, _TURN_LAMBDA))
+def _slca_turn(inputs: AdvantageInputs, *, scale: str, eps: float, empty_tool: str, turn_lambda: float) -> torch.Tensor:
     """SLCA plus a per-turn execution advantage on each tool turn's tokens."""
-    rk = _needs(inputs, "slca_turn", "turn_rewards", "(B, K) per-turn scores, e.g. slca.rewards.turns.turn_scores per rollout")
     ti = inputs.turn_index
     if ti is None:
         ti = tool_turn_index(inputs.model_mask, inputs.tool_mask)
     return slca_turn_advantages(
-        inputs.tool_rewards,
-        inputs.summary_rewards,
-        rk,
-        inputs.group_ids,
-        inputs.tool_mask,
-        inputs.summary_mask,
-        ti,
-        turn_lambda=turn_lambda,
-        scale=scale,
-        eps=eps,
-        empty_tool=empty_tool,
+        inputs.tool_rewards, inputs.summary_rewards, inputs.turn_rewards, inputs.group_ids, inputs.tool_mask,
+        inputs.summary_mask, ti, turn_lambda=turn_lambda, scale=scale, eps=eps, empty_tool=empty_tool,
     )
-
-
-_slca_turn.needs = ("turn_rewards",)  # type: ignore[attr-defined]

@@ -253,7 +253,7 @@ def report(
 
 @app.command()
 def compare(
-    estimators: str = typer.Option("grpo,slca,gdpo", help="Comma-separated registered estimators; the first is the baseline of paired differences."),
+    estimators: Optional[str] = typer.Option(None, help="Comma-separated registered estimators; the first is the baseline of paired differences. Default: the registry's reference estimators (grpo,slca,gdpo)."),
     seeds: str = typer.Option("0,1,2,3,4", help="Comma-separated seeds; every estimator runs every seed."),
     out: Path = typer.Option(Path("runs/compare"), help="Folder for all runs and the report."),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a config field for every run (repeatable)."),
@@ -268,7 +268,9 @@ def compare(
 
     from slca.compare import run_compare, write_compare_report
 
-    est = [e.strip() for e in estimators.split(",") if e.strip()]
+    from slca.advantages import list_estimators
+
+    est = [e.strip() for e in estimators.split(",") if e.strip()] if estimators is not None else list_estimators(reference=True)
     try:
         sds = [int(x) for x in seeds.split(",") if x.strip()]
     except ValueError:

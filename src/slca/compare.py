@@ -228,10 +228,31 @@ def diagnostic_cases(specs: list[RunSpec]) -> list[dict[str, Any]]:
             if sr[i] != max(sr) or not any(rs[i]["tool_mask"]):
                 continue
             tm = rs[i]["tool_mask"]
-            mean_on_tool = {e: sum(a for a, m in zip(rs[i]["adv"][e], tm) if m) / sum(tm) for e in ("grpo", "gdpo", "slca")}
+            # every estimator the run recorded (the registry's reference estimators)
+            mean_on_tool = {e: sum(a for a, m in zip(adv, tm) if m) / sum(tm) for e, adv in rs[i]["adv"].items()}
             out.append({"run": sp.run_dir.name, "step": grp["step"], "kind": grp.get("kind", ""), "tool_reward": tr[i],
                         "summary_reward": sr[i], **mean_on_tool})
     return out
+
+
+def _cases_md(cases: list[dict[str, Any]]) -> list[str]:
+    """The report section on :func:`diagnostic_cases`: one column per recorded estimator."""
+    if not cases:
+        return []
+    ests = [k for k in cases[0] if k not in ("run", "step", "kind", "tool_reward", "summary_reward")]
+    L = ["", "## The diagnostic case in recorded groups", "",
+         "Groups in which one rollout has the worst execution reward but the best summary reward "
+         "(e.g. redundant sequential calls, then the best answer). Mean advantage on *its tool tokens* "
+         "under each estimator, computed on the same rewards and masks:", "",
+         "| run | step | task kind | exec reward | summary reward | " + " | ".join(e.upper() for e in ests) + " |",
+         "|---|---|---|---|---|" + "---|" * len(ests)]
+    for c in cases[:12]:
+        L.append(f"| {c['run']} | {c['step']} | {c['kind']} | {c['tool_reward']:.2f} | {c['summary_reward']:.2f} | "
+                 + " | ".join(f"{c[e]:+.3f}" for e in ests) + " |")
+    if "grpo" in ests and "slca" in ests:
+        n_sign = sum(1 for c in cases if c["grpo"] > 0 > c["slca"])
+        L += ["", f"{len(cases)} such rollouts recorded; in {n_sign} of them GRPO *rewarded* the bad tool segment (advantage > 0) while SLCA punished it."]
+    return L
 
 
 def _curve(specs: list[RunSpec], est: str, key: str) -> tuple[list[int], list[float], list[float]]:
@@ -325,18 +346,7 @@ def write_compare_report(specs: list[RunSpec], out: Path, *, level: float, comma
     L += ["", "## Every seed", "", "| estimator | seed | " + " | ".join(k.split("/", 1)[1] for k in SUMMARY_KEYS) + " | parallel_pref |", "|---" * (len(SUMMARY_KEYS) + 3) + "|"]
     for r in runs:
         L.append(f"| {r['estimator']} | {r['seed']} | " + " | ".join(f"{r[k]:.3f}" for k in SUMMARY_KEYS) + f" | {r.get('probe/parallel_pref', float('nan')):.2f} |")
-    cases = diagnostic_cases(specs)
-    if cases:
-        L += ["", "## The diagnostic case in recorded groups", "",
-              "Groups in which one rollout has the worst execution reward but the best summary reward "
-              "(e.g. redundant sequential calls, then the best answer). Mean advantage on *its tool tokens* "
-              "under each estimator, computed on the same rewards and masks:", "",
-              "| run | step | task kind | exec reward | summary reward | GRPO | GDPO | SLCA |", "|---|---|---|---|---|---|---|---|"]
-        for c in cases[:12]:
-            L.append(f"| {c['run']} | {c['step']} | {c['kind']} | {c['tool_reward']:.2f} | {c['summary_reward']:.2f} | "
-                     f"{c['grpo']:+.3f} | {c['gdpo']:+.3f} | {c['slca']:+.3f} |")
-        n_sign = sum(1 for c in cases if c["grpo"] > 0 > c["slca"])
-        L += ["", f"{len(cases)} such rollouts recorded; in {n_sign} of them GRPO *rewarded* the bad tool segment (advantage > 0) while SLCA punished it."]
+    L += _cases_md(diagnostic_cases(specs))
     L += ["", f"Steps to level: first step at which the 5-step moving average of the training tool success reaches {level}.", "",
           "![curves](curves_compare.png)", "",
           "Curves: the mean over seeds at each `step` of metrics.jsonl (raw, not smoothed); bands: 95% Student-t intervals over seeds, "

@@ -6,6 +6,7 @@ import functools
 import json
 import math
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["read_metrics", "read_config", "write_report", "write_token_html", "check_samples", "final_eval", "run_labels", "provenance", "metric_range", "smoothed", "PLOTS", "SMOOTH_K"]
@@ -298,15 +299,18 @@ def _templates():
     return env
 
 
-def write_token_html(samples: list[dict[str, Any]], out_path: str | Path, title: str = "token-level advantages", estimators: tuple[str, ...] = ("grpo", "slca")) -> Path:
+def write_token_html(samples: list[dict[str, Any]], out_path: str | Path, title: str = "token-level advantages", estimators: Sequence[str] | None = None) -> Path:
     """One page: for each recorded group, every rollout's tokens coloured by the
     advantage each estimator gives them, side by side (green +, red -, grey =
     environment tokens). Tool-segment tokens carry a blue underline, summary
     tokens a purple one; each run of tokens with one advantage ends in a box
     with that number, and each column starts with the mean advantage on the
-    execution and summary segments. Rendered by a jinja2 template with
-    autoescape: every value from ``samples`` is escaped."""
+    execution and summary segments. ``estimators`` default to those the
+    samples recorded. Rendered by a jinja2 template with autoescape: every
+    value from ``samples`` is escaped."""
     check_samples(samples)
+    if estimators is None:  # the estimators the run recorded (the registry's reference estimators)
+        estimators = list(samples[0]["rollouts"][0]["adv"]) if samples and samples[0]["rollouts"] else []
     groups = []
     for s in samples:
         scale = max((abs(float(x)) for r in s["rollouts"] for e in estimators for x in r["adv"].get(e, [])), default=1.0) or 1.0

@@ -360,7 +360,7 @@ def _new_batch(model: torch.nn.Module, batch_size: int, pad_id: int, device: tor
 def assistant_message(text: str, parsed: ParsedTurn) -> dict[str, Any]:
     """The assistant message of a turn (OpenAI style). A turn with a blocking parse
     error keeps its raw text as content, so replaying the messages reproduces it."""
-    if any(e.kind != "text_around_calls" for e in parsed.errors):
+    if parsed.blocking_errors:
         return {"role": "assistant", "content": text}
     msg: dict[str, Any] = {"role": "assistant", "content": parsed.content}
     if parsed.calls:
@@ -386,9 +386,7 @@ def answer_turn(parsed: ParsedTurn, env: Any, episode: int | str = 0) -> tuple[l
             raise TypeError(f"simulator {type(env).__name__}.call returned {type(r).__name__}, expected ToolResult")
         results.append(r)
         msgs.append({"role": "tool", "tool_call_id": c.id or f"call_{i}", "name": c.name, "content": r.to_text()})
-    for e in parsed.errors:
-        if e.kind == "text_around_calls":
-            continue
+    for e in parsed.blocking_errors:
         r = ToolResult(ok=False, error=f"could not parse your tool call ({e.kind}): {e.message}")
         results.append(r)
         msgs.append({"role": "tool", "content": r.to_text()})

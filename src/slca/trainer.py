@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from slca.advantages import AdvantageInputs, compute_advantages, get_estimator
+from slca.advantages import AdvantageInputs, compute_advantages, fill_inputs, get_estimator, list_estimators
 from slca.batching import RolloutBatch, collate, response_logprobs, token_logprobs
 from slca.config import TrainConfig, to_dict, validate
 from slca.diagnostics import advantage_stats, contamination, flat_grad, grad_cosine, rolling_cv
@@ -207,22 +207,21 @@ class Trainer:
             print(f"[slca] unscored rollout: {reason}")
         return sb
 
-    @property
-    def estimator_options(self) -> dict[str, Any]:
-        """The estimator options the config sets."""
-        c = self.cfg
-        return {"scale": c.scale, "eps": c.eps, "empty_tool": c.empty_tool, "turn_lambda": c.turn_lambda}
+    def estimator_options(self, name: str) -> dict[str, Any]:
+        """The options of estimator ``name`` that the config sets (config fields of the same names)."""
+        c, spec = self.cfg, get_estimator(name)
+        if spec.open:  # a plain **kwargs function: the options the trainer always offered
+            return {"scale": c.scale, "eps": c.eps, "empty_tool": c.empty_tool, "turn_lambda": c.turn_lambda}
+        return {o.name: getattr(c, o.name) for o in spec.options if hasattr(c, o.name)}
 
     def credit(self, ro: Rollouts, scored: ScoredBatch) -> Credit:
         """Phase 3: segments from the environment-boundary mask, advantages through the registry."""
-        from slca.rewards.turns import advantage_extras
-
         c, b = self.cfg, ro.batch
         tool_m, sum_m = segment_masks(b.model_mask, b.valid_mask)
-        extras = advantage_extras(ro.trajs, getattr(get_estimator(c.estimator), "needs", ()))
         group_ids = [t.group_id for t in ro.trajs]
-        inputs = AdvantageInputs(scored.tool, scored.summary, group_ids, b.model_mask, tool_m, sum_m, (c.tool_weight, c.summary_weight), **extras)
-        return Credit(tool_m, sum_m, inputs, compute_advantages(c.estimator, inputs, **self.estimator_options))
+        inputs = AdvantageInputs(scored.tool, scored.summary, group_ids, b.model_mask, tool_m, sum_m, (c.tool_weight, c.summary_weight))
+        inputs = fill_inputs(inputs, c.estimator, ro.trajs)  # the optional inputs the estimator needs
+        return Credit(tool_m, sum_m, inputs, compute_advantages(c.estimator, inputs, **self.estimator_options(c.estimator)))
 
     def update(self, batch: RolloutBatch, credit: Credit, step: int) -> UpdateStats:
         """Phase 4: ``ppo_epochs`` passes of ``minibatches`` optimizer steps, then the LR schedule."""
@@ -288,7 +287,7 @@ class Trainer:
         cs = CreditStats(
             advantage_stats(credit.advantages, credit.tool_mask),
             advantage_stats(credit.advantages, credit.summary_mask),
-            contamination(c.estimator, inp, **self.estimator_options),
+            contamination(c.estimator, inp, **self.estimator_options(c.estimator)),
             subgroup_fraction(list(inp.group_ids), list(sigs)) if sigs is not None else None,
         )
         n_tok = int(b.valid_mask.sum())
@@ -298,7 +297,7 @@ class Trainer:
                             lr=self.sched.get_last_lr()[0], train_tokens_per_s=n_tok * c.ppo_epochs / max(update.seconds, 1e-9))
 
     def _record_group(self, step: int, trajs: list[Trajectory], credit: Credit) -> dict[str, Any]:
-        """One group's tokens with the advantages GRPO, GDPO and SLCA would give them."""
+        """One group's tokens with the advantages the reference estimators (grpo, slca, gdpo) would give them."""
         c, inp = self.cfg, credit.inputs
         G = c.group_size
         tool_r, sum_r, tool_m, sum_m = inp.tool_rewards, inp.summary_rewards, credit.tool_mask, credit.summary_mask
@@ -307,7 +306,7 @@ class Trainer:
         g0 = int(np.argmax(spreads)) * G
         sl = slice(g0, g0 + G)
         group = AdvantageInputs(tool_r[sl], sum_r[sl], [0] * G, inp.model_mask[sl], tool_m[sl], sum_m[sl], inp.reward_weights)
-        advs = {name: compute_advantages(name, group, **self.estimator_options) for name in ("grpo", "gdpo", "slca")}
+        advs = {name: compute_advantages(name, group, **self.estimator_options(name)) for name in list_estimators(reference=True)}
         rows = []
         for j, t in enumerate(trajs[sl]):
             n = len(t.response_ids)

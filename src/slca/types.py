@@ -28,6 +28,7 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "ParseError",
+    "NON_BLOCKING_ERRORS",
     "ParsedTurn",
     "Task",
     "Turn",
@@ -130,6 +131,15 @@ class ParseError:
     message: str
     fragment: str = ""
 
+    @property
+    def blocking(self) -> bool:
+        """False for text around well-formed calls (those calls still run); True for an attempted call that failed to parse."""
+        return self.kind not in NON_BLOCKING_ERRORS
+
+
+#: Parse-error kinds that do not block a turn (text outside well-formed calls).
+NON_BLOCKING_ERRORS: frozenset[str] = frozenset({"text_around_calls"})
+
 
 @dataclass
 class ParsedTurn:
@@ -138,7 +148,7 @@ class ParsedTurn:
     ``content`` is the visible text outside tool calls (the answer, for a final
     turn); ``reasoning`` is ``<think>`` text, if any; ``calls`` are the well-formed
     calls in order; ``errors`` the fragments that could not be parsed. A turn is a
-    tool turn when it has calls or errors (an attempted call).
+    tool turn when it has calls or blocking errors (an attempted call).
     """
 
     content: str = ""
@@ -147,8 +157,13 @@ class ParsedTurn:
     reasoning: str | None = None
 
     @property
+    def blocking_errors(self) -> list[ParseError]:
+        """The errors of attempted calls (:attr:`ParseError.blocking`): each is answered like a failed call."""
+        return [e for e in self.errors if e.blocking]
+
+    @property
     def is_tool_turn(self) -> bool:
-        return bool(self.calls or any(e.kind != "text_around_calls" for e in self.errors))
+        return bool(self.calls or self.blocking_errors)
 
 
 @dataclass

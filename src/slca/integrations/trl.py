@@ -54,7 +54,7 @@ from typing import Any
 
 import torch
 
-from slca.advantages import EMPTY_TOOL_MODES, AdvantageInputs, compute_advantages, get_estimator
+from slca.advantages import EMPTY_TOOL_MODES, AdvantageInputs, get_estimator
 from slca.segments import segment_masks
 from slca.types import Task
 
@@ -278,7 +278,8 @@ def trl_batch_advantages(
         tool_mask=tool_seg,
         summary_mask=summary_seg,
     )
-    adv = compute_advantages(estimator, inputs, scale=scale, eps=eps, empty_tool=empty_tool)
+    spec = get_estimator(estimator)  # options it does not take (empty_tool for grpo) are not passed
+    adv = spec(inputs, **spec.pick({"scale": scale, "eps": eps, "empty_tool": empty_tool}))
     return adv, inputs
 
 

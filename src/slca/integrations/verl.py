@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from slca.advantages import EMPTY_TOOL_MODES, AdvantageInputs, compute_advantages
+from slca.advantages import EMPTY_TOOL_MODES, AdvantageInputs, get_estimator
 from slca.segments import segment_masks
 
 __all__ = [
@@ -183,6 +183,12 @@ def _cfg(config: Any, key: str, default: Any) -> Any:
     return getattr(config, key, default)
 
 
+def _as_input(v: Any) -> Any:
+    """A reward_extra_info column as an estimator input: numbers as a tensor, anything else as a list."""
+    a = np.asarray(v)
+    return torch.as_tensor(a.astype(np.float32)) if a.dtype.kind in "fiub" else list(v)
+
+
 def compute_slca_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -193,7 +199,12 @@ def compute_slca_outcome_advantage(
     non_tensor_batch: Mapping[str, Any] | None = None,
     **_: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl estimator ``slca``: :func:`slca.slca_advantages` through slca's registry.
+    """verl estimator ``slca``: :func:`slca.slca_advantages` (or any registered estimator) through slca's registry.
+
+    The estimator is ``slca`` unless the environment variable ``SLCA_ESTIMATOR``
+    names another registered one (``gdpo``, ``slca_cond``, one you registered);
+    the optional inputs it needs (its spec's ``needs``) are read from
+    ``non_tensor_batch`` under the same names.
 
     Args (verl's estimator signature):
         token_level_rewards: (B, T) rewards in the :func:`pack_token_rewards` layout.
@@ -239,7 +250,13 @@ def compute_slca_outcome_advantage(
         tool_mask=tool_seg,
         summary_mask=summary_seg,
     )
-    adv = compute_advantages("slca", inputs, scale=scale, eps=epsilon, empty_tool=empty_tool)
+    # any registered estimator (SLCA_ESTIMATOR, default slca); the inputs it needs come from reward_extra_info
+    spec = get_estimator(os.environ.get("SLCA_ESTIMATOR", ESTIMATOR_NAME))
+    missing = [n for n in spec.needs if non_tensor_batch is None or n not in non_tensor_batch]
+    if missing:
+        raise ValueError(f"SLCA_ESTIMATOR={spec.name!r} needs {missing} in the batch's reward_extra_info (non_tensor_batch)")
+    inputs = inputs.with_inputs({n: _as_input(non_tensor_batch[n]) for n in spec.needs})
+    adv = spec(inputs, **spec.pick({"scale": scale, "eps": epsilon, "empty_tool": empty_tool}))
     adv = adv.to(device=mask.device, dtype=torch.as_tensor(token_level_rewards).dtype)
     return adv, adv
 

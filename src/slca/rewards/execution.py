@@ -91,10 +91,9 @@ def _gold_calls(task: Task) -> list[ToolCall]:
 
 
 def _turn_format(t: Turn) -> float:
-    kinds = {e.kind for e in t.parsed.errors}
-    if not kinds:
+    if not t.parsed.errors:
         return 1.0
-    return 0.5 if kinds == {"text_around_calls"} else 0.0
+    return 0.0 if t.parsed.blocking_errors else 0.5
 
 
 def _name_f1(pred: list[ToolCall], gold: list[ToolCall]) -> float:

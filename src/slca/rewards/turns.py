@@ -50,7 +50,7 @@ from slca.rewards.execution import Unscorable, _box, _gold_calls, _pair_score
 from slca.rewards.values import normalize
 from slca.types import Task, ToolCall, Trajectory, Turn
 
-__all__ = ["turn_scores", "tool_signature", "call_key", "turn_reward_matrix", "subgroup_fraction", "advantage_extras"]
+__all__ = ["turn_scores", "tool_signature", "tool_signatures", "call_key", "turn_reward_matrix", "turn_rewards", "subgroup_fraction", "advantage_extras"]
 
 
 def call_key(call: ToolCall) -> str:
@@ -64,10 +64,6 @@ def _check_turns(turns: list[Turn]) -> None:
     for i, t in enumerate(turns):
         if not isinstance(t, Turn):
             raise ValueError(f"turns[{i}] must be a Turn, got {type(t).__name__}")
-
-
-def _blocking_errors(t: Turn) -> int:
-    return sum(1 for e in t.parsed.errors if e.kind != "text_around_calls")
 
 
 def turn_scores(task: Task, turns: list[Turn]) -> list[float]:
@@ -110,7 +106,7 @@ def turn_scores(task: Task, turns: list[Turn]) -> list[float]:
             if r.ok and best > 0:
                 credit += best
                 remaining.pop(best_j)
-        out.append(credit / (len(calls) + _blocking_errors(t)))
+        out.append(credit / (len(calls) + len(t.parsed.blocking_errors)))
     return out
 
 
@@ -166,19 +162,23 @@ def subgroup_fraction(group_ids: list, signatures: list) -> float:
     return hits / len(group_ids)
 
 
-def advantage_extras(trajectories: list[Trajectory], needs: tuple[str, ...] | list[str]) -> dict[str, Any]:
-    """The optional :class:`~slca.advantages.AdvantageInputs` fields an estimator ``needs``.
+def tool_signatures(trajectories: list[Trajectory]) -> list[tuple[tuple[str, bool], ...]]:
+    """:func:`tool_signature` of every rollout (the ``tool_signatures`` estimator input)."""
+    return [tool_signature(t.turns) for t in trajectories]
 
-    ``"tool_signatures"`` -> ``[tool_signature(t.turns) ...]``; ``"turn_rewards"`` ->
-    the (B, K) :func:`turn_reward_matrix` of :func:`turn_scores`. Other names are
-    not filled here and raise ValueError.
+
+def turn_rewards(trajectories: list[Trajectory]) -> torch.Tensor:
+    """(B, K) :func:`turn_reward_matrix` of :func:`turn_scores` (the ``turn_rewards`` estimator input)."""
+    return turn_reward_matrix([turn_scores(t.task, t.turns) for t in trajectories])
+
+
+def advantage_extras(trajectories: list[Trajectory], needs: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """The optional estimator inputs named in ``needs``, computed from the rollouts.
+
+    Each name is looked up in the input registry (:func:`slca.advantages.get_input`):
+    ``"tool_signatures"`` -> :func:`tool_signatures`; ``"turn_rewards"`` ->
+    :func:`turn_rewards`; a name with no registered input raises ValueError.
     """
-    out: dict[str, Any] = {}
-    for name in needs:
-        if name == "tool_signatures":
-            out[name] = [tool_signature(t.turns) for t in trajectories]
-        elif name == "turn_rewards":
-            out[name] = turn_reward_matrix([turn_scores(t.task, t.turns) for t in trajectories])
-        else:
-            raise ValueError(f"advantage_extras: cannot compute AdvantageInputs field {name!r}")
-    return out
+    from slca.advantages import get_input
+
+    return {name: get_input(name).from_trajectories(trajectories) for name in needs}
