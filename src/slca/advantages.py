@@ -22,6 +22,7 @@ from slca.segments import tool_turn_index
 __all__ = [
     "SCALES",
     "EMPTY_TOOL_MODES",
+    "group_mean",
     "group_normalize",
     "grpo_advantages",
     "slca_advantages",
@@ -70,6 +71,27 @@ def _group_stats(r: torch.Tensor, idx: torch.Tensor, n_groups: int) -> tuple[tor
     return cnt, mean, std
 
 
+def group_mean(rewards: torch.Tensor, group_ids: Any) -> torch.Tensor:
+    """Each rollout's group mean over the valid (non-NaN) rewards; NaN where the reward is NaN.
+
+    Args:
+        rewards: (B,) float, NaN = missing.
+        group_ids: (B,) group ids (tensor or sequence of hashables).
+
+    Returns:
+        (B,) float32.
+
+    Example:
+        >>> group_mean(torch.tensor([1.0, 0.0, float("nan"), 5.0]), [0, 0, 0, 1]).tolist()
+        [0.5, 0.5, nan, 5.0]
+    """
+    r = as_1d("rewards", rewards)
+    idx, G = group_index(group_ids, r.shape[0])
+    _, mean, _ = _group_stats(r.detach().cpu(), idx.cpu(), G)
+    m = mean[idx.cpu()].float().to(r.device)
+    return torch.where(torch.isnan(r), r, m)
+
+
 def group_normalize(
     rewards: torch.Tensor,
     group_ids: Any,
@@ -111,17 +133,30 @@ def group_normalize(
     idx = idx.to(r.device)
     cnt, mean, std = _group_stats(r.cpu(), idx.cpu(), G)
     cnt, mean, std = cnt.to(r.device), mean.to(r.device), std.to(r.device)
+    return _scaled(r, r.double() - mean[idx], std[idx], cnt[idx], scale, eps)
+
+
+def _scaled(r: torch.Tensor, centred: torch.Tensor, std: torch.Tensor, count: torch.Tensor, scale: str, eps: float) -> torch.Tensor:
+    """Centred rewards scaled as ``scale`` says; 0 where the reward is NaN, its group has < 2 members, or not finite.
+
+    Args:
+        r: (N,) rewards (NaN = missing); centred: (N,) float64 ``r - baseline``;
+        std: (N,) float64 std of each entry's group; count: (N,) valid members of its group.
+
+    Returns:
+        (N,) float32: ``centred / (std + eps)`` (``"group"``), ``centred / (batch std + eps)``
+        (``"batch"``, std of all valid ``r``) or ``centred`` (``"none"``).
+    """
     valid = ~torch.isnan(r)
-    centred = r.double() - mean[idx]
     if scale == "group":
-        adv = centred / (std[idx] + eps)
+        adv = centred / (std + eps)
     elif scale == "batch":
         rv = r[valid].double()
         bstd = rv.std() if rv.numel() >= 2 else torch.tensor(float("nan"), dtype=torch.float64, device=r.device)
         adv = centred / (bstd + eps)
     else:
         adv = centred
-    keep = valid & (cnt[idx] >= 2) & torch.isfinite(adv)
+    keep = valid & (count >= 2) & torch.isfinite(adv)
     return torch.where(keep, adv, torch.zeros_like(adv)).float()
 
 
@@ -202,11 +237,23 @@ def slca_advantages(
         (B, T) float32 advantages, zero outside ``tool_mask | summary_mask``.
     """
     tm, sm, rt, rs = _segment_checks(tool_rewards, summary_rewards, tool_mask, summary_mask, empty_tool)
+    a_sum = group_normalize(rs, group_ids, scale=scale, eps=eps)  # (B,)
+    return _route(rt, a_sum, group_ids, tm, sm, scale, eps, empty_tool)
+
+
+def _route(
+    rt: torch.Tensor, a_sum: torch.Tensor, group_ids: Any, tm: torch.Tensor, sm: torch.Tensor, scale: str, eps: float, empty_tool: str
+) -> torch.Tensor:
+    """SLCA's routing: the normalised tool reward to tool tokens, ``a_sum`` (B,) to summary tokens.
+
+    ``rt`` (B,) are the raw tool rewards (normalised here, with ``empty_tool``'s
+    rule for rollouts without a tool segment); ``tm``, ``sm`` (B, T) the
+    segments. Returns (B, T) float32.
+    """
     has_tool = tm.any(dim=1)  # (B,)
     if empty_tool == "exclude":
         rt = torch.where(has_tool, rt, torch.full_like(rt, float("nan")))
     a_tool = group_normalize(rt, group_ids, scale=scale, eps=eps)  # (B,)
-    a_sum = group_normalize(rs, group_ids, scale=scale, eps=eps)  # (B,)
     adv = a_tool.unsqueeze(1) * tm.float() + a_sum.unsqueeze(1) * sm.float()
     if empty_tool == "response":
         mixed = 0.5 * (a_tool + a_sum)  # (B,)
@@ -646,18 +693,8 @@ def conditional_normalize(
     cnt_s, mean_s, std_s = _group_stats(rc, idx_s, S)
     use_sub = cnt_s[idx_s] >= 2
     base = torch.where(use_sub, mean_s[idx_s], mean_g[idx_g])
-    centred = rc.double() - base
-    if scale == "group":
-        sd = torch.where(use_sub, std_s[idx_s], std_g[idx_g]) if cond_std == "subgroup" else std_g[idx_g]
-        adv = centred / (sd + eps)
-    elif scale == "batch":
-        rv = rc[~torch.isnan(rc)].double()
-        bstd = rv.std() if rv.numel() >= 2 else torch.tensor(float("nan"), dtype=torch.float64)
-        adv = centred / (bstd + eps)
-    else:
-        adv = centred
-    keep = ~torch.isnan(rc) & (cnt_g[idx_g] >= 2) & torch.isfinite(adv)
-    return torch.where(keep, adv, torch.zeros_like(adv)).float().to(r.device)
+    sd = torch.where(use_sub, std_s[idx_s], std_g[idx_g]) if cond_std == "subgroup" else std_g[idx_g]
+    return _scaled(rc, rc.double() - base, sd, cnt_g[idx_g], scale, eps).to(r.device)
 
 
 def _segment_checks(
@@ -719,16 +756,8 @@ def slca_cond_advantages(
         (B, T) float32, zero outside ``tool_mask | summary_mask``.
     """
     tm, sm, rt, rs = _segment_checks(tool_rewards, summary_rewards, tool_mask, summary_mask, empty_tool)
-    has_tool = tm.any(dim=1)  # (B,)
-    if empty_tool == "exclude":
-        rt = torch.where(has_tool, rt, torch.full_like(rt, float("nan")))
-    a_tool = group_normalize(rt, group_ids, scale=scale, eps=eps)  # (B,)
     a_sum = conditional_normalize(rs, group_ids, tool_signatures, scale=scale, eps=eps, cond_std=cond_std).to(tm.device)
-    adv = a_tool.unsqueeze(1) * tm.float() + a_sum.unsqueeze(1) * sm.float()
-    if empty_tool == "response":
-        mixed = 0.5 * (a_tool + a_sum)  # (B,)
-        adv = torch.where(has_tool.unsqueeze(1), adv, mixed.unsqueeze(1) * sm.float())
-    return adv
+    return _route(rt, a_sum, group_ids, tm, sm, scale, eps, empty_tool)
 
 
 def turn_normalize(turn_rewards: torch.Tensor, group_ids: Any, *, scale: str = "group", eps: float = 1e-6) -> torch.Tensor:

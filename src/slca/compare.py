@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slca.report import final_eval, metric_range, read_metrics
+from slca.report import final_eval, mean_of, metric_range, read_metrics
 from slca.runs import write_atomic
 
 __all__ = ["RunSpec", "run_compare", "run_status", "check_runs", "summarize", "write_compare_report", "t_interval", "band"]
@@ -184,11 +184,6 @@ def _steps_to(rows: list[dict[str, Any]], key: str, level: float, k: int = 5) ->
     return float("nan")
 
 
-def _mean_key(rows: list[dict[str, Any]], key: str) -> float:
-    v = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
-    return sum(v) / len(v) if v else float("nan")
-
-
 SUMMARY_KEYS = ["eval/success", "eval/name_f1", "eval/arg_match", "eval/process", "eval/reward_tool", "eval/reward_summary"]
 DIAG_KEYS = ["grad/volatility", "grad/cosine_tool_summary", "adv/contamination", "grad/tool_norm", "grad/summary_norm"]
 
@@ -205,7 +200,7 @@ def summarize(specs: list[RunSpec], level: float) -> dict[str, Any]:
         probes = [r for r in rows if "probe/parallel_pref" in r]
         if probes:
             rec.update({k: v for k, v in probes[-1].items() if k.startswith("probe/")})
-        rec.update({k: _mean_key(rows, k) for k in DIAG_KEYS})
+        rec.update({k: mean_of(rows, k) for k in DIAG_KEYS})
         rec["steps_to_level"] = _steps_to(rows, "reward/exec/success" if any("reward/exec/success" in r for r in rows) else "reward/tool", level)
         per_run.append(rec)
     return {"runs": per_run}

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from slca.advantages import AdvantageInputs, compute_advantages
+from slca.advantages import AdvantageInputs, compute_advantages, group_mean
 from slca.losses import masked_mean
 
 __all__ = ["contamination", "advantage_stats", "grad_cosine", "flat_grad", "rolling_cv", "summary_counterfactual"]
@@ -25,15 +25,8 @@ def summary_counterfactual(inputs: AdvantageInputs) -> AdvantageInputs:
     so any difference in the tool-token advantages is what they contributed.
     NaN rewards stay NaN.
     """
-    from slca._checks import group_index
-
     r = inputs.summary_rewards.float()
-    idx, G = group_index(inputs.group_ids, r.shape[0])
-    valid = ~torch.isnan(r)
-    s = torch.zeros(G).index_add_(0, idx, torch.where(valid, r, torch.zeros_like(r)))
-    c = torch.zeros(G).index_add_(0, idx, valid.float())
-    mean = (s / c.clamp_min(1))[idx]
-    return replace(inputs, summary_rewards=torch.where(valid, mean, r))
+    return replace(inputs, summary_rewards=group_mean(r, inputs.group_ids))
 
 
 def contamination(name: str, inputs: AdvantageInputs, **kwargs: Any) -> float:

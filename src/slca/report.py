@@ -9,7 +9,7 @@ from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["read_metrics", "read_config", "write_report", "write_token_html", "check_samples", "final_eval", "run_labels", "provenance", "metric_range", "smoothed", "PLOTS", "SMOOTH_K"]
+__all__ = ["read_metrics", "read_config", "write_report", "write_token_html", "check_samples", "final_eval", "mean_of", "run_labels", "provenance", "metric_range", "smoothed", "PLOTS", "SMOOTH_K"]
 
 # (metric, title) pairs; each becomes one panel, one line per run
 PLOTS = [
@@ -135,7 +135,8 @@ def final_eval(rows: list[dict[str, Any]]) -> dict[str, float]:
     return {}
 
 
-def _mean_of(rows: list[dict[str, Any]], key: str) -> float:
+def mean_of(rows: list[dict[str, Any]], key: str) -> float:
+    """Mean of ``key`` over the rows where it is a finite number (NaN when none is)."""
     v = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
     return sum(v) / len(v) if v else float("nan")
 
@@ -211,7 +212,7 @@ def write_report(runs: dict[str, str | Path], out_dir: str | Path, title: str = 
     diag = ["grad/cosine_tool_summary", "grad/volatility", "adv/contamination", "perf/gen_tokens_per_s", "perf/train_tokens_per_s"]
     lines += ["", "## Diagnostics (mean over steps)", "", "| run | " + " | ".join(diag) + " |", "|---" * (len(diag) + 1) + "|"]
     for label, rows in data.items():
-        lines.append(f"| {_md_cell(label)} | " + " | ".join(f"{_mean_of(rows, k):.3f}" for k in diag) + " |")
+        lines.append(f"| {_md_cell(label)} | " + " | ".join(f"{mean_of(rows, k):.3f}" for k in diag) + " |")
     lines += ["", "![curves](curves.png)", "",
               f"Steps are the `step` values in each run's metrics.jsonl. Panels titled '{SMOOTH_K}-step trailing mean' "
               f"(training rewards, gradient norm and cosine) show the mean of the last {SMOOTH_K} steps; the others show raw values.", ""]

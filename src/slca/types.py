@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "call_key",
     "ToolCall",
     "ToolResult",
     "ToolSpec",
@@ -36,6 +37,15 @@ __all__ = [
     "RewardBreakdown",
     "STOP_REASONS",
 ]
+
+
+def call_key(name: str, arguments: Any) -> str:
+    """Canonical text of a call: its name and its arguments as sorted-key JSON.
+
+    For equality, sets, caches and seeds; the reward tiers compare calls after
+    value normalisation (:func:`slca.rewards.values.normalized_call_key`).
+    """
+    return name + json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str)
 
 
 @dataclass(frozen=True)
@@ -55,8 +65,8 @@ class ToolCall:
         }
 
     def key(self) -> str:
-        """Canonical string for equality / set operations (sorted-key JSON)."""
-        return self.name + json.dumps(self.arguments, sort_keys=True, ensure_ascii=False)
+        """Canonical string for equality / set operations (:func:`call_key`)."""
+        return call_key(self.name, self.arguments)
 
     # frozen dataclass with a dict field is not hashable by default; hash the key.
     def __hash__(self) -> int:  # pragma: no cover - trivial

@@ -29,7 +29,6 @@ import concurrent.futures
 import functools
 import hashlib
 import inspect
-import json
 import math
 import random
 import re
@@ -49,7 +48,7 @@ except ImportError:  # pragma: no cover - Python 3.10
 
 from slca._limits import PatternTimeout, pattern_search, value_problem
 from slca.env.schema import ToolBox
-from slca.types import ToolResult
+from slca.types import ToolResult, call_key
 
 __all__ = ["Simulator", "ToolError", "BaseSimulator", "PythonSimulator", "SchemaSimulator", "call_key"]
 
@@ -63,11 +62,6 @@ class Simulator(Protocol):
 
 class ToolError(Exception):
     """Raised by a tool implementation to return a failed call the model should see."""
-
-
-def call_key(name: str, arguments: Any) -> str:
-    """Canonical text of a call (sorted-key JSON), for caches and seeds."""
-    return name + json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -31,15 +31,14 @@ ArgMatch, Process (fraction of gold steps completed in order) and Success
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections import Counter
-from dataclasses import dataclass
 
 from slca.env.schema import ToolBox
-from slca.rewards.values import normalize
-from slca.types import RewardBreakdown, Task, ToolCall, ToolResult, Turn
+from slca.rewards.common import Unscorable, collect_calls, gold_calls, pair_score, task_toolbox
+from slca.rewards.values import normalize, normalized_call_key
+from slca.types import RewardBreakdown, Task, ToolCall, Turn
 
 __all__ = ["EXECUTION_WEIGHTS", "execution_reward", "in_domain_metrics", "Unscorable"]
 
@@ -47,47 +46,6 @@ log = logging.getLogger("slca.rewards")
 
 #: Cascade weights (format, name_f1, arg_match, success, efficiency).
 EXECUTION_WEIGHTS: dict[str, float] = {"format": 0.1, "name_f1": 0.2, "arg_match": 0.3, "success": 0.2, "efficiency": 0.2}
-
-
-class Unscorable(ValueError):
-    """The rollout's data do not allow a score (the reward becomes NaN with this reason)."""
-
-
-@dataclass
-class _Rollout:
-    tool_turns: list[Turn]
-    calls: list[ToolCall]
-    results: list[ToolResult]
-
-
-def _collect(turns: list[Turn]) -> _Rollout:
-    """Tool turns, their well-formed calls in order and the result of each call.
-
-    ``turn.results[i]`` answers ``turn.parsed.calls[i]``; extra results (answers
-    to malformed fragments) may follow and are ignored.
-    """
-    if not isinstance(turns, list):
-        raise ValueError(f"turns must be a list of Turn, got {type(turns).__name__}")
-    tool_turns, calls, results = [], [], []
-    for i, t in enumerate(turns):
-        if not isinstance(t, Turn):
-            raise ValueError(f"turns[{i}] must be a Turn, got {type(t).__name__}")
-        if not t.parsed.is_tool_turn:
-            continue
-        tool_turns.append(t)
-        if len(t.results) < len(t.parsed.calls):
-            raise Unscorable(f"turn {i} has {len(t.parsed.calls)} calls but {len(t.results)} results")
-        calls.extend(t.parsed.calls)
-        results.extend(t.results[: len(t.parsed.calls)])
-    return _Rollout(tool_turns, calls, results)
-
-
-def _gold_calls(task: Task) -> list[ToolCall]:
-    for s, step in enumerate(task.gold):
-        for c in step:
-            if not isinstance(c, ToolCall):
-                raise ValueError(f"task {task.id!r}: gold step {s} holds {type(c).__name__}, expected ToolCall")
-    return [c for step in task.gold for c in step]
 
 
 def _turn_format(t: Turn) -> float:
@@ -105,20 +63,10 @@ def _name_f1(pred: list[ToolCall], gold: list[ToolCall]) -> float:
     return 2 * tp / (len(pred) + len(gold))
 
 
-def _pair_score(p: ToolCall, g: ToolCall, box: ToolBox) -> float:
-    if box.argument_error(p.name, p.arguments) is not None:
-        return 0.0
-    keys = set(p.arguments) | set(g.arguments)
-    if not keys:
-        return 1.0
-    same = sum(1 for k in keys if k in p.arguments and k in g.arguments and normalize(p.arguments[k]) == normalize(g.arguments[k]))
-    return same / len(keys)
-
-
 def _match(pred: list[ToolCall], gold: list[ToolCall], box: ToolBox) -> list[tuple[int, int, float]]:
     """Greedy max-score pairing of same-name calls: ``(pred index, gold index, score)``."""
     cands = sorted(
-        ((_pair_score(p, g, box), -gi, -pi, pi, gi) for pi, p in enumerate(pred) for gi, g in enumerate(gold) if p.name == g.name),
+        ((pair_score(p, g, box), -gi, -pi, pi, gi) for pi, p in enumerate(pred) for gi, g in enumerate(gold) if p.name == g.name),
         reverse=True,
     )
     used_p, used_g, out = set(), set(), []
@@ -136,17 +84,10 @@ def _arg_match(pred: list[ToolCall], gold: list[ToolCall], box: ToolBox) -> floa
     return sum(s for _, _, s in _match(pred, gold, box)) / max(len(pred), len(gold))
 
 
-def _box(task: Task) -> ToolBox:
-    try:
-        return ToolBox(task.tools)
-    except ValueError as e:
-        raise Unscorable(f"task {task.id!r} has invalid tools: {e}") from e
-
-
 def _components(task: Task, turns: list[Turn]) -> dict[str, float]:
-    ro = _collect(turns)
-    gold = _gold_calls(task)
-    box = _box(task)
+    ro = collect_calls(turns)
+    gold = gold_calls(task)
+    box = task_toolbox(task)
     pred = ro.calls
     if ro.tool_turns:
         fmt = sum(_turn_format(t) for t in ro.tool_turns) / len(ro.tool_turns)
@@ -222,10 +163,6 @@ def _process(pred: list[ToolCall], task: Task) -> float:
     return done / len(task.gold)
 
 
-def _norm_key(c: ToolCall) -> str:
-    return c.name + json.dumps(normalize(c.arguments), sort_keys=True)
-
-
 def in_domain_metrics(task: Task, turns: list[Turn]) -> dict[str, float]:
     """The paper's in-domain metrics of one rollout: ``name_f1``, ``arg_match``, ``process``, ``success``.
 
@@ -234,14 +171,14 @@ def in_domain_metrics(task: Task, turns: list[Turn]) -> dict[str, float]:
     """
     keys = ["name_f1", "arg_match", "process", "success"]
     try:
-        ro = _collect(turns)
-        gold = _gold_calls(task)
-        box = _box(task)
+        ro = collect_calls(turns)
+        gold = gold_calls(task)
+        box = task_toolbox(task)
     except Unscorable as e:
         log.warning("in-domain metrics are NaN: task %r: %s", task.id, e)
         return {k: math.nan for k in keys}
     pred = ro.calls
-    same = Counter(map(_norm_key, pred)) == Counter(map(_norm_key, gold))
+    same = Counter(map(normalized_call_key, pred)) == Counter(map(normalized_call_key, gold))
     return {
         "name_f1": _name_f1(pred, gold),
         "arg_match": _arg_match(pred, gold, box),

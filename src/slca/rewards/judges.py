@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Any, Protocol
 
 from slca.env.llm import ChatClient, EndpointError, parse_json_reply
-from slca.rewards.execution import Unscorable, _collect
+from slca.rewards.common import Unscorable, collect_calls
 from slca.types import Task, Turn
 
 __all__ = ["Judge", "OpenAIJudge", "RewardModelJudge", "judge_messages"]
@@ -38,7 +38,7 @@ _RUBRIC = (
 def judge_messages(task: Task, turns: list[Turn], final_text: str, max_chars: int = 4000) -> list[dict[str, str]]:
     """The chat messages an LLM judge sees: the request, the tool results and the answer."""
     request = "\n".join(m["content"] for m in task.messages if m.get("role") == "user" and isinstance(m.get("content"), str))
-    ro = _collect(turns)
+    ro = collect_calls(turns)
     results = [{"call": c.name, "arguments": c.arguments, "result": r.content if r.ok else {"error": r.error}} for c, r in zip(ro.calls, ro.results)]
     body = f"Request:\n{request}\n\nTool results:\n{json.dumps(results, ensure_ascii=False)[:max_chars]}\n\nAnswer:\n{final_text}"
     return [{"role": "system", "content": _RUBRIC}, {"role": "user", "content": body}]

@@ -33,7 +33,7 @@ import math
 import re
 from typing import Any
 
-from slca.rewards.execution import Unscorable, _collect
+from slca.rewards.common import Unscorable, collect_calls
 from slca.rewards.values import extract_values, leaf_values
 from slca.types import RewardBreakdown, Task, Turn
 
@@ -76,7 +76,7 @@ def _enum_words(task: Task) -> set[str]:
 
 
 def _evidence(task: Task, turns: list[Turn]) -> tuple[set[str], set[str]]:
-    ro = _collect(turns)
+    ro = collect_calls(turns)
     values: set[str] = set()
     words: set[str] = set()
     for r in ro.results:

@@ -39,31 +39,17 @@ success, so their summaries were written from the same tool results.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from typing import Any
 
 import torch
 
-from slca.rewards.execution import Unscorable, _box, _gold_calls, _pair_score
-from slca.rewards.values import normalize
-from slca.types import Task, ToolCall, Trajectory, Turn
+from slca.rewards.common import Unscorable, check_turns, gold_calls, pair_score, task_toolbox
+from slca.rewards.values import normalized_call_key
+from slca.types import Task, Trajectory, Turn
 
-__all__ = ["turn_scores", "tool_signature", "tool_signatures", "call_key", "turn_reward_matrix", "turn_rewards", "subgroup_fraction", "advantage_extras"]
-
-
-def call_key(call: ToolCall) -> str:
-    """Canonical text of a call: its name and normalised arguments as sorted-key JSON."""
-    return call.name + json.dumps(normalize(call.arguments), sort_keys=True, ensure_ascii=False, default=str)
-
-
-def _check_turns(turns: list[Turn]) -> None:
-    if not isinstance(turns, list):
-        raise ValueError(f"turns must be a list of Turn, got {type(turns).__name__}")
-    for i, t in enumerate(turns):
-        if not isinstance(t, Turn):
-            raise ValueError(f"turns[{i}] must be a Turn, got {type(t).__name__}")
+__all__ = ["turn_scores", "tool_signature", "tool_signatures", "turn_reward_matrix", "turn_rewards", "subgroup_fraction", "advantage_extras"]
 
 
 def turn_scores(task: Task, turns: list[Turn]) -> list[float]:
@@ -82,11 +68,11 @@ def turn_scores(task: Task, turns: list[Turn]) -> list[float]:
     Example (gold: one call ``f(x=1)``; turn 0 calls it, turn 1 repeats it):
         ``turn_scores(task, [t0, t1]) == [1.0, 0.0]``
     """
-    _check_turns(turns)
+    check_turns(turns)
     tool_turns = [t for t in turns if t.parsed.is_tool_turn]
     try:
-        remaining = list(_gold_calls(task))
-        box = _box(task)
+        remaining = list(gold_calls(task))
+        box = task_toolbox(task)
     except Unscorable:
         return [math.nan] * len(tool_turns)
     out: list[float] = []
@@ -100,7 +86,7 @@ def turn_scores(task: Task, turns: list[Turn]) -> list[float]:
             best, best_j = 0.0, -1
             for j, g in enumerate(remaining):
                 if g.name == c.name:
-                    s = _pair_score(c, g, box)
+                    s = pair_score(c, g, box)
                     if s > best:
                         best, best_j = s, j
             if r.ok and best > 0:
@@ -111,17 +97,17 @@ def turn_scores(task: Task, turns: list[Turn]) -> list[float]:
 
 
 def tool_signature(turns: list[Turn]) -> tuple[tuple[str, bool], ...]:
-    """The tool outcome of one rollout: sorted ``(call_key, ok)`` over its answered calls.
+    """The tool outcome of one rollout: sorted ``(normalized_call_key, ok)`` over its answered calls.
 
     Hashable; ``()`` for a rollout that made no (answered) call.
     """
-    _check_turns(turns)
+    check_turns(turns)
     sig = []
     for t in turns:
         if not t.parsed.is_tool_turn:
             continue
         for c, r in zip(t.parsed.calls, t.results):
-            sig.append((call_key(c), bool(r.ok)))
+            sig.append((normalized_call_key(c), bool(r.ok)))
     return tuple(sorted(sig))
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["normalize", "values_equal", "extract_values", "leaf_values", "canon_number"]
+from slca.types import ToolCall, call_key
+
+__all__ = ["normalize", "normalized_call_key", "values_equal", "extract_values", "leaf_values", "canon_number"]
 
 _NUM_STR = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 
@@ -42,6 +44,11 @@ def normalize(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         return [normalize(x) for x in v]
     return v
+
+
+def normalized_call_key(call: ToolCall) -> str:
+    """:func:`slca.types.call_key` of the call with its argument values normalised (:func:`normalize`)."""
+    return call_key(call.name, normalize(call.arguments))
 
 
 def values_equal(a: Any, b: Any) -> bool:
