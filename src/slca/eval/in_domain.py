@@ -8,7 +8,8 @@ metrics (:func:`slca.rewards.in_domain_metrics`):
 
 * ``name_f1``: F1 between the multisets of called and gold tool names;
 * ``arg_match``: agreement of the arguments of matched calls with the gold ones;
-* ``process``: quality of the call sequence (order, redundancy, errors);
+* ``process``: the fraction of gold steps whose calls all appear, in step order,
+  in the rollout's call sequence (1 for a no-tool task answered without a call);
 * ``success``: 1 when the normalised calls equal the gold calls and all executed.
 
 Reported overall and per task kind (``Task.kind``), with ``pass^k`` on
