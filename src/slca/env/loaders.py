@@ -1,127 +1,265 @@
 """Dataset loaders: Toucan rows, the paper's verl rows and slca's own rows -> :class:`Task`.
 
-Formats (JSONL, JSON list or Parquet; JSON-encoded string columns are decoded):
+Sources: a ``.jsonl``, ``.json`` (a list of rows) or ``.parquet`` file, a folder
+written by ``datasets.Dataset.save_to_disk``, a ``datasets.Dataset`` object, or
+a list of row dicts. JSON-encoded string columns are decoded.
 
-* ``toucan`` -- Toucan-1.5M raw rows: ``messages`` (roles system / user /
-  assistant / function; a call is an assistant message with ``function_call:
-  {name, arguments: "<json>"}``, parallel calls are consecutive such messages),
-  ``available_tools`` (OpenAI tool schemas), optional ``uuid``,
-  ``subset_name``, ``target_tools``. The prompt is everything before the first
-  assistant message; the gold is the calls made for the first user request
-  (up to the next user message), one step per run of consecutive calls.
+Row formats:
+
+* ``toucan`` -- Toucan-1.5M as published (Kimi-K2, OSS and Qwen3 configs; every
+  column a string): ``uuid``, ``subset_name`` (``single-turn-original``,
+  ``single-turn-diversify``, ``irrelevant``, ``multi-turn``), ``messages``
+  (roles system / user / assistant / function; a call is an assistant message
+  with ``function_call: {name, arguments: "<json>"}``, parallel calls are calls
+  with no function result between them; assistant messages may carry
+  ``reasoning_content``; results are ``role: "function"`` messages with a
+  ``name``), ``available_tools`` (OpenAI tool schemas, often server-prefixed
+  names such as ``exa-search-web_search_exa``), ``target_tools`` (a
+  comma-separated string of bare tool names), ``question``, the two quality
+  assessments and ``metadata`` (``mcp_servers[].remote_server_response.tools[]``
+  with ``input_schema``). The prompt is the system (prose only; a
+  ``<|im_system|>tool_declare<|im_middle|>...`` declaration is dropped, the chat
+  template declares the tools) and user messages before the first assistant
+  message; the gold is the calls made for that first request; later user turns
+  of a multi-turn row are kept, checked, in ``meta["followups"]``.
 * ``verl`` -- the paper's verl-native rows: ``prompt`` (chat list), ``tools``
   (OpenAI tool schemas), ``reward_model.ground_truth.gold_tool_calls`` (a list
-  of steps, each a list of ``{name, arguments}``).
+  of steps, each a list of ``{name, arguments}``), optional ``answer_facts``
+  there and ``extra_info`` (``uuid``/``index``, ``kind``).
 * ``slca`` -- :func:`save_tasks` output: ``id``, ``messages``, ``tools``, ``gold``
   and optional ``kind``, ``answer_facts``, ``meta``.
 
-Every row is checked at load time: a missing field, undecodable JSON, an
-invalid tool schema or a gold call that violates its own tool's schema raises
-``ValueError`` naming the file, the row and the problem.
+Every row is checked at load time; a bad row raises :class:`RowError` (a
+``ValueError``) naming the source, the row, the field and the problem. Nothing
+is fetched and no file is read for a schema's ``$ref`` (:mod:`slca.env.schema`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from slca.env.schema import ToolBox, check_calls
+from slca.env.schema import MAX_DEPTH, ToolBox, check_tool, nesting_depth
 from slca.types import Task, ToolCall
 
-__all__ = ["FORMATS", "load_tasks", "save_tasks", "task_from_row", "task_to_row", "detect_format"]
+__all__ = [
+    "FORMATS",
+    "RowError",
+    "TOUCAN_SUBSETS",
+    "detect_format",
+    "fit_prompts",
+    "load_tasks",
+    "parse_target_tools",
+    "save_tasks",
+    "split_tasks",
+    "task_from_row",
+    "task_to_row",
+]
+
+log = logging.getLogger("slca.env")
 
 FORMATS = ("toucan", "verl", "slca")
+TOUCAN_SUBSETS = ("single-turn-original", "single-turn-diversify", "irrelevant", "multi-turn")
+_TOOL_DECLARE = "<|im_system|>tool_declare<|im_middle|>"
+_ROLES = ("system", "user", "assistant", "function", "tool")
 
 
-def _read_rows(path: Path) -> Iterator[dict[str, Any]]:
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
+class RowError(ValueError):
+    """A row that cannot become a valid :class:`Task`.
 
-        yield from pq.read_table(path).to_pylist()
-    elif suffix == ".jsonl":
-        with path.open(encoding="utf-8") as f:
-            for n, line in enumerate(f):
-                if line.strip():
-                    try:
-                        yield json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise ValueError(f"{path}: line {n + 1} is not JSON: {e}") from e
-    elif suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, list):
-            raise ValueError(f"{path}: a .json dataset must hold a list of rows, got {type(data).__name__}")
-        yield from data
-    else:
-        raise ValueError(f"path must end in .jsonl, .json or .parquet, got {path.name!r}")
+    ``source`` is the file (or dataset) name, ``row`` the row's 0-based index,
+    ``field`` the offending field as a path (``messages[3].function_call.arguments``;
+    empty for a row-level problem), ``problem`` what is wrong.
+    """
+
+    def __init__(self, source: str, row: int | None, field: str, problem: str, row_id: str | None = None):
+        self.source, self.row, self.field, self.problem = source, row, field, problem
+        where = source if row is None else f"{source} row {row}" + (f" (id {row_id})" if row_id else "")
+        super().__init__(f"{where}: field {field!r}: {problem}" if field else f"{where}: {problem}")
 
 
-def detect_format(row: dict[str, Any]) -> str:
-    """Which of :data:`FORMATS` a row is, from its keys."""
-    if "reward_model" in row and "prompt" in row:
-        return "verl"
-    if "available_tools" in row:
-        return "toucan"
-    if "gold" in row and "messages" in row:
-        return "slca"
-    raise ValueError(f"cannot tell the row's format from its keys {sorted(row)}; pass format= one of {FORMATS}")
+class _Bad(Exception):
+    """Raised inside a row builder; :func:`task_from_row` turns it into a :class:`RowError`."""
+
+    def __init__(self, field: str, problem: str):
+        super().__init__(problem)
+        self.field, self.problem = field, problem
 
 
-def _field(row: dict[str, Any], name: str, where: str) -> Any:
-    if name not in row or row[name] is None:
-        raise ValueError(f"{where}: missing field {name!r} (has {sorted(row)})")
-    return row[name]
+# ---------------------------------------------------------------- values
 
 
-def _decoded(value: Any, name: str, where: str) -> Any:
-    """A column value, JSON-decoded if it is a string."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{where}: field {name!r} is not valid JSON: {e}") from e
+def _json(text: str) -> Any:
+    """``json.loads`` with every way it can fail as ValueError (bad JSON, too deep, an over-long integer)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError(f"nested deeper than Python can decode (more than ~{MAX_DEPTH} levels are refused anyway)") from None
+    except ValueError as e:  # JSONDecodeError, and "Exceeds the limit (4300 digits) for integer string conversion"
+        raise ValueError(f"not valid JSON: {e}") from None
+
+
+def _checked(value: Any, field: str) -> Any:
+    """Refuse a value nested deeper than MAX_DEPTH or that does not survive JSON (NaN, huge integers, objects)."""
+    if nesting_depth(value) > MAX_DEPTH:
+        raise _Bad(field, f"nested deeper than {MAX_DEPTH} levels")
+    try:
+        json.dumps(value, allow_nan=False)
+    except (ValueError, TypeError, RecursionError) as e:
+        raise _Bad(field, f"not a JSON value: {e}") from None
     return value
 
 
-def _as_list(value: Any, name: str, where: str) -> list[Any]:
+def _decoded(value: Any, field: str) -> Any:
+    """A column value, JSON-decoded if it is a string, checked."""
+    if isinstance(value, str):
+        try:
+            value = _json(value)
+        except ValueError as e:
+            raise _Bad(field, str(e)) from None
+    return _checked(value, field)
+
+
+def _field(row: dict[str, Any], name: str, path: str | None = None) -> Any:
+    if name not in row or row[name] is None:
+        raise _Bad(path or name, f"missing (the row has {sorted(row)})")
+    return row[name]
+
+
+def _as_list(value: Any, field: str) -> list[Any]:
     if not isinstance(value, (list, tuple)):
-        raise ValueError(f"{where}: field {name!r} must be a list, got {type(value).__name__}")
+        raise _Bad(field, f"must be a list, got {type(value).__name__}")
     return list(value)
 
 
-def _tools(value: Any, where: str) -> list[dict[str, Any]]:
-    tools = []
-    for i, t in enumerate(_as_list(_decoded(value, "tools", where), "tools", where)):
-        t = _decoded(t, f"tools[{i}]", where)
-        if not isinstance(t, dict):
-            raise ValueError(f"{where}: tools[{i}] must be an object, got {type(t).__name__}")
+def _as_dict(value: Any, field: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Bad(field, f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def _row_id(value: Any, field: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise _Bad(field, f"must be a string or an integer, got {type(value).__name__}")
+    return str(value)
+
+
+def _facts(value: Any, field: str) -> list[str]:
+    """``answer_facts``: a list of strings or numbers (a JSON string of one is decoded); a bare string is refused."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        try:
+            value = _json(value)
+        except ValueError:
+            raise _Bad(field, f"must be a list of strings, got the string {value[:40]!r} (a bare string is not split into characters)") from None
+    out = []
+    for i, f in enumerate(_as_list(value, field)):
+        if isinstance(f, bool) or not isinstance(f, (str, int, float)):
+            raise _Bad(f"{field}[{i}]", f"must be a string or a number, got {type(f).__name__}")
+        out.append(str(f))
+    return out
+
+
+def _kind(value: Any, field: str, default: str) -> str:
+    if value is None or value == "":
+        return default
+    if not isinstance(value, str):
+        raise _Bad(field, f"must be a string, got {type(value).__name__}")
+    return value
+
+
+# ---------------------------------------------------------------- tools, messages, calls
+
+
+def _tools(value: Any, field: str) -> list[dict[str, Any]]:
+    """OpenAI tool schemas, each checked; identical duplicates collapse, conflicting ones are refused."""
+    tools: list[dict[str, Any]] = []
+    seen: dict[str, tuple[int, str]] = {}
+    for i, t in enumerate(_as_list(_decoded(value, field), field)):
+        f = f"{field}[{i}]"
+        t = _as_dict(_decoded(t, f), f)
         fn = t.get("function", t)
-        if not isinstance(fn, dict) or not fn.get("name"):
-            raise ValueError(f"{where}: tools[{i}] has no function name")
-        fn = {k: v for k, v in fn.items() if v is not None}  # parquet fills absent struct fields with None
-        tools.append({"type": "function", "function": fn})
+        if not isinstance(fn, dict):
+            raise _Bad(f"{f}.function", f"must be an object, got {type(fn).__name__}")
+        fn = {k: v for k, v in fn.items() if v is not None and k != "type"}  # parquet fills absent struct fields with None
+        if "parameters" not in fn and "input_schema" in fn:  # an MCP tool entry
+            fn["parameters"] = fn.pop("input_schema")
+        fn.pop("annotations", None)
+        tool = {"type": "function", "function": fn}
+        try:
+            check_tool(tool)
+        except ValueError as e:
+            raise _Bad(f, str(e)) from None
+        key = json.dumps(fn, sort_keys=True)
+        name = fn["name"]
+        if name in seen:
+            j, first = seen[name]
+            if first != key:
+                raise _Bad(f, f"tool {name!r} is defined twice with different schemas ({field}[{j}] and [{i}]); "
+                              "slca cannot tell which one the data used")
+            log.warning("%s: tool %r is listed twice with the same schema ([%d] and [%d]); keeping one", field, name, j, i)
+            continue
+        seen[name] = (i, key)
+        tools.append(tool)
     return tools
 
 
-def _call(value: Any, where: str) -> ToolCall:
-    value = _decoded(value, "call", where)
-    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
-        raise ValueError(f"{where}: a gold call must be an object with a 'name', got {value!r:.80}")
-    args = _decoded(value.get("arguments", {}) or {}, f"arguments of {value['name']}", where)
+def _messages(value: Any, field: str) -> list[dict[str, Any]]:
+    """A chat list: objects with a known ``role`` and string ``content`` (None allowed where a call or result stands)."""
+    msgs = _as_list(_decoded(value, field), field)
+    out = []
+    for i, m in enumerate(msgs):
+        f = f"{field}[{i}]"
+        m = _as_dict(m, f)
+        role = m.get("role")
+        if role not in _ROLES:
+            raise _Bad(f"{f}.role", f"must be one of {list(_ROLES)}, got {role!r:.40}")
+        content = m.get("content")
+        if role in ("system", "user") and not isinstance(content, str):
+            raise _Bad(f"{f}.content", f"a {role} message's content must be a string, got {type(content).__name__}")
+        if role == "assistant" and content is not None and not isinstance(content, str):
+            raise _Bad(f"{f}.content", f"an assistant message's content must be a string, got {type(content).__name__}")
+        if m.get("reasoning_content") is not None and not isinstance(m["reasoning_content"], str):
+            raise _Bad(f"{f}.reasoning_content", f"must be a string, got {type(m['reasoning_content']).__name__}")
+        out.append({k: v for k, v in m.items() if v is not None})
+    return out
+
+
+def _call(value: Any, field: str) -> ToolCall:
+    """``{name, arguments}`` (arguments an object or a JSON string of one; empty means no arguments)."""
+    value = _as_dict(_decoded(value, field), field)
+    name = value.get("name")
+    if not isinstance(name, str) or not name:
+        raise _Bad(f"{field}.name", f"a call needs a tool name, got {name!r:.40}")
+    args = value.get("arguments")
+    if args is None or args == "":
+        args = {}
+    args = _decoded(args, f"{field}.arguments")
     if not isinstance(args, dict):
-        raise ValueError(f"{where}: arguments of {value['name']!r} must be an object, got {type(args).__name__}")
-    return ToolCall(value["name"], args)
+        raise _Bad(f"{field}.arguments", f"arguments of {name!r} must be an object, got {type(args).__name__}")
+    return ToolCall(name, args)
 
 
-def _steps(value: Any, where: str) -> list[list[ToolCall]]:
-    """Gold as steps; a bare call where a step is expected counts as a one-call step."""
-    steps = []
-    for s in _as_list(_decoded(value, "gold", where), "gold", where):
-        s = _decoded(s, "gold step", where)
-        steps.append([_call(c, where) for c in s] if isinstance(s, (list, tuple)) else [_call(s, where)])
-    return steps
+def _steps(value: Any, field: str) -> tuple[list[list[ToolCall]], list[list[str]]]:
+    """Gold as steps (and each call's field path); a bare call where a step is expected is a one-call step."""
+    steps, paths = [], []
+    for s, step in enumerate(_as_list(_decoded(value, field), field)):
+        f = f"{field}[{s}]"
+        step = _decoded(step, f)
+        if isinstance(step, (list, tuple)):
+            steps.append([_call(c, f"{f}[{c_i}]") for c_i, c in enumerate(step)])
+            paths.append([f"{f}[{c_i}]" for c_i in range(len(step))])
+        else:
+            steps.append([_call(step, f)])
+            paths.append([f])
+    return steps, paths
 
 
 def _kind_of(gold: list[list[ToolCall]]) -> str:
@@ -132,133 +270,433 @@ def _kind_of(gold: list[list[ToolCall]]) -> str:
     return "chain"
 
 
-def _messages(value: Any, name: str, where: str) -> list[dict[str, Any]]:
-    msgs = _as_list(_decoded(value, name, where), name, where)
+def _check_gold(box: ToolBox, steps: list[list[ToolCall]], paths: list[list[str]]) -> None:
+    for step, ps in zip(steps, paths):
+        for call, p in zip(step, ps):
+            err = box.argument_error(call.name, call.arguments)
+            if err is not None:
+                raise _Bad(p, f"gold call violates its schema: {err}")
+
+
+# ---------------------------------------------------------------- Toucan
+
+
+def parse_target_tools(value: Any, field: str = "target_tools") -> list[str]:
+    """Toucan's ``target_tools``: a comma-separated string of tool names, as Toucan's pipeline splits it.
+
+    ``"company_research_exa, competitor_finder_exa"`` -> two names; a
+    multi-server ``"Server Name::tool"`` keeps the part after ``::``. A JSON list
+    (of strings) is accepted too. Empty or missing -> ``[]``.
+    """
+    if value is None:
+        return []
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                value = _json(text)
+            except ValueError as e:
+                raise _Bad(field, str(e)) from None
+        else:
+            value = [t for t in (p.strip() for p in text.split(",")) if t]
+    names = []
+    for i, t in enumerate(_as_list(value, field)):
+        if not isinstance(t, str):
+            raise _Bad(f"{field}[{i}]", f"must be a tool name string, got {type(t).__name__}")
+        t = t.split("::")[-1].strip()
+        if t:
+            names.append(t)
+    return names
+
+
+def _toucan_tools(row: dict[str, Any], msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tools offered: ``available_tools``, else ``tools``, else a tool_declare system message, else ``metadata``."""
+    for col in ("available_tools", "tools"):
+        if row.get(col) is not None:
+            return _tools(row[col], col)
     for i, m in enumerate(msgs):
-        if not isinstance(m, dict) or "role" not in m:
-            raise ValueError(f"{where}: {name}[{i}] must be a chat message with a 'role'")
-    return [{k: v for k, v in m.items() if v is not None} for m in msgs]
+        if m["role"] == "system" and m["content"].startswith(_TOOL_DECLARE):
+            body = m["content"][len(_TOOL_DECLARE):].split("<|im_end|>")[0]
+            return _tools(body, f"messages[{i}].content")
+    if row.get("metadata") is not None:
+        meta = _as_dict(_decoded(row["metadata"], "metadata"), "metadata")
+        tools = []
+        for s, server in enumerate(_as_list(meta.get("mcp_servers") or [], "metadata.mcp_servers")):
+            f = f"metadata.mcp_servers[{s}]"
+            server = _as_dict(server, f)
+            prefix = str(server.get("server_name") or "").lower().replace(" ", "-")
+            resp = _as_dict(server.get("remote_server_response") or {}, f"{f}.remote_server_response")
+            for t, tool in enumerate(_as_list(resp.get("tools") or [], f"{f}.remote_server_response.tools")):
+                tf = f"{f}.remote_server_response.tools[{t}]"
+                tool = _as_dict(tool, tf)
+                if not isinstance(tool.get("name"), str):
+                    raise _Bad(f"{tf}.name", f"must be a string, got {tool.get('name')!r:.40}")
+                tools.append({"name": f"{prefix}-{tool['name']}" if prefix else tool["name"], "description": tool.get("description"),
+                              "parameters": tool.get("input_schema")})
+        return _tools(tools, "metadata.mcp_servers[].remote_server_response.tools")
+    raise _Bad("available_tools", "missing, and no tools / tool_declare system message / metadata.mcp_servers to take them from")
 
 
-def _from_toucan(row: dict[str, Any], where: str, index: int) -> Task:
-    msgs = _messages(_field(row, "messages", where), "messages", where)
-    tools = _tools(_field(row, "available_tools", where), where)
-    first = next((i for i, m in enumerate(msgs) if m["role"] == "assistant"), len(msgs))
-    prompt = [m for m in msgs[:first] if m["role"] in ("system", "user")]
-    if not any(m["role"] == "user" for m in prompt):
-        raise ValueError(f"{where}: no user message before the first assistant message")
-    steps: list[list[ToolCall]] = []
-    results: list[Any] = []
-    answer = ""
-    run: list[ToolCall] = []
-    for m in msgs[first:]:
+def _requests(msgs: list[dict[str, Any]], start: int) -> list[dict[str, Any]]:
+    """Split the conversation from ``start`` at each user message: each request's calls, results and answer."""
+    out: list[dict[str, Any]] = []
+    cur = {"user": None, "steps": [], "paths": [], "results": [], "answer": "", "run": [], "run_paths": []}
+
+    def close() -> None:
+        if cur["run"]:
+            cur["steps"].append(cur["run"])
+            cur["paths"].append(cur["run_paths"])
+            cur["run"], cur["run_paths"] = [], []
+
+    for j in range(start, len(msgs)):
+        m = msgs[j]
+        f = f"messages[{j}]"
         if m["role"] == "user":
-            break
-        calls = []
-        if m["role"] == "assistant":
-            if m.get("function_call"):
-                calls.append(_call(m["function_call"], where))
-            for tc in m.get("tool_calls") or []:
-                calls.append(_call(tc.get("function", tc), where))
-            if not calls and isinstance(m.get("content"), str) and m["content"].strip():
-                answer = m["content"].strip()
-        if calls:
-            run.extend(calls)
-            if m.get("tool_calls"):  # one OpenAI message is one parallel step
-                steps.append(run)
-                run = []
+            close()
+            out.append(cur)
+            cur = {"user": m["content"], "steps": [], "paths": [], "results": [], "answer": "", "run": [], "run_paths": []}
             continue
-        if run:
-            steps.append(run)
-            run = []
-        if m["role"] in ("function", "tool"):
-            results.append(m.get("content"))
-    if run:
-        steps.append(run)
-    subset = row.get("subset_name") or ""
-    kind = "unservable" if subset == "irrelevant" else _kind_of(steps)
-    meta = {"source": "toucan", "subset": subset, "reference_answer": answer, "gold_results": results,
-            "refusal": subset == "irrelevant" and not steps}
-    if row.get("target_tools") is not None:
-        meta["target_tools"] = _decoded(row["target_tools"], "target_tools", where)
-    return Task(id=str(row.get("uuid") or f"toucan-{index}"), messages=prompt, tools=tools, gold=steps, kind=kind, meta=meta)
+        if m["role"] in ("function", "tool"):  # a result ends the step: later calls saw it
+            close()
+            cur["results"].append(m.get("content"))
+            continue
+        if m["role"] != "assistant":
+            raise _Bad(f"{f}.role", f"a {m['role']} message after the conversation started is not supported")
+        calls = []
+        if "function_call" in m:
+            calls.append((_call(m["function_call"], f"{f}.function_call"), f"{f}.function_call"))
+        if "tool_calls" in m:
+            for k, tc in enumerate(_as_list(m["tool_calls"], f"{f}.tool_calls")):
+                tf = f"{f}.tool_calls[{k}]"
+                tc = _as_dict(tc, tf)
+                if "function" in tc:
+                    tf, tc = f"{tf}.function", tc["function"]
+                calls.append((_call(tc, tf), tf))
+        if calls:
+            cur["run"] += [c for c, _ in calls]
+            cur["run_paths"] += [p for _, p in calls]
+        elif isinstance(m.get("content"), str) and m["content"].strip():  # text (not reasoning alone) ends the step
+            close()
+            cur["answer"] = m["content"].strip()
+    close()
+    out.append(cur)
+    return out
 
 
-def _from_verl(row: dict[str, Any], where: str, index: int) -> Task:
-    prompt = _messages(_field(row, "prompt", where), "prompt", where)
-    tools = _tools(_field(row, "tools", where), where)
-    rm = _decoded(_field(row, "reward_model", where), "reward_model", where)
-    if not isinstance(rm, dict):
-        raise ValueError(f"{where}: field 'reward_model' must be an object")
-    gt = _decoded(_field(rm, "ground_truth", where + " reward_model"), "reward_model.ground_truth", where)
-    if not isinstance(gt, dict):
-        raise ValueError(f"{where}: reward_model.ground_truth must be an object")
-    gold = _steps(_field(gt, "gold_tool_calls", where + " reward_model.ground_truth"), where)
-    extra = _decoded(row.get("extra_info") or {}, "extra_info", where)
-    extra = extra if isinstance(extra, dict) else {}
-    tid = row.get("uuid") or row.get("id") or extra.get("uuid") or extra.get("index")
-    extra_meta = _decoded(extra.get("meta") or {}, "extra_info.meta", where)  # the task's own meta, if the row carries it
-    meta = {**(extra_meta if isinstance(extra_meta, dict) else {}), "source": "verl", "data_source": row.get("data_source"),
-            "extra_info": extra}
-    facts = gt.get("answer_facts") or []
-    return Task(id=str(tid if tid is not None else f"verl-{index}"), messages=prompt, tools=tools, gold=gold,
-                kind=str(extra.get("kind") or _kind_of(gold)), answer_facts=[str(f) for f in facts], meta=meta)
+def _resolve_names(steps: list[list[ToolCall]], names: list[str]) -> dict[str, str]:
+    """Rename a call whose name is not offered but is the bare name of exactly one offered ``<server>-<name>`` tool."""
+    renamed: dict[str, str] = {}
+    for step in steps:
+        for i, c in enumerate(step):
+            if c.name in names:
+                continue
+            cands = [n for n in names if n.endswith("-" + c.name)]
+            if len(cands) == 1:
+                renamed[c.name] = cands[0]
+                step[i] = ToolCall(cands[0], c.arguments)
+    return renamed
 
 
-def _from_slca(row: dict[str, Any], where: str, index: int) -> Task:
-    meta = _decoded(row.get("meta") or {}, "meta", where)
-    facts = _decoded(row.get("answer_facts") or [], "answer_facts", where)
+def _from_toucan(row: dict[str, Any], index: int) -> Task:
+    msgs = _messages(_field(row, "messages"), "messages")
+    tools = _toucan_tools(row, msgs)
+    names = [t["function"]["name"] for t in tools]
+    first = next((i for i, m in enumerate(msgs) if m["role"] not in ("system", "user")), len(msgs))
+    declared = any(m["role"] == "system" and m["content"].startswith(_TOOL_DECLARE) for m in msgs[:first])
+    prompt = [{"role": m["role"], "content": m["content"]} for m in msgs[:first]
+              if not (m["role"] == "system" and m["content"].startswith(_TOOL_DECLARE))]
+    if not any(m["role"] == "user" for m in prompt):
+        raise _Bad("messages", "no user message before the first assistant message")
+    reqs = _requests(msgs, first)
+    box = _toolbox(tools, "available_tools")
+    renamed: dict[str, str] = {}
+    for r in reqs:
+        renamed.update(_resolve_names(r["steps"], names))
+        _check_gold(box, r["steps"], r["paths"])
+    head, later = reqs[0], reqs[1:]
+    subset = _kind(row.get("subset_name"), "subset_name", "")
+    targets = parse_target_tools(row.get("target_tools"))
+    steps = head["steps"]
+    kind = "unservable" if subset == "irrelevant" and not steps else _kind_of(steps)
+    meta: dict[str, Any] = {
+        "source": "toucan",
+        "subset": subset,
+        "reference_answer": head["answer"],
+        "gold_results": head["results"],
+        "refusal": subset == "irrelevant" and not steps,
+        "target_tools": targets,
+        "target_tool_matches": {t: [n for n in names if t in n] for t in targets},  # Toucan matches by substring
+        "user_turns": 1 + len(later),
+        "followups": [{"user": r["user"], "gold": [[{"name": c.name, "arguments": c.arguments} for c in s] for s in r["steps"]],
+                       "reference_answer": r["answer"]} for r in later],
+    }
+    if isinstance(row.get("question"), str):
+        meta["question"] = row["question"]
+    if declared:
+        meta["tool_declare_dropped"] = True
+    if renamed:
+        meta["renamed_calls"] = renamed
+    rid = _row_id(row.get("uuid"), "uuid")
+    return Task(id=rid or f"toucan-{index}", messages=prompt, tools=tools, gold=steps, kind=kind, meta=meta)
+
+
+def _toolbox(tools: list[dict[str, Any]], field: str) -> ToolBox:
+    try:
+        return ToolBox(tools)
+    except ValueError as e:  # each tool was checked already; what is left is a name clash
+        raise _Bad(field, str(e)) from None
+
+
+# ---------------------------------------------------------------- verl, slca
+
+
+def _from_verl(row: dict[str, Any], index: int) -> Task:
+    prompt = _messages(_field(row, "prompt"), "prompt")
+    tools = _tools(_field(row, "tools"), "tools")
+    rm = _as_dict(_decoded(_field(row, "reward_model"), "reward_model"), "reward_model")
+    gt = _as_dict(_decoded(_field(rm, "ground_truth", "reward_model.ground_truth"), "reward_model.ground_truth"), "reward_model.ground_truth")
+    gold, paths = _steps(_field(gt, "gold_tool_calls", "reward_model.ground_truth.gold_tool_calls"), "reward_model.ground_truth.gold_tool_calls")
+    _check_gold(_toolbox(tools, "tools"), gold, paths)
+    extra = _as_dict(_decoded(row.get("extra_info") or {}, "extra_info"), "extra_info")
+    tid = None
+    for name, v in (("uuid", row.get("uuid")), ("id", row.get("id")), ("extra_info.uuid", extra.get("uuid")), ("extra_info.index", extra.get("index"))):
+        tid = tid or _row_id(v, name)
+    extra_meta = _as_dict(_decoded(extra.get("meta") or {}, "extra_info.meta"), "extra_info.meta")  # the task's own meta, if the row carries it
+    meta = {**extra_meta, "source": "verl", "data_source": row.get("data_source"), "extra_info": extra}
+    return Task(id=tid or f"verl-{index}", messages=prompt, tools=tools, gold=gold,
+                kind=_kind(extra.get("kind"), "extra_info.kind", _kind_of(gold)),
+                answer_facts=_facts(gt.get("answer_facts"), "reward_model.ground_truth.answer_facts"), meta=meta)
+
+
+def _from_slca(row: dict[str, Any], index: int) -> Task:
+    tools = _tools(_field(row, "tools"), "tools")
+    gold, paths = _steps(_field(row, "gold"), "gold")
+    _check_gold(_toolbox(tools, "tools"), gold, paths)
+    meta = _as_dict(_decoded(row.get("meta") or {}, "meta"), "meta")
     return Task(
-        id=str(_field(row, "id", where)),
-        messages=_messages(_field(row, "messages", where), "messages", where),
-        tools=_tools(_field(row, "tools", where), where),
-        gold=_steps(_field(row, "gold", where), where),
-        kind=str(row.get("kind") or "single"),
-        answer_facts=[str(f) for f in _as_list(facts, "answer_facts", where)],
-        meta=meta if isinstance(meta, dict) else {},
+        id=_row_id(_field(row, "id"), "id") or f"slca-{index}",
+        messages=_messages(_field(row, "messages"), "messages"),
+        tools=tools,
+        gold=gold,
+        kind=_kind(row.get("kind"), "kind", "single"),
+        answer_facts=_facts(row.get("answer_facts"), "answer_facts"),
+        meta=meta,
     )
 
 
 _BUILDERS = {"toucan": _from_toucan, "verl": _from_verl, "slca": _from_slca}
 
 
+def detect_format(row: dict[str, Any]) -> str:
+    """Which of :data:`FORMATS` a row is, from its keys."""
+    if "reward_model" in row and "prompt" in row:
+        return "verl"
+    if "gold" in row and "messages" in row:
+        return "slca"
+    if "messages" in row and any(k in row for k in ("available_tools", "target_tools", "subset_name")):
+        return "toucan"
+    raise ValueError(f"cannot tell the row's format from its keys {sorted(row)}; pass format= one of {FORMATS}")
+
+
 def task_from_row(row: dict[str, Any], format: str = "auto", *, where: str = "row", index: int = 0) -> Task:
-    """One dataset row as a checked :class:`Task` (tool schemas valid, gold calls valid against them)."""
-    if not isinstance(row, dict):
-        raise ValueError(f"{where}: a row must be an object, got {type(row).__name__}")
-    fmt = detect_format(row) if format == "auto" else format
-    if fmt not in _BUILDERS:
-        raise ValueError(f"format must be 'auto' or one of {FORMATS}, got {format!r}")
-    task = _BUILDERS[fmt](row, where, index)
-    try:
-        box = ToolBox(task.tools)
-    except ValueError as e:
-        raise ValueError(f"{where}: {e}") from e
-    check_calls(box, task.gold, where=where)
-    return task
-
-
-def load_tasks(path: str | Path, format: str = "auto") -> list[Task]:
-    """Load a dataset file (.jsonl, .json or .parquet) as Tasks.
-
-    Args:
-        path: the file.
-        format: ``"auto"`` (detected per row from its keys) or one of :data:`FORMATS`.
+    """One dataset row as a checked :class:`Task` (tool schemas valid, gold calls valid against them).
 
     Raises:
-        ValueError: naming the file and row, for any row that cannot become a valid Task.
+        RowError: naming ``where`` (the source), row ``index``, the field and the problem.
     """
-    path = Path(path)
-    if format != "auto" and format not in FORMATS:
+    if format != "auto" and format not in _BUILDERS:
         raise ValueError(f"format must be 'auto' or one of {FORMATS}, got {format!r}")
+    if not isinstance(row, dict):
+        raise RowError(where, index, "", f"a row must be an object, got {type(row).__name__}")
+    rid = row.get("uuid") or row.get("id")
+    rid = str(rid)[:60] if isinstance(rid, (str, int)) else None
+    try:
+        fmt = detect_format(row) if format == "auto" else format
+    except ValueError as e:
+        raise RowError(where, index, "", str(e), rid) from None
+    try:
+        return _BUILDERS[fmt](row, index)
+    except _Bad as e:
+        raise RowError(where, index, e.field, e.problem, rid) from None
+    except RecursionError:  # belt and braces: depth is checked, but a builder must never leak this
+        raise RowError(where, index, "", f"nested deeper than {MAX_DEPTH} levels", rid) from None
+
+
+# ---------------------------------------------------------------- sources
+
+
+def _is_dataset(obj: Any) -> bool:
+    return type(obj).__module__.startswith("datasets.")
+
+
+def _dataset_rows(ds: Any, name: str, split: str | None) -> tuple[str, Iterator[Any]]:
+    """Rows of a ``datasets.Dataset`` (a ``DatasetDict`` needs ``split`` unless it has one split)."""
+    if hasattr(ds, "keys") and not hasattr(ds, "features"):  # a DatasetDict
+        splits = list(ds.keys())
+        if split is None and len(splits) == 1:
+            split = splits[0]
+        if split not in splits:
+            raise ValueError(f"{name}: a dataset with splits {splits}; pass split= one of them")
+        ds, name = ds[split], f"{name}[{split}]"
+    elif split is not None:
+        raise ValueError(f"{name}: split={split!r} given, but this dataset has no splits")
+    return name, iter(ds)
+
+
+def _disk_dataset(path: Path, split: str | None) -> tuple[str, Iterator[Any]]:
+    try:
+        import datasets
+    except ImportError:
+        raise ValueError(f"{path} is a Hugging Face datasets folder; reading it needs the 'datasets' package "
+                         "(pip install 'slca[trl]' or pip install datasets)") from None
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except Exception as e:  # noqa: BLE001 - any failure to open the folder is the user's data problem, named here
+        raise ValueError(f"{path}: cannot open it with datasets.load_from_disk: {type(e).__name__}: {e}") from None
+    return _dataset_rows(ds, path.name, split)
+
+
+def _file_rows(path: Path) -> Iterator[Any]:
+    """Rows of a file; a line that is not JSON yields a RowError in its place (so errors='skip' can skip it)."""
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            pf = pq.ParquetFile(path)
+        except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a bad file
+            raise ValueError(f"{path}: not a readable parquet file: {e}") from None
+        for batch in pf.iter_batches(batch_size=512):  # Toucan's shards are GBs: never the whole table at once
+            yield from batch.to_pylist()
+    elif suffix == ".jsonl":
+        with path.open(encoding="utf-8") as f:
+            i = 0
+            for n, line in enumerate(f):
+                if not line.strip():
+                    continue
+                try:
+                    yield _json(line)
+                except ValueError as e:
+                    yield RowError(path.name, i, "", f"line {n + 1} is {e}")
+                i += 1
+    elif suffix == ".json":
+        try:
+            data = _json(path.read_text(encoding="utf-8"))
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
+        if not isinstance(data, list):
+            raise ValueError(f"{path}: a .json dataset must hold a list of rows, got {type(data).__name__}")
+        yield from data
+    else:
+        raise ValueError(f"{path}: a dataset file must end in .jsonl, .json or .parquet (or be a datasets save_to_disk folder)")
+
+
+def _rows(source: Any, split: str | None) -> tuple[str, Iterable[Any]]:
+    if _is_dataset(source):
+        return _dataset_rows(source, getattr(getattr(source, "info", None), "dataset_name", None) or "dataset", split)
+    if isinstance(source, (list, tuple)):
+        return "rows", source
+    if not isinstance(source, (str, Path)):
+        raise ValueError(f"load_tasks: give a file, a datasets folder, a datasets.Dataset or a list of rows, got {type(source).__name__}")
+    path = Path(source)
+    if path.is_dir():
+        if any((path / f).exists() for f in ("dataset_dict.json", "state.json", "dataset_info.json")):
+            return _disk_dataset(path, split)
+        raise ValueError(f"{path} is a folder but not a datasets save_to_disk folder (no state.json / dataset_dict.json)")
     if not path.is_file():
         raise ValueError(f"no dataset file at {path}")
-    tasks = []
-    for i, row in enumerate(_read_rows(path)):
-        rid = row.get("uuid") or row.get("id") if isinstance(row, dict) else None
-        where = f"{path.name} row {i}" + (f" (id {rid})" if rid else "")
-        tasks.append(task_from_row(row, format, where=where, index=i))
+    return path.name, _file_rows(path)
+
+
+def load_tasks(source: Any, format: str = "auto", *, split: str | None = None, errors: str = "raise") -> list[Task]:
+    """Load tasks from a file, a ``save_to_disk`` folder, a ``datasets.Dataset`` or a list of rows.
+
+    Args:
+        source: a ``.jsonl`` / ``.json`` / ``.parquet`` file, a folder written by
+            ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``, a
+            ``datasets.Dataset`` / ``DatasetDict``, or a list of row dicts.
+        format: ``"auto"`` (detected per row from its keys) or one of :data:`FORMATS`.
+        split: the split of a ``DatasetDict`` (not needed when it has one).
+        errors: ``"raise"`` (the first bad row raises) or ``"skip"`` (each bad
+            row is logged as a warning on the ``slca.env`` logger, with the same
+            message, and left out; the count is logged at the end).
+
+    Raises:
+        RowError: naming the source, row and field, for a row that cannot become a valid Task.
+        ValueError: for a source that cannot be read, or one that holds no (valid) rows.
+    """
+    if format != "auto" and format not in FORMATS:
+        raise ValueError(f"format must be 'auto' or one of {FORMATS}, got {format!r}")
+    if errors not in ("raise", "skip"):
+        raise ValueError(f"errors must be 'raise' or 'skip', got {errors!r}")
+    name, rows = _rows(source, split)
+    tasks, skipped, n = [], 0, 0
+    for i, row in enumerate(rows):
+        n += 1
+        try:
+            if isinstance(row, RowError):
+                raise row
+            tasks.append(task_from_row(row, format, where=name, index=i))
+        except RowError as e:
+            if errors == "raise":
+                raise
+            skipped += 1
+            log.warning("skipping %s", e)
+    if skipped:
+        log.warning("%s: skipped %d of %d rows (errors='skip')", name, skipped, n)
+    if not tasks:
+        raise ValueError(f"{name}: holds no rows" if not n else f"{name}: none of its {n} rows is valid")
     return tasks
+
+
+# ---------------------------------------------------------------- held-out split, prompt budget
+
+
+def split_tasks(tasks: list[Task], eval_fraction: float, seed: int = 0) -> tuple[list[Task], list[Task]]:
+    """``(train, eval)``: a held-out share of ``tasks`` for evaluation during training.
+
+    Each task's place is a hash of ``(seed, task id, its position)``, so the split
+    is the same on every run and machine; the ``round(eval_fraction * n)``
+    tasks with the smallest hashes (at least one) are held out, the rest keep
+    their order. Both sides must be non-empty.
+    """
+    if not 0 < eval_fraction < 1:
+        raise ValueError(f"eval_fraction must be in (0, 1), got {eval_fraction}")
+    if len(tasks) < 2:
+        raise ValueError(f"cannot hold out a share of {len(tasks)} task(s): need at least 2")
+    k = min(len(tasks) - 1, max(1, round(eval_fraction * len(tasks))))
+    key = [hashlib.sha256(f"{seed}\x00{t.id}\x00{i}".encode()).hexdigest() for i, t in enumerate(tasks)]
+    held = set(sorted(range(len(tasks)), key=lambda i: key[i])[:k])
+    return [t for i, t in enumerate(tasks) if i not in held], [t for i, t in enumerate(tasks) if i in held]
+
+
+def fit_prompts(tasks: list[Task], tokenizer: Any, max_total_tokens: int, *, chat_template: str | None = None,
+                what: str = "tasks") -> list[Task]:
+    """The tasks whose prompt (chat template with the tools) leaves room to generate under ``max_total_tokens``.
+
+    A longer prompt would end its rollout before a single token is generated
+    (an empty rollout that trains on nothing), so such tasks are left out with a
+    warning naming how many, the longest and a few ids. Raises ValueError when
+    none fits.
+    """
+    from slca.chat.encoding import ChatRenderer
+
+    keep, long = [], []
+    for t in tasks:
+        r = ChatRenderer(tokenizer, t.tools or None, chat_template=chat_template)
+        n = len(r.tokenize(r.render(t.messages, add_generation_prompt=True)))
+        (keep if n < max_total_tokens else long).append(t if n < max_total_tokens else (t.id, n))
+    if long:
+        worst = max(n for _, n in long)
+        msg = (f"{len(long)} of {len(tasks)} {what} have a prompt of max_total_tokens={max_total_tokens} tokens or more "
+               f"(longest {worst}; e.g. {', '.join(i for i, _ in long[:5])})")
+        if not keep:
+            raise ValueError(f"{msg}: none is left; raise max_total_tokens")
+        log.warning("%s: left out (raise max_total_tokens to keep them)", msg)
+    return keep
+
+
+# ---------------------------------------------------------------- writing
 
 
 def task_to_row(task: Task, format: str = "slca") -> dict[str, Any]:
