@@ -1,64 +1,198 @@
-"""Dataset loaders on fixtures of both shapes (Toucan raw rows, the paper's verl rows), JSONL and Parquet."""
+"""Dataset loaders on fixtures in the published shapes (Toucan-1.5M rows, the paper's verl rows), JSONL, Parquet,
+Hugging Face datasets; no network or file access from a schema; every bad row named by file, row and field."""
 
 from __future__ import annotations
 
+import copy
+import http.server
 import json
+import logging
+import threading
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from slca.env import load_tasks, save_tasks, toolworld as tw
-from slca.env.loaders import detect_format
-from slca.types import ToolCall
+from slca.env import SchemaSimulator, load_tasks, save_tasks, toolworld as tw
+from slca.env.loaders import RowError, detect_format, fit_prompts, parse_target_tools, split_tasks, task_from_row
+from slca.env.schema import ToolBox
+from slca.types import Task, ToolCall
 
 FIX = Path(__file__).parent / "fixtures" / "env"
+TOUCAN_COLUMNS = ["uuid", "subset_name", "messages", "question", "available_tools", "target_tools",
+                  "question_quality_assessment", "response_quality_assessment", "metadata"]
 
 
 def rows(name):
     return [json.loads(x) for x in (FIX / name).read_text().splitlines() if x.strip()]
 
 
-def as_parquet(tmp_path, name):
-    p = tmp_path / name.replace(".jsonl", ".parquet")
-    pq.write_table(pa.Table.from_pylist(rows(name)), p)
+def write(tmp_path, rows_, name="bad.jsonl"):
+    p = tmp_path / name
+    if name.endswith(".parquet"):
+        pq.write_table(pa.Table.from_pylist(rows_), p)
+    else:
+        p.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows_))
     return p
 
 
-@pytest.fixture(params=["jsonl", "parquet"])
-def toucan_path(request, tmp_path):
-    return FIX / "toucan_small.jsonl" if request.param == "jsonl" else as_parquet(tmp_path, "toucan_small.jsonl")
+def by_tail(tasks):
+    return {t.id[-4:]: t for t in tasks}
+
+
+def edit(row, col, fn):
+    """Apply ``fn`` to the decoded JSON string column ``col`` of a Toucan row (a copy)."""
+    row = copy.deepcopy(row)
+    v = json.loads(row[col])
+    v = fn(v) or v
+    row[col] = json.dumps(v)
+    return row
+
+
+# ---------------------------------------------------------------- Toucan as published
+
+
+@pytest.fixture(params=["toucan_small.jsonl", "toucan_small.parquet"])
+def toucan_path(request):
+    return FIX / request.param
+
+
+def test_parquet_fixture_is_the_published_schema():
+    schema = pq.read_schema(FIX / "toucan_small.parquet")
+    assert schema.names == TOUCAN_COLUMNS and all(t == pa.string() for t in schema.types)
+    first = rows("toucan_small.jsonl")[1]
+    assert first["target_tools"] == "company_research_exa, competitor_finder_exa, linkedin_search_exa"  # a string, not JSON
+    assert json.loads(first["messages"])[0]["content"].startswith("<|im_system|>tool_declare<|im_middle|>[")
+
+
+def test_toucan_rows(toucan_path):
+    t = by_tail(load_tasks(toucan_path))
+    assert list(t) == ["a001", "a002", "a003", "a004", "a005", "a006"]
+    s = t["a001"]  # Kimi-K2 style: the tool_declare system message is dropped, the template declares the tools
+    assert s.messages == [{"role": "user", "content": "What does the fintech startup StellarPay actually do? Give me a short overview."}]
+    assert s.meta["tool_declare_dropped"] is True and s.kind == "single"
+    assert s.gold == [[ToolCall("exa-search-company_research_exa", {"companyName": "StellarPay", "numResults": 3})]]
+    assert s.meta["target_tools"] == ["company_research_exa"]
+    assert s.meta["target_tool_matches"] == {"company_research_exa": ["exa-search-company_research_exa"]}
+    assert s.meta["reference_answer"].startswith("StellarPay is a payments startup") and len(s.meta["gold_results"]) == 1
+    assert s.meta["subset"] == "single-turn-original" and s.meta["question"].startswith("What does")
+
+    c = t["a002"]  # two calls with no result between them are one parallel step; the third saw their results
+    assert c.kind == "chain"
+    assert [[x.name for x in st_] for st_ in c.gold] == [["exa-search-company_research_exa", "exa-search-competitor_finder_exa"],
+                                                         ["exa-search-linkedin_search_exa"]]
+    assert c.gold[1][0].arguments == {"query": "StellarPay engineering", "searchType": "profiles", "numResults": 5}
+    assert c.meta["target_tools"] == ["company_research_exa", "competitor_finder_exa", "linkedin_search_exa"]
+    assert all(len(v) == 1 for v in c.meta["target_tool_matches"].values())
+
+    p = t["a003"]  # a reasoning-only assistant message between two calls does not split the step
+    assert p.kind == "parallel" and [m["role"] for m in p.messages] == ["system", "user"]
+    assert [c_.arguments["location"]["latitude"] for c_ in p.gold[0]] == [39.74, 42.36]
+    assert p.meta["reference_answer"] == "Denver will be warmer (18 C today) than Boston (12 C today)."
+
+    f = t["a004"]  # OSS style: bare names, call_id in function_call, reasoning between sequential calls
+    assert f.kind == "chain" and [[x.name for x in s_] for s_ in f.gold] == [["search_flights"], ["book_flight"]]
+    assert f.gold[0][0].arguments["passengers"] == [{"type": "adult"}, {"type": "child", "age": 8}]
+    assert "call_id" not in f.gold[0][0].arguments
+
+    i = t["a005"]
+    assert i.kind == "unservable" and i.gold == [] and i.meta["refusal"] is True
+    assert i.meta["target_tool_matches"] == {"book_appointment": []}  # the irrelevant subset offers other tools
+    assert i.meta["reference_answer"].startswith("Sorry, I can't book")
+
+    m = t["a006"]  # multi-turn: gold of the first request; the follow-up kept, checked, in meta
+    assert m.kind == "single" and m.meta["user_turns"] == 2 and m.meta["subset"] == "multi-turn"
+    assert m.gold[0][0].arguments["entities"][0]["name"] == "Ada Lovelace"  # an argument checked through a #/$defs ref
+    (fu,) = m.meta["followups"]
+    assert fu["user"] == "What do you have stored about her now?"
+    assert fu["gold"] == [[{"name": "memory-bank-search_nodes", "arguments": {"query": "Ada Lovelace", "limit": 5}}]]
+    assert fu["reference_answer"].startswith("One entity")
+
+
+def test_jsonl_and_parquet_agree():
+    a, b = load_tasks(FIX / "toucan_small.jsonl"), load_tasks(FIX / "toucan_small.parquet")
+    assert [(x.id, x.gold, x.messages, x.tools, x.kind, x.meta) for x in a] == [(x.id, x.gold, x.messages, x.tools, x.kind, x.meta) for x in b]
+
+
+def test_loaded_toucan_tasks_run_in_the_schema_simulator():
+    for t in load_tasks(FIX / "toucan_small.jsonl"):
+        sim = SchemaSimulator(t.tools, seed=0)
+        for step in t.gold:
+            for c in step:
+                assert sim.call(c.name, c.arguments).ok
+
+
+@pytest.mark.parametrize("value,want", [
+    ("company_research_exa, competitor_finder_exa, linkedin_search_exa", ["company_research_exa", "competitor_finder_exa", "linkedin_search_exa"]),
+    ("web_search_exa", ["web_search_exa"]),
+    ("Exa Search::web_search_exa, Memory Bank::create_entities", ["web_search_exa", "create_entities"]),
+    (" a ,, b ,", ["a", "b"]),
+    ("", []),
+    (None, []),
+    ('["x", "y"]', ["x", "y"]),
+])
+def test_target_tools_parsing(value, want):
+    assert parse_target_tools(value) == want
+
+
+def test_tools_from_metadata_or_tool_declare_when_available_tools_is_absent(tmp_path):
+    src = rows("toucan_small.jsonl")
+    ref = load_tasks(FIX / "toucan_small.jsonl")
+    no_avail = [{k: v for k, v in r.items() if k != "available_tools"} for r in src]
+    got = load_tasks(write(tmp_path, no_avail))  # a001/a002/a006 from tool_declare, the rest from metadata.mcp_servers
+    assert [t.gold for t in got[:3]] == [t.gold for t in ref[:3]]
+    assert [t.tools for t in got[:3]] == [t.tools for t in ref[:3]]
+    only_meta = [{k: v for k, v in r.items() if k != "available_tools"} for r in src[2:3]]
+    (w,) = load_tasks(write(tmp_path, only_meta, "m.jsonl"))
+    assert [x["function"]["name"] for x in w.tools] == ["national-weather-service-get_forecast", "national-weather-service-get_alerts"]
+    assert w.gold == ref[2].gold and w.tools == ref[2].tools
+    bare = [{k: v for k, v in src[3].items() if k not in ("available_tools", "metadata")}]
+    with pytest.raises(RowError, match=r"row 0 \(id .*a004\): field 'available_tools': missing, and no tools"):
+        load_tasks(write(tmp_path, bare, "n.jsonl"))
+
+
+def test_bare_call_name_resolves_to_the_one_prefixed_tool(tmp_path):
+    def unprefix(ms):
+        ms[2]["function_call"]["name"] = "company_research_exa"
+    (t,) = load_tasks(write(tmp_path, [edit(rows("toucan_small.jsonl")[0], "messages", unprefix)]))
+    assert t.gold[0][0].name == "exa-search-company_research_exa"
+    assert t.meta["renamed_calls"] == {"company_research_exa": "exa-search-company_research_exa"}
+
+
+def test_duplicate_tool_names(tmp_path, caplog):
+    r = rows("toucan_small.jsonl")[0]
+    same = edit(r, "available_tools", lambda ts: ts + [copy.deepcopy(ts[1])])
+    with caplog.at_level(logging.WARNING, logger="slca.env"):
+        (t,) = load_tasks(write(tmp_path, [same]))
+    assert len(t.tools) == 4 and "listed twice with the same schema" in caplog.text
+
+    def clash(ts):
+        d = copy.deepcopy(ts[1])
+        d["function"]["description"] = "Another server's tool of the same name."
+        d["function"]["parameters"]["properties"]["region"] = {"type": "string"}
+        ts.append(d)
+    with pytest.raises(RowError, match=r"bad.jsonl row 0 \(id .*a001\): field 'available_tools\[4\]': tool 'exa-search-company_research_exa' "
+                                       r"is defined twice with different schemas"):
+        load_tasks(write(tmp_path, [edit(r, "available_tools", clash)]))
+
+
+# ---------------------------------------------------------------- the paper's verl rows, slca rows
 
 
 @pytest.fixture(params=["jsonl", "parquet"])
 def verl_path(request, tmp_path):
-    return FIX / "verl_small.jsonl" if request.param == "jsonl" else as_parquet(tmp_path, "verl_small.jsonl")
-
-
-def test_toucan_rows(toucan_path):
-    tasks = {t.id: t for t in load_tasks(toucan_path)}
-    assert list(tasks) == ["t-single", "t-parallel", "t-chain", "t-irrelevant"]
-    s = tasks["t-single"]
-    assert [m["role"] for m in s.messages] == ["system", "user"]
-    assert s.gold == [[ToolCall("weather-get_forecast", {"city": "Oslo", "days": 3})]] and s.kind == "single"
-    assert [t["function"]["name"] for t in s.tools] == ["weather-get_forecast", "finance-get_quote"]
-    assert s.meta["reference_answer"] == "Oslo: highs of 4, 6 and 5 C." and s.meta["target_tools"] == ["weather-get_forecast"]
-    p = tasks["t-parallel"]
-    assert p.kind == "parallel" and [[c.arguments["ticker"] for c in st] for st in p.gold] == [["ACME", "INIT"]]
-    c = tasks["t-chain"]  # only the first request's calls; the follow-up user turn is not part of the prompt
-    assert c.kind == "chain" and [[x.name for x in st] for st in c.gold] == [["finance-get_quote"], ["finance-convert"]]
-    assert c.gold[1][0].arguments == {"amount": 12.5, "to": "EUR"} and len(c.messages) == 2
-    i = tasks["t-irrelevant"]
-    assert i.kind == "unservable" and i.gold == [] and i.meta["refusal"] is True
+    return FIX / "verl_small.jsonl" if request.param == "jsonl" else write(tmp_path, rows("verl_small.jsonl"), "v.parquet")
 
 
 def test_verl_rows(verl_path):
     tasks = load_tasks(verl_path)
     assert [t.id for t in tasks] == ["0", "1", "2", "3"]
     assert [t.kind for t in tasks] == ["single", "parallel", "chain", "no_tool"]
-    assert tasks[0].messages[0]["role"] == "system" and tasks[0].messages[1]["content"] == "Forecast for Rome?"
-    assert tasks[2].gold[1] == [ToolCall("finance-convert", {"amount": 12.5, "to": "GBP"})]  # string arguments decoded
+    assert tasks[0].messages[1]["content"] == "3-day forecast for Rome (41.9, 12.5)?" and tasks[0].answer_facts == ["18", "sunny"]
+    assert tasks[2].gold[1] == [ToolCall("book_flight", {"flight_id": "TP1203", "contact": {"name": "Kari Nord", "email": "kari@example.com"}})]
     assert tasks[1].meta["data_source"] == "toucan_slca"
 
 
@@ -66,61 +200,10 @@ def test_format_detection_and_explicit_format():
     assert detect_format(rows("toucan_small.jsonl")[0]) == "toucan"
     assert detect_format(rows("verl_small.jsonl")[0]) == "verl"
     assert len(load_tasks(FIX / "verl_small.jsonl", format="verl")) == 4
-    with pytest.raises(ValueError, match="row 0: missing field 'messages'"):
+    with pytest.raises(RowError, match="row 0: field 'messages': missing"):
         load_tasks(FIX / "verl_small.jsonl", format="toucan")
     with pytest.raises(ValueError, match="format must be"):
         load_tasks(FIX / "verl_small.jsonl", format="csv")
-
-
-def _write(tmp_path, rows_, name="bad.jsonl"):
-    p = tmp_path / name
-    p.write_text("".join(json.dumps(r) + "\n" for r in rows_))
-    return p
-
-
-def test_missing_field_names_the_row(tmp_path):
-    rs = rows("verl_small.jsonl")
-    del rs[2]["tools"]
-    with pytest.raises(ValueError, match=r"bad.jsonl row 2: missing field 'tools'"):
-        load_tasks(_write(tmp_path, rs))
-    rs = rows("verl_small.jsonl")
-    rs[1]["reward_model"] = {"style": "rule", "ground_truth": json.dumps({"answer": 1})}
-    with pytest.raises(ValueError, match=r"row 1 reward_model.ground_truth: missing field 'gold_tool_calls'"):
-        load_tasks(_write(tmp_path, rs))
-    rs = rows("toucan_small.jsonl")
-    rs[3]["messages"] = "[not json"
-    with pytest.raises(ValueError, match=r"row 3 \(id t-irrelevant\): field 'messages' is not valid JSON"):
-        load_tasks(_write(tmp_path, rs))
-
-
-def test_gold_violating_its_schema_names_the_row(tmp_path):
-    rs = rows("verl_small.jsonl")
-    rs[0]["reward_model"]["ground_truth"] = json.dumps({"gold_tool_calls": [[{"name": "weather-get_forecast", "arguments": {"days": 2}}]]})
-    with pytest.raises(ValueError, match=r"row 0.*gold step 0 call 0 violates its schema.*'city' is a required property"):
-        load_tasks(_write(tmp_path, rs))
-    rs = rows("toucan_small.jsonl")
-    msgs = json.loads(rs[0]["messages"])
-    msgs[2]["function_call"]["name"] = "weather-get_radar"
-    rs[0]["messages"] = json.dumps(msgs)
-    with pytest.raises(ValueError, match=r"row 0 \(id t-single\).*unknown tool 'weather-get_radar'"):
-        load_tasks(_write(tmp_path, rs))
-
-
-def test_invalid_tool_schema_names_row_and_tool(tmp_path):
-    rs = rows("toucan_small.jsonl")
-    tools = json.loads(rs[1]["available_tools"])
-    tools[0]["function"]["parameters"]["properties"]["ticker"]["type"] = "text"
-    rs[1]["available_tools"] = json.dumps(tools)
-    with pytest.raises(ValueError, match=r"row 1 \(id t-parallel\): tool 'finance-get_quote': invalid parameters schema"):
-        load_tasks(_write(tmp_path, rs))
-
-
-def test_bad_paths(tmp_path):
-    with pytest.raises(ValueError, match="no dataset file"):
-        load_tasks(tmp_path / "nope.jsonl")
-    (tmp_path / "x.csv").write_text("a,b\n")
-    with pytest.raises(ValueError, match=r"\.jsonl, \.json or \.parquet"):
-        load_tasks(tmp_path / "x.csv")
 
 
 @pytest.mark.parametrize("fmt,suffix", [("slca", "jsonl"), ("slca", "parquet"), ("verl", "jsonl"), ("verl", "parquet")])
@@ -133,5 +216,372 @@ def test_save_and_reload_toolworld(tmp_path, fmt, suffix):
     assert [t.answer_facts for t in back] == [t.answer_facts for t in tasks]
     if fmt == "slca":
         assert [t.id for t in back] == [t.id for t in tasks] and back[0].meta == tasks[0].meta
-        # the reloaded tasks still run in the toolworld env
         assert tw.make_env(back[0]).__class__.__name__ == "PythonSimulator"
+
+
+# ---------------------------------------------------------------- Hugging Face datasets
+
+
+def test_datasets_dataset_and_save_to_disk_folders(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    ref = load_tasks(FIX / "toucan_small.jsonl")
+    ds = datasets.Dataset.from_parquet(str(FIX / "toucan_small.parquet"))
+    assert [t.gold for t in load_tasks(ds)] == [t.gold for t in ref]
+    ds.save_to_disk(str(tmp_path / "toucan"))
+    assert [(t.id, t.gold, t.meta) for t in load_tasks(tmp_path / "toucan")] == [(t.id, t.gold, t.meta) for t in ref]
+    # verl rows with nested struct columns, through datasets' own Arrow types
+    v = datasets.Dataset.from_list(rows("verl_small.jsonl"))
+    assert [t.gold for t in load_tasks(v)] == [t.gold for t in load_tasks(FIX / "verl_small.jsonl")]
+    dd = datasets.DatasetDict({"train": ds.select(range(4)), "test": ds.select(range(4, 6))})
+    dd.save_to_disk(str(tmp_path / "dd"))
+    with pytest.raises(ValueError, match=r"splits \['train', 'test'\]; pass split="):
+        load_tasks(tmp_path / "dd")
+    assert [t.id[-4:] for t in load_tasks(tmp_path / "dd", split="test")] == ["a005", "a006"]
+    assert len(load_tasks(tmp_path / "dd" / "train")) == 4
+    with pytest.raises(ValueError, match="not a datasets save_to_disk folder"):
+        load_tasks(tmp_path)
+    bad = datasets.Dataset.from_list([edit(rows("toucan_small.jsonl")[0], "messages", lambda ms: ms[1].update(content=7))])
+    with pytest.raises(RowError, match=r"dataset row 0 \(id .*a001\): field 'messages\[1\].content'"):
+        load_tasks(bad)
+
+
+def test_a_list_of_rows():
+    assert [t.gold for t in load_tasks(rows("verl_small.jsonl"))] == [t.gold for t in load_tasks(FIX / "verl_small.jsonl")]
+
+
+# ---------------------------------------------------------------- no network, no files from a schema
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    hits: list[str] = []
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        type(self).hits.append(self.path)
+        body = json.dumps({"type": "integer"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/schema+json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.fixture
+def schema_server():
+    _Recorder.hits = []
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}", _Recorder.hits
+    srv.shutdown()
+    srv.server_close()
+
+
+def _with_ref(ref):
+    def put(ts):
+        ts[1]["function"]["parameters"]["properties"]["numResults"] = {"$ref": ref}
+    return edit(rows("toucan_small.jsonl")[0], "available_tools", put)
+
+
+def test_the_loopback_server_answers(schema_server):
+    import urllib.request
+
+    url, hits = schema_server
+    assert json.loads(urllib.request.urlopen(url + "/probe.json", timeout=5).read()) == {"type": "integer"}
+    assert hits == ["/probe.json"]  # so an empty record below means nothing asked
+
+
+def test_remote_ref_is_refused_and_never_fetched(tmp_path, schema_server):
+    url, hits = schema_server
+    with pytest.raises(RowError, match=r"row 0 \(id .*a001\): field 'available_tools\[1\]': .*tool 'exa-search-company_research_exa'.*"
+                                       r"\$ref 'http://127.0.0.1:\d+/int.json' points outside the schema"):
+        load_tasks(write(tmp_path, [_with_ref(url + "/int.json")]))
+    with pytest.raises(ValueError, match="points outside the schema"):  # a simulator built by hand refuses it too
+        SchemaSimulator([{"name": "f", "parameters": {"type": "object", "properties": {"x": {"$ref": url + "/x.json"}}}}])
+    # a relative ref under a remote $id would resolve to the server: refused as well
+    with pytest.raises(ValueError, match="points outside the schema"):
+        ToolBox([{"name": "g", "parameters": {"$id": url + "/base/", "type": "object", "properties": {"x": {"$ref": "int.json"}}}}])
+    assert hits == []
+
+
+def test_file_ref_is_refused_and_never_read(tmp_path):
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({"type": "string", "description": "TOP-SECRET-CONTENT"}))
+    with pytest.raises(RowError) as e:
+        load_tasks(write(tmp_path, [_with_ref(secret.as_uri())]))
+    assert "points outside the schema" in str(e.value) and "TOP-SECRET-CONTENT" not in str(e.value)
+    assert e.value.row == 0 and e.value.field == "available_tools[1]"
+
+
+def test_local_refs_resolve_and_dangling_ones_are_refused(tmp_path):
+    (t,) = load_tasks(write(tmp_path, [rows("toucan_small.jsonl")[5]]))  # '#/$defs/Entity' resolves
+    assert ToolBox(t.tools).argument_error("memory-bank-create_entities", {"entities": [{"name": 3}]}) is not None
+    with pytest.raises(RowError, match=r"field 'available_tools\[1\]': .*\$ref '#/\$defs/Nowhere' does not resolve inside the schema"):
+        load_tasks(write(tmp_path, [_with_ref("#/$defs/Nowhere")]))
+
+
+# ---------------------------------------------------------------- every bad row named: file, row, field
+
+
+def _toucan(i=0):
+    return rows("toucan_small.jsonl")[i]
+
+
+def _verl(i=0):
+    return rows("verl_small.jsonl")[i]
+
+
+def _set_tool(key, value):
+    def put(ts):
+        ts[0]["function"][key] = value
+    return put
+
+
+def _deep(n):
+    return "[" * n + "]" * n
+
+
+BAD_ROWS = {
+    "tool_calls entry not an object": (
+        lambda: edit(_toucan(), "messages", lambda ms: ms[2].pop("function_call") and ms[2].update(tool_calls=["exa-search-web_search_exa"])),
+        "messages[2].tool_calls[0]", "must be an object, got str"),
+    "tool_calls not a list": (
+        lambda: edit(_toucan(), "messages", lambda ms: ms[2].update(tool_calls={"name": "x"})),
+        "messages[2].tool_calls", "must be a list"),
+    "messages nested 1000 deep": (
+        lambda: {**_toucan(), "messages": _deep(1000)}, "messages", "nested deeper"),
+    "arguments nested 150 deep": (
+        lambda: edit(_toucan(), "messages", lambda ms: ms[2]["function_call"].update(arguments='{"a": ' + _deep(150) + "}")),
+        "messages[2].function_call.arguments", "nested deeper than 100 levels"),
+    "an integer of 5000 digits in arguments": (
+        lambda: edit(_toucan(), "messages", lambda ms: ms[2]["function_call"].update(arguments='{"numResults": ' + "9" * 5000 + "}")),
+        "messages[2].function_call.arguments", "Exceeds the limit"),
+    "answer_facts a string": (
+        lambda: {**_verl(), "reward_model": {"ground_truth": json.dumps({"gold_tool_calls": [], "answer_facts": "sunny"})}},
+        "reward_model.ground_truth.answer_facts", "a bare string is not split into characters"),
+    "answer_facts holding an object": (
+        lambda: {**_verl(), "reward_model": {"ground_truth": {"gold_tool_calls": [], "answer_facts": [{"t": 1}]}}},
+        "reward_model.ground_truth.answer_facts[0]", "must be a string or a number"),
+    "x-stateful the string 'false'": (
+        lambda: edit(_toucan(), "available_tools", _set_tool("x-stateful", "false")), "available_tools[0]", "x-stateful must be a bool"),
+    "parameters []": (
+        lambda: edit(_toucan(), "available_tools", _set_tool("parameters", [])), "available_tools[0]", "parameters must be a JSON Schema object, got list"),
+    "tool name with a newline": (
+        lambda: edit(_toucan(), "available_tools", _set_tool("name", "web\nsearch")), "available_tools[0]", "contains the character '\\n'"),
+    "tool name with <script>": (
+        lambda: edit(_toucan(), "available_tools", _set_tool("name", "<script>alert(1)</script>")), "available_tools[0]", "contains the character '<'"),
+    "user content a number": (
+        lambda: edit(_toucan(), "messages", lambda ms: ms[1].update(content=42)), "messages[1].content", "must be a string, got int"),
+    "verl prompt content a list": (
+        lambda: {**_verl(), "prompt": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}, "prompt[0].content", "must be a string, got list"),
+    "unknown role": (
+        lambda: edit(_toucan(), "messages", lambda ms: ms[1].update(role="human")), "messages[1].role", "must be one of"),
+    "arguments a JSON list": (
+        lambda: edit(_toucan(), "messages", lambda ms: ms[2]["function_call"].update(arguments="[1, 2]")),
+        "messages[2].function_call.arguments", "must be an object, got list"),
+    "arguments not JSON": (
+        lambda: edit(_toucan(), "messages", lambda ms: ms[2]["function_call"].update(arguments="{companyName: x")),
+        "messages[2].function_call.arguments", "not valid JSON"),
+    "gold call breaking its schema": (
+        lambda: edit(_toucan(), "messages", lambda ms: ms[2]["function_call"].update(arguments="{}")),
+        "messages[2].function_call", "'companyName' is a required property"),
+    "gold call to an unknown tool": (
+        lambda: edit(_toucan(), "messages", lambda ms: ms[2]["function_call"].update(name="exa-search-radar")),
+        "messages[2].function_call", "unknown tool 'exa-search-radar'"),
+    "a verl gold step of a bare string": (
+        lambda: {**_verl(), "reward_model": {"ground_truth": {"gold_tool_calls": [["oops"]]}}},
+        "reward_model.ground_truth.gold_tool_calls[0][0]", "not valid JSON"),
+    "a uuid that is an object": (
+        lambda: {**_toucan(), "uuid": {"a": 1}}, "uuid", "must be a string or an integer"),
+    "extra_info a list": (
+        lambda: {**_verl(), "extra_info": [1]}, "extra_info", "must be an object, got list"),
+    "kind a number": (
+        lambda: {**_verl(), "extra_info": {"kind": 3}}, "extra_info.kind", "must be a string"),
+    "NaN in arguments": (
+        lambda: edit(_toucan(), "messages", lambda ms: ms[2]["function_call"].update(arguments='{"companyName": "x", "numResults": NaN}')),
+        "messages[2].function_call.arguments", "not a JSON value"),
+}
+
+
+_JSON_ONLY = {"a uuid that is an object"}  # a parquet column of strings cannot hold it (as a string it is a valid id)
+
+
+@pytest.mark.parametrize("case,suffix", [(c, s) for c in BAD_ROWS for s in ("jsonl", "parquet") if not (s == "parquet" and c in _JSON_ONLY)])
+def test_bad_row_is_named(tmp_path, case, suffix):
+    make, field, problem = BAD_ROWS[case]
+    good = _verl(1) if "verl" in case or "answer_facts" in case or "extra_info" in case or "kind" in case else _toucan(1)
+    bad = make()
+    if suffix == "parquet" and not all(isinstance(v, str) for v in bad.values()):
+        bad = {k: (v if isinstance(v, str) else json.dumps(v)) for k, v in bad.items()}  # parquet columns as strings
+        good = {k: (v if isinstance(v, str) else json.dumps(v)) for k, v in good.items()}
+    p = write(tmp_path, [good, bad], f"data.{suffix}")
+    with pytest.raises(RowError) as e:
+        load_tasks(p)
+    assert e.value.source == f"data.{suffix}" and e.value.row == 1 and e.value.field == field, str(e.value)
+    assert f"data.{suffix} row 1" in str(e.value) and problem in str(e.value)
+
+
+def test_bad_jsonl_lines(tmp_path):
+    with pytest.raises(RowError, match=r"bad.jsonl row 1: line 2 is nested deeper"):
+        load_tasks(write(tmp_path, [_verl(), _deep(5000)]))
+    with pytest.raises(RowError, match=r"bad.jsonl row 1: line 3 is not valid JSON: Exceeds the limit \(4300 digits\)"):
+        load_tasks(write(tmp_path, [_verl(), "", '{"id": ' + "1" * 4400 + "}"]))
+    with pytest.raises(RowError, match=r"row 0: a row must be an object, got list"):
+        load_tasks(write(tmp_path, [[1, 2]]))
+
+
+def test_empty_sources_are_refused(tmp_path):
+    for name in ("e.jsonl", "e.json"):
+        (tmp_path / name).write_text("\n\n" if name.endswith("l") else "[]")
+        with pytest.raises(ValueError, match=f"{name}: holds no rows"):
+            load_tasks(tmp_path / name)
+    pq.write_table(pa.table({"uuid": pa.array([], pa.string())}), tmp_path / "e.parquet")
+    with pytest.raises(ValueError, match="e.parquet: holds no rows"):
+        load_tasks(tmp_path / "e.parquet")
+    with pytest.raises(ValueError, match="rows: holds no rows"):
+        load_tasks([])
+
+
+def test_bad_paths(tmp_path):
+    with pytest.raises(ValueError, match="no dataset file"):
+        load_tasks(tmp_path / "nope.jsonl")
+    (tmp_path / "x.csv").write_text("a,b\n")
+    with pytest.raises(ValueError, match=r"\.jsonl, \.json or \.parquet"):
+        load_tasks(tmp_path / "x.csv")
+    (tmp_path / "y.parquet").write_text("not parquet")
+    with pytest.raises(ValueError, match="not a readable parquet file"):
+        load_tasks(tmp_path / "y.parquet")
+
+
+def test_errors_skip_logs_each_bad_row_and_keeps_the_rest(tmp_path, caplog):
+    good = rows("toucan_small.jsonl")
+    bad = BAD_ROWS["x-stateful the string 'false'"][0]()
+    p = write(tmp_path, [good[0], bad, "{not json", good[2]])
+    with caplog.at_level(logging.WARNING, logger="slca.env"):
+        tasks = load_tasks(p, errors="skip")
+    assert [t.id[-4:] for t in tasks] == ["a001", "a003"]
+    assert "row 1 (id " in caplog.text and "x-stateful must be a bool" in caplog.text and "row 2: line 3" in caplog.text
+    assert "skipped 2 of 4 rows" in caplog.text
+    with pytest.raises(ValueError, match="none of its 2 rows is valid"):
+        load_tasks(write(tmp_path, [bad, "{"], "all_bad.jsonl"), errors="skip")
+    with pytest.raises(ValueError, match="errors must be"):
+        load_tasks(p, errors="ignore")
+
+
+def test_long_prompts_are_left_out_with_a_warning(caplog):
+    from _tok import make_qwen_tokenizer
+
+    tok = make_qwen_tokenizer()
+    tasks = load_tasks(FIX / "toucan_small.jsonl")
+    from slca.env.loaders import prompt_lengths
+
+    lengths = prompt_lengths(tasks, tok)
+    limit = sorted(lengths)[3]  # the three shortest fit
+    with caplog.at_level(logging.WARNING, logger="slca.env"):
+        kept = fit_prompts(tasks, tok, limit)
+    assert [t.id for t in kept] == [t.id for t, n in zip(tasks, lengths) if n < limit] and len(kept) == 3
+    assert f"3 of 6 tasks have a prompt of max_total_tokens={limit} tokens or more (longest {max(lengths)}" in caplog.text
+    with pytest.raises(ValueError, match="none is left; raise max_total_tokens"):
+        fit_prompts(tasks, tok, min(lengths))
+
+
+# ---------------------------------------------------------------- held-out split
+
+
+def test_split_tasks():
+    tasks = tw.make_tasks("train", n=50, seed=0)
+    train, held = split_tasks(tasks, 0.2, seed=3)
+    assert len(held) == 10 and len(train) == 40
+    assert sorted(t.id for t in train + held) == sorted(t.id for t in tasks) and not {t.id for t in train} & {t.id for t in held}
+    assert [t.id for t in train] == [t.id for t in tasks if t.id not in {h.id for h in held}]  # order kept
+    assert [t.id for t in split_tasks(tasks, 0.2, seed=3)[1]] == [t.id for t in held]  # deterministic
+    assert [t.id for t in split_tasks(tasks, 0.2, seed=4)[1]] != [t.id for t in held]
+    assert len(split_tasks(tasks[:3], 0.01)[1]) == 1 and len(split_tasks(tasks[:3], 0.99)[0]) == 1
+    for bad in (0.0, 1.0, -0.1, 1.5):
+        with pytest.raises(ValueError, match="eval_fraction must be in"):
+            split_tasks(tasks, bad)
+    with pytest.raises(ValueError, match="need at least 2"):
+        split_tasks(tasks[:1], 0.5)
+
+
+# ---------------------------------------------------------------- property: same gold, or refused with row and field
+
+
+NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True)
+SCALARS = st.one_of(st.integers(-10**6, 10**6), st.text(max_size=8), st.booleans(), st.floats(allow_nan=False, allow_infinity=False, width=32))
+
+
+@st.composite
+def sources(draw):
+    """A task (tools with typed parameters, gold calls valid against them) and its row in one of the three formats."""
+    n_tools = draw(st.integers(1, 3))
+    tool_names = draw(st.lists(NAMES, min_size=n_tools, max_size=n_tools, unique=True))
+    tools, arg_types = [], {}
+    for name in tool_names:
+        props = draw(st.dictionaries(NAMES, st.sampled_from(["integer", "string", "boolean", "number"]), max_size=3))
+        arg_types[name] = props
+        tools.append({"type": "function", "function": {"name": name, "description": "d",
+                                                       "parameters": {"type": "object", "properties": {k: {"type": v} for k, v in props.items()}}}})
+    gen = {"integer": st.integers(-10**6, 10**6), "string": st.text(max_size=8), "boolean": st.booleans(),
+           "number": st.floats(allow_nan=False, allow_infinity=False, width=32)}
+    steps = []
+    for _ in range(draw(st.integers(0, 3))):
+        step = []
+        for _ in range(draw(st.integers(1, 2))):
+            name = draw(st.sampled_from(tool_names))
+            args = {k: draw(gen[v]) for k, v in arg_types[name].items() if draw(st.booleans())}
+            step.append({"name": name, "arguments": args})
+        steps.append(step)
+    fmt = draw(st.sampled_from(["toucan", "verl", "slca"]))
+    user = draw(st.text(min_size=1, max_size=20))
+    if fmt == "toucan":
+        msgs = [{"role": "user", "content": user}]
+        for step in steps:
+            msgs += [{"role": "assistant", "content": "", "function_call": {"name": c["name"], "arguments": json.dumps(c["arguments"])}} for c in step]
+            msgs += [{"role": "function", "name": c["name"], "content": "{}"} for c in step]
+        msgs.append({"role": "assistant", "content": "done"})
+        row = {"uuid": "u", "subset_name": "single-turn-original", "messages": json.dumps(msgs), "available_tools": json.dumps(tools),
+               "target_tools": ", ".join(tool_names)}
+    elif fmt == "verl":
+        row = {"prompt": [{"role": "user", "content": user}], "tools": json.dumps(tools),
+               "reward_model": {"ground_truth": json.dumps({"gold_tool_calls": steps})}, "extra_info": {"index": 0}}
+    else:
+        row = {"id": "s", "messages": json.dumps([{"role": "user", "content": user}]), "tools": json.dumps(tools), "gold": json.dumps(steps)}
+    return row, [[ToolCall(c["name"], c["arguments"]) for c in s] for s in steps]
+
+
+def _mutate(row, draw):
+    """Damage one column: drop it, replace it by a random scalar, truncate its JSON, or wrap it in a list."""
+    col = draw(st.sampled_from(sorted(row)))
+    how = draw(st.sampled_from(["drop", "scalar", "truncate", "wrap"]))
+    row = dict(row)
+    if how == "drop":
+        del row[col]
+    elif how == "scalar":
+        row[col] = draw(SCALARS)
+    elif how == "truncate":
+        text = row[col] if isinstance(row[col], str) else json.dumps(row[col])
+        row[col] = text[: draw(st.integers(0, max(0, len(text) - 1)))]
+    else:
+        row[col] = [row[col]]
+    return row, col
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(src=sources(), data=st.data())
+def test_rows_load_with_their_gold_or_are_refused_naming_row_and_field(src, data):
+    row, gold = src
+    (task,) = load_tasks([row])
+    assert task.gold == gold  # the untouched row loads with the gold it was made from
+    bad, col = _mutate(row, data.draw)
+    try:
+        (t,) = load_tasks([bad])  # the list is the source; the row is row 0
+    except RowError as e:
+        assert e.source == "rows" and e.row == 0 and str(e).startswith("rows row 0")
+        assert e.field or "format" in e.problem, str(e)  # a field is named, or the row's format cannot be told
+        if e.field:
+            assert f"field {e.field!r}" in str(e)
+    else:
+        assert t.gold == gold, (col, bad)  # harmless damage (e.g. an optional column): still the same gold

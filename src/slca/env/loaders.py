@@ -52,6 +52,7 @@ __all__ = [
     "TOUCAN_SUBSETS",
     "detect_format",
     "fit_prompts",
+    "prompt_lengths",
     "load_tasks",
     "parse_target_tools",
     "save_tasks",
@@ -670,26 +671,32 @@ def split_tasks(tasks: list[Task], eval_fraction: float, seed: int = 0) -> tuple
     return [t for i, t in enumerate(tasks) if i not in held], [t for i, t in enumerate(tasks) if i in held]
 
 
+def prompt_lengths(tasks: list[Task], tokenizer: Any, *, chat_template: str | None = None) -> list[int]:
+    """Tokens of each task's prompt as a rollout renders it (chat template, tools, generation prompt)."""
+    from slca.chat.encoding import ChatRenderer
+
+    out = []
+    for t in tasks:
+        r = ChatRenderer(tokenizer, t.tools or None, chat_template=chat_template)
+        out.append(len(r.tokenize(r.render(t.messages, add_generation_prompt=True))))
+    return out
+
+
 def fit_prompts(tasks: list[Task], tokenizer: Any, max_total_tokens: int, *, chat_template: str | None = None,
                 what: str = "tasks") -> list[Task]:
-    """The tasks whose prompt (chat template with the tools) leaves room to generate under ``max_total_tokens``.
+    """The tasks whose prompt leaves room to generate under ``max_total_tokens``.
 
     A longer prompt would end its rollout before a single token is generated
     (an empty rollout that trains on nothing), so such tasks are left out with a
-    warning naming how many, the longest and a few ids. Raises ValueError when
-    none fits.
+    warning on the ``slca.env`` logger naming how many, the longest and a few
+    ids. Raises ValueError when none fits.
     """
-    from slca.chat.encoding import ChatRenderer
-
-    keep, long = [], []
-    for t in tasks:
-        r = ChatRenderer(tokenizer, t.tools or None, chat_template=chat_template)
-        n = len(r.tokenize(r.render(t.messages, add_generation_prompt=True)))
-        (keep if n < max_total_tokens else long).append(t if n < max_total_tokens else (t.id, n))
+    lengths = prompt_lengths(tasks, tokenizer, chat_template=chat_template)
+    keep = [t for t, n in zip(tasks, lengths) if n < max_total_tokens]
+    long = [(t.id, n) for t, n in zip(tasks, lengths) if n >= max_total_tokens]
     if long:
-        worst = max(n for _, n in long)
         msg = (f"{len(long)} of {len(tasks)} {what} have a prompt of max_total_tokens={max_total_tokens} tokens or more "
-               f"(longest {worst}; e.g. {', '.join(i for i, _ in long[:5])})")
+               f"(longest {max(n for _, n in long)}; e.g. {', '.join(i for i, _ in long[:5])})")
         if not keep:
             raise ValueError(f"{msg}: none is left; raise max_total_tokens")
         log.warning("%s: left out (raise max_total_tokens to keep them)", msg)

@@ -12,21 +12,37 @@ metrics (:func:`slca.rewards.in_domain_metrics`):
   in the rollout's call sequence (1 for a no-tool task answered without a call);
 * ``success``: 1 when the normalised calls equal the gold calls and all executed.
 
-Reported overall and per task kind (``Task.kind``), with ``pass^k`` on
-``success`` when K > 1 samples per task.
+Reported overall and per group, with ``pass^k`` on ``success`` when K > 1
+samples per task. Groups are task kinds (``Task.kind``) for toolworld and the
+Toucan subsets (``single-turn-original``, ``single-turn-diversify``,
+``irrelevant``, ``multi-turn``; ``meta["subset"]``, the kind for rows without
+one) for ``--suite toucan``, as the paper reports its in-domain table.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 from slca.eval.agent import PolicyAgent
 from slca.eval.report import Record, SuiteReport, group_means, mean, pass_hat_k, successes_by_id
 from slca.types import Task
 
-__all__ = ["METRICS", "run_in_domain", "toolworld_tasks", "loaded_tasks"]
+__all__ = ["GROUPINGS", "METRICS", "group_of", "run_in_domain", "toolworld_tasks", "loaded_tasks"]
 
 METRICS = ("name_f1", "arg_match", "process", "success")
+GROUPINGS = ("kind", "subset")
+
+log = logging.getLogger("slca.eval")
+
+
+def group_of(task: Task, group_by: str) -> str:
+    """A task's report group: its kind, or its Toucan subset (its kind when it has none)."""
+    if group_by == "kind":
+        return task.kind
+    if group_by == "subset":
+        return str(task.meta.get("subset") or task.kind)
+    raise ValueError(f"group_by must be one of {GROUPINGS}, got {group_by!r}")
 
 
 def toolworld_tasks(limit: int | None = None, seed: int = 0) -> tuple[list[Task], Callable[[Task], object]]:
@@ -37,12 +53,10 @@ def toolworld_tasks(limit: int | None = None, seed: int = 0) -> tuple[list[Task]
 
 
 def loaded_tasks(path: str, limit: int | None = None, seed: int = 0) -> tuple[list[Task], Callable[[Task], object]]:
-    """Rows from ``path`` (Toucan, verl/paper or slca format) and a schema-guided simulator per task."""
+    """Rows from ``path`` (Toucan, verl/paper or slca format; a file or a datasets folder) and a schema-guided simulator per task."""
     from slca.env import SchemaSimulator, load_tasks
 
-    tasks = load_tasks(path)
-    if not tasks:
-        raise ValueError(f"data file {path!r} holds no tasks")
+    tasks = load_tasks(path)  # refuses an empty source
     return tasks[:limit] if limit is not None else tasks, lambda t: SchemaSimulator(t.tools, seed=seed)
 
 
@@ -57,8 +71,16 @@ def run_in_domain(
     max_total_tokens: int = 2048,
     progress: bool = True,
     model_label: str = "",
+    group_by: str | None = None,
 ) -> SuiteReport:
-    """Roll out every task ``samples`` times and report the in-domain metrics."""
+    """Roll out every task ``samples`` times and report the in-domain metrics.
+
+    ``group_by``: ``"kind"`` or ``"subset"`` (see :func:`group_of`); default
+    ``"subset"`` for ``suite="toucan"``, ``"kind"`` otherwise. A task whose
+    prompt alone reaches ``max_total_tokens`` cannot generate anything and
+    scores as a failure; the report's notes and a warning say how many there were.
+    """
+    from slca.env.loaders import prompt_lengths
     from slca.rewards import in_domain_metrics
     from slca.rollout import RolloutConfig, generate_rollouts
 
@@ -66,6 +88,8 @@ def run_in_domain(
         raise ValueError(f"samples must be >= 1, got {samples}")
     if not tasks:
         raise ValueError("no tasks to evaluate")
+    group_by = group_by or ("subset" if suite == "toucan" else "kind")
+    group_of(tasks[0], group_by)  # refuse a bad group_by before any rollout
     g = agent.gen
     cfg = RolloutConfig(
         group_size=samples,
@@ -78,6 +102,9 @@ def run_in_domain(
         seed=g.seed,
         chat_template=agent.chat_template,
     )
+    too_long = sum(n >= max_total_tokens for n in prompt_lengths(tasks, agent.tokenizer, chat_template=agent.chat_template))
+    if too_long:
+        log.warning("%s: %d of %d prompts reach max_total_tokens=%d and score as failures", suite, too_long, len(tasks), max_total_tokens)
     from rich.progress import Progress
 
     records: list[Record] = []
@@ -91,7 +118,8 @@ def run_in_domain(
             for i, traj in enumerate(res.trajectories):
                 task = chunk[traj.group_id]
                 scores = in_domain_metrics(task, traj.turns)
-                records.append(Record(task.id, task.kind, i % samples, scores, None, {"stop_reason": traj.stop_reason, "final_text": traj.final_text}))
+                records.append(Record(task.id, group_of(task, group_by), i % samples, scores, None,
+                                      {"stop_reason": traj.stop_reason, "final_text": traj.final_text, "kind": task.kind}))
             bar.advance(bid, len(chunk))
     groups, counts = group_means(records, METRICS)
     metrics = {k: mean(r.scores[k] for r in records) for k in METRICS}
@@ -106,6 +134,8 @@ def run_in_domain(
         counts=counts,
         samples=samples,
         records=records,
-        config={"tasks": len(tasks), "max_turns": max_turns, "format": agent.format_name, "temperature": g.temperature},
-        notes=["metrics: slca.rewards.in_domain_metrics per rollout, averaged; groups are task kinds"],
+        config={"tasks": len(tasks), "max_turns": max_turns, "format": agent.format_name, "temperature": g.temperature,
+                "group_by": group_by, "prompts_too_long": too_long},
+        notes=[f"metrics: slca.rewards.in_domain_metrics per rollout, averaged; groups are task {'kinds' if group_by == 'kind' else 'subsets'}"]
+        + ([f"{too_long} of {len(tasks)} prompts reach max_total_tokens={max_total_tokens}: no room to generate, scored as failures"] if too_long else []),
     )
