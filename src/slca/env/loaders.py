@@ -675,10 +675,11 @@ def prompt_lengths(tasks: list[Task], tokenizer: Any, *, chat_template: str | No
     """Tokens of each task's prompt as a rollout renders it (chat template, tools, generation prompt)."""
     from slca.chat.encoding import ChatRenderer
 
-    out = []
-    for t in tasks:
-        r = ChatRenderer(tokenizer, t.tools or None, chat_template=chat_template)
-        out.append(len(r.tokenize(r.render(t.messages, add_generation_prompt=True))))
+    texts = [ChatRenderer(tokenizer, t.tools or None, chat_template=chat_template).render(t.messages, add_generation_prompt=True)
+             for t in tasks]
+    out: list[int] = []
+    for i in range(0, len(texts), 256):  # one batched call per chunk: a fast tokenizer encodes a batch in parallel
+        out += [len(ids) for ids in tokenizer(texts[i:i + 256], add_special_tokens=False)["input_ids"]]
     return out
 
 
