@@ -41,7 +41,11 @@ class TrainConfig:
 
     # ---- data / environment
     suite: str = "toolworld"
-    """Task suite: 'toolworld' (built in) or a path to a JSONL/parquet file of tasks."""
+    """Task suite: 'toolworld' (built in), or a JSONL / JSON / parquet file or a datasets save_to_disk folder of tasks (slca.env.load_tasks)."""
+    eval_suite: str = ""
+    """Held-out tasks to evaluate on during training, loaded like suite ('' = none; toolworld uses its own test split)."""
+    eval_fraction: float = 0.0
+    """Share of a file suite held out for evaluation during training (0 = none; slca.env.loaders.split_tasks, seeded by seed)."""
     tasks_per_step: int = 8
     """Prompts per step; the batch is tasks_per_step x group_size rollouts."""
     group_size: int = 4
@@ -196,11 +200,19 @@ def _suite(v: str) -> str | None:
     if v == "toolworld":
         return None
     p = Path(v).expanduser()
+    if p.is_dir():
+        if any((p / f).is_file() for f in ("state.json", "dataset_dict.json", "dataset_info.json")):
+            return None
+        return f"{v!r}: a folder, but not a datasets save_to_disk folder (no state.json / dataset_dict.json)"
     if not p.is_file():
-        return f"{v!r}: not 'toolworld' and no such file"
+        return f"{v!r}: not 'toolworld' and no such file or folder"
     if p.suffix not in (".jsonl", ".json", ".parquet"):
         return f"{v!r}: a task file must be .jsonl, .json or .parquet"
     return None
+
+
+def _eval_suite(v: str) -> str | None:
+    return None if v == "" else _suite(v)
 
 
 def _device(v: str) -> str | None:
@@ -243,6 +255,8 @@ CHECKS: dict[str, Check] = {
     "model": _model,
     "device": _device,
     "suite": _suite,
+    "eval_suite": _eval_suite,
+    "eval_fraction": _within(0, 1, hi_open=True),
     "tasks_per_step": _gt(0),
     "group_size": lambda v: None if v >= 2 else f"must be >= 2 (GRPO compares rollouts of one prompt), got {v!r}",
     "tool_format": _tool_format,
@@ -288,6 +302,10 @@ def _cross_checks(cfg: TrainConfig) -> Iterator[tuple[str, str]]:
         yield "minibatches", f"{cfg.minibatches} exceeds the batch size tasks_per_step x group_size = {cfg.tasks_per_step * cfg.group_size}"
     if cfg.max_new_tokens > cfg.max_total_tokens:
         yield "max_new_tokens", f"{cfg.max_new_tokens} exceeds max_total_tokens ({cfg.max_total_tokens})"
+    if cfg.eval_fraction and cfg.eval_suite:
+        yield "eval_fraction", "give eval_suite or eval_fraction, not both"
+    if cfg.eval_fraction and cfg.suite == "toolworld":
+        yield "eval_fraction", "is for a file suite; toolworld evaluates on its own test split"
 
 
 def _type_ok(v: Any, hint: Any) -> bool:

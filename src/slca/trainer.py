@@ -39,7 +39,7 @@ from slca.advantages import AdvantageInputs, compute_advantages, fill_inputs, ge
 from slca.batching import RolloutBatch, collate, response_logprobs, token_logprobs
 from slca.config import TrainConfig, to_dict, validate
 from slca.diagnostics import advantage_stats, contamination, flat_grad, grad_cosine, rolling_cv
-from slca.env.suites import load_suite
+from slca.env.suites import fit_suites, load_suites
 from slca.losses import aggregate, clipped_surrogate, kl_penalty
 from slca.policy import load_policy
 from slca.rewards.batch import ScoredBatch, score_batch
@@ -129,16 +129,20 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
+        fit = train_tasks is None
         if train_tasks is None:  # tasks before the model: a bad task file is refused before a model loads
-            train_tasks, make_env = load_suite(cfg.suite, "train", cfg.seed)
-            if eval_tasks is None and cfg.suite == "toolworld":
-                eval_tasks = load_suite(cfg.suite, "test", cfg.seed)[0]
+            train_tasks, held_out, make_env = load_suites(cfg.suite, cfg.seed, eval_suite=cfg.eval_suite, eval_fraction=cfg.eval_fraction)
+            eval_tasks = held_out if eval_tasks is None else eval_tasks
         if make_env is None:
             raise ValueError("Trainer: pass make_env together with train_tasks")
+        if not train_tasks:
+            raise ValueError("Trainer: train_tasks is empty")
         if model is None:
             model, tokenizer = load_policy(cfg.model, cfg.device)
         self.model, self.tok = model.to(cfg.device), tokenizer
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        if fit:  # loaded prompts that leave no room to generate are left out, with a warning
+            train_tasks, eval_tasks = fit_suites(train_tasks, eval_tasks or [], tokenizer, cfg.max_total_tokens, suite=cfg.suite, eval_suite=cfg.eval_suite)
         self.train_tasks, self.make_env = train_tasks, make_env
         self.eval_tasks = (eval_tasks or [])[: cfg.eval_tasks]
         self.ref = None

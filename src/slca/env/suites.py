@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from slca.types import Task
 
-__all__ = ["load_suite"]
+__all__ = ["fit_suites", "load_suite", "load_suites"]
+
+log = logging.getLogger("slca.env")
 
 
 def load_suite(suite: str, split: str, seed: int) -> tuple[list[Task], Callable[[Task], Any]]:
     """Tasks of a split and the simulator factory for them.
 
-    ``suite`` is ``"toolworld"`` (its ``split``) or a JSONL/parquet task file
-    (:func:`slca.env.load_tasks`; ``split`` is not used). Either way the
+    ``suite`` is ``"toolworld"`` (its ``split``) or anything
+    :func:`slca.env.load_tasks` reads: a JSONL / JSON / parquet file or a
+    ``datasets`` ``save_to_disk`` folder (``split`` is not used). Either way the
     simulator is toolworld's environment, which answers toolworld tools from its
     world and any other tool from the schema-guided simulator.
     """
@@ -26,6 +30,44 @@ def load_suite(suite: str, split: str, seed: int) -> tuple[list[Task], Callable[
     else:
         p = Path(suite)
         if not p.exists():
-            raise ValueError(f"suite {suite!r}: not 'toolworld' and no such file")
+            raise ValueError(f"suite {suite!r}: not 'toolworld' and no such file or folder")
         tasks = load_tasks(p)
     return tasks, lambda task: toolworld.make_env(task, seed=seed)
+
+
+def load_suites(suite: str, seed: int, *, eval_suite: str = "", eval_fraction: float = 0.0) -> tuple[list[Task], list[Task], Callable[[Task], Any]]:
+    """Training tasks, held-out evaluation tasks and the simulator factory of a run.
+
+    Held-out tasks: ``eval_suite`` (loaded like ``suite``) if given, else an
+    ``eval_fraction`` share of a file suite (:func:`slca.env.loaders.split_tasks`),
+    else toolworld's test split for toolworld, else none (a warning says so).
+    """
+    from slca.env.loaders import split_tasks
+
+    if eval_suite and eval_fraction:
+        raise ValueError("give eval_suite or eval_fraction, not both")
+    train, make_env = load_suite(suite, "train", seed)
+    if eval_suite:
+        held = load_suite(eval_suite, "test", seed)[0]
+    elif eval_fraction:
+        if suite == "toolworld":
+            raise ValueError("eval_fraction is for a file suite; toolworld evaluates on its own test split")
+        train, held = split_tasks(train, eval_fraction, seed)
+    elif suite == "toolworld":
+        held = load_suite(suite, "test", seed)[0]
+    else:
+        held = []
+        log.warning("suite %s has no held-out evaluation (set eval_suite or eval_fraction): eval metrics will be missing", suite)
+    return train, held, make_env
+
+
+def fit_suites(train: list[Task], held: list[Task], tokenizer: Any, max_total_tokens: int, *, suite: str,
+               eval_suite: str = "") -> tuple[list[Task], list[Task]]:
+    """Loaded tasks whose prompt leaves room to generate (:func:`slca.env.loaders.fit_prompts`); toolworld's own are kept as they are."""
+    from slca.env.loaders import fit_prompts
+
+    if suite != "toolworld":
+        train = fit_prompts(train, tokenizer, max_total_tokens, what=f"training tasks of {suite}")
+    if held and (eval_suite or suite != "toolworld"):
+        held = fit_prompts(held, tokenizer, max_total_tokens, what="held-out tasks")
+    return train, held
