@@ -393,6 +393,9 @@ BAD_ROWS = {
     "a verl gold step of a bare string": (
         lambda: {**_verl(), "reward_model": {"ground_truth": {"gold_tool_calls": [["oops"]]}}},
         "reward_model.ground_truth.gold_tool_calls[0][0]", "not valid JSON"),
+    "a verl gold step that is empty": (
+        lambda: {**_verl(), "reward_model": {"ground_truth": {"gold_tool_calls": [[]]}}},
+        "reward_model.ground_truth.gold_tool_calls[0]", "an empty step"),
     "a uuid that is an object": (
         lambda: {**_toucan(), "uuid": {"a": 1}}, "uuid", "must be a string or an integer"),
     "extra_info a list": (

@@ -255,6 +255,8 @@ def _steps(value: Any, field: str) -> tuple[list[list[ToolCall]], list[list[str]
         f = f"{field}[{s}]"
         step = _decoded(step, f)
         if isinstance(step, (list, tuple)):
+            if not step:
+                raise _Bad(f, "an empty step: a step holds one call or more (a task without calls has gold [])")
             steps.append([_call(c, f"{f}[{c_i}]") for c_i, c in enumerate(step)])
             paths.append([f"{f}[{c_i}]" for c_i in range(len(step))])
         else:
