@@ -47,6 +47,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # (doc, start of the block or command) -> (mode, reason). mode "skip": not run; "compile": Python compiled, not run.
 EXCEPTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("docs/environment.md", "from slca.env import (SchemaSimulator"): ("skip", "an API listing with signatures (`-> list[Task]`), not a program"),
+    ("docs/environment.md", "from slca.env import load_tasks\ntasks = load_tasks(\"toucan/"): ("compile", "paths of a user's own data (Toucan shards, a saved folder)"),
     ("docs/warmstart.md", "from slca.models import load_default"): (
         "compile", "builds the full default model (minutes on 2 cores); tests/test_models_build.py runs load_default at a tiny size"),
     ("docs/chat_formats.md", "OMP_NUM_THREADS=1 .venv/bin/python - <<'EOF'"): (
