@@ -27,7 +27,7 @@ $(VENV)/.core: pyproject.toml | $(VENV)/bin/python
 	touch $@
 
 $(VENV)/.test: $(VENV)/.core
-	$(PIP) install -q -e ".[dev,trl]"
+	$(PIP) install -q -e ".[dev,trl,peft,wandb,mlflow,trackio]"
 	$(PIP) install -q --no-deps $(EVAL_PKGS)
 	@# pin the torch / transformers already there so the eval deps cannot move them
 	$(VENV)/bin/python -c "import torch, transformers; print('torch==' + torch.__version__); print('transformers==' + transformers.__version__)" > $(VENV)/eval-constraints.txt

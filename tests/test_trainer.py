@@ -58,7 +58,7 @@ def test_smoke_parameters_move_and_metrics_finite(tmp_path, tiny, estimator):
     moved = sum(int(not torch.equal(before[k], after[k])) for k in before)
     assert moved > len(before) // 2
     rows = _read(tmp_path / "run")
-    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert [r["step"] for r in rows] == [1, 2, 3]  # the update just taken, 1-based (TRL's global_step)
     for r in rows:
         for k, v in r.items():
             if k in ("adv/contamination", "grad/cosine_tool_summary", "grad/volatility") or k.startswith(("adv/tool_", "probe/")):
@@ -68,6 +68,9 @@ def test_smoke_parameters_move_and_metrics_finite(tmp_path, tiny, estimator):
     run = tmp_path / "run"
     assert (run / "config.json").exists() and list((run / "tb").iterdir()) and list((run / "checkpoints").iterdir())
     assert json.loads((run / "samples.json").read_text())[0]["rollouts"]
+    # one step index everywhere: checkpoints and recorded samples count as metrics.jsonl does
+    assert [p.name for p in sorted((run / "checkpoints").iterdir())] == ["step-000002", "step-000003"]
+    assert [s["step"] for s in json.loads((run / "samples.json").read_text())] == [1, 2, 3]
 
 
 @pytest.mark.slow

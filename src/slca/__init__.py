@@ -39,19 +39,24 @@ __all__ = [
     "ParseError",
     "ParsedTurn",
     "RewardBreakdown",
+    "RolloutConfig",
     "Task",
     "ToolCall",
     "ToolResult",
     "ToolSpec",
+    "TrainConfig",
     "Trajectory",
     "Turn",
     "aggregate",
     "clipped_surrogate",
     "compute_advantages",
     "conditional_normalize",
+    "encode_conversation",
     "environment_mask",
     "gdpo_advantages",
+    "generate_rollouts",
     "get_estimator",
+    "get_format",
     "group_normalize",
     "grpo_advantages",
     "kl_penalty",
@@ -63,6 +68,7 @@ __all__ = [
     "slca_cond_advantages",
     "slca_turn_advantages",
     "tool_turn_index",
+    "train",
     "turn_index",
     "turn_normalize",
 ]
@@ -85,3 +91,7 @@ def __getattr__(name: str):
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'slca' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -17,8 +17,18 @@ console = Console()
 console.soft_wrap = not console.is_terminal  # in logs and CI, long lines (paths, errors) stay whole, not wrapped at 80 columns
 
 
+def _version(value: bool) -> None:
+    if value:
+        import slca
+
+        console.print(f"slca {slca.__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the slca version and exit."),
+) -> None:
     """Segment-Locked Credit Assignment for tool-calling RL."""
 
 
@@ -69,10 +79,11 @@ def _run_with_progress(cfg, label: str, **kw: Any):
 
     def on_step(m: dict[str, Any]) -> None:
         prog.start()  # on the first step: a refusal of the run folder prints no empty bar before it
-        desc = f"tool {m.get('reward/tool', float('nan')):.2f}  summary {m.get('reward/summary', float('nan')):.2f}"
+        desc = (f"tool {m.get('reward/tool', float('nan')):.2f}  summary {m.get('reward/summary', float('nan')):.2f}"
+                if m["step"] else "before training")  # step 0: the evaluation before any update
         if "eval/success" in m:
             desc += f"  eval success {m['eval/success']:.2f}"
-        prog.update(task, completed=m["step"] + 1, description=desc)
+        prog.update(task, completed=m["step"], description=desc)
 
     try:
         return train(cfg, on_step=on_step, **kw)
@@ -173,7 +184,7 @@ def demo(
     init_state = {k: v.clone() for k, v in model.state_dict().items()}
     runs: dict[str, Path] = {}
     for est in ("grpo", "slca"):
-        cfg = validate(TrainConfig(run_dir=str(out / est), estimator=est, seed=seed, **DEMO_OVERRIDES["quick" if quick else "full"]))
+        cfg = validate(TrainConfig(run_dir=str(out / est), estimator=est, seed=seed, eval_on_start=True, **DEMO_OVERRIDES["quick" if quick else "full"]))
         model.load_state_dict(init_state)  # both runs start from the same weights
         tr = _run_with_progress(cfg, est.upper(), model=model, tokenizer=tok, overwrite=True)  # the demo replaces its last run
         runs[est.upper()] = out / est
@@ -253,6 +264,7 @@ def report(
 
 @app.command()
 def compare(
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML/JSON file of config fields shared by every run (estimator, seed, run_dir are set per run)."),
     estimators: Optional[str] = typer.Option(None, help="Comma-separated registered estimators; the first is the baseline of paired differences. Default: the registry's reference estimators (grpo,slca,gdpo)."),
     seeds: str = typer.Option("0,1,2,3,4", help="Comma-separated seeds; every estimator runs every seed."),
     out: Path = typer.Option(Path("runs/compare"), help="Folder for all runs and the report."),
@@ -288,8 +300,13 @@ def compare(
     if out.exists() and not out.is_dir():
         _fail(f"--out: {out} exists and is not a folder")
     from slca.compare import check_runs
+    from slca.config import file_overrides
 
-    cfg = _refuse_value_errors(lambda: check_runs(est, sds, out, list(set_), overwrite=overwrite))
+    shared, dropped = _refuse_value_errors(lambda: file_overrides(config, drop=("estimator", "seed", "run_dir"))) if config else ([], [])
+    if dropped:
+        console.print(f"note: compare sets estimator, seed and run_dir per run; {config} sets {', '.join(dropped)}, not used")
+    set_ = shared + list(set_)
+    cfg = _refuse_value_errors(lambda: check_runs(est, sds, out, set_, overwrite=overwrite))
     if cfg.model == "default":  # build the embedded model once, before runs start in parallel
         from slca.models import load_default
 
@@ -315,7 +332,7 @@ def compare(
 
 @app.command("eval")
 def eval_(
-    model: str = typer.Option(..., "--model", "-m", help="A save_pretrained model folder with a chat template, or 'default' (the embedded model)."),
+    model: str = typer.Option(..., "--model", "-m", help="A save_pretrained model folder with a chat template, a Hugging Face hub id (from_pretrained), or 'default' (the embedded model)."),
     suite: str = typer.Option(..., "--suite", help="toolworld | toucan | bfcl | tau2."),
     categories: str = typer.Option("", "--categories", help="Comma-separated: BFCL categories or groups (simple, non_live, non_python, python, live, single_turn, multi_turn, all); tau2 domains (airline, retail); in-domain task kinds."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Records per BFCL category / tau2 domain / in-domain suite."),

@@ -1,8 +1,15 @@
 """Training configuration: flat dataclasses, one docstring under every field.
 
 Load from a YAML/JSON file and override on the command line with
-``--set field=value``; :func:`validate` refuses a bad value before any work
-starts (before a run folder is made or a model loads), naming the field.
+``--set field=value`` (a list field takes ``a,b``); :func:`validate` refuses a bad
+value before any work starts (before a run folder is made or a model loads),
+naming the field.
+
+The dataclass is also :class:`transformers.HfArgumentParser`-compatible (typed
+fields, defaults, list fields by ``default_factory``), so a script can parse it
+next to its own dataclasses (``HfArgumentParser((TrainConfig, MyArgs))``), from
+``--lr 1e-4 --report_to wandb mlflow`` or ``parse_yaml_file``; pass the result
+through :func:`validate`.
 """
 
 from __future__ import annotations
@@ -14,13 +21,13 @@ import math
 import types
 import typing
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = ["TrainConfig", "ConfigError", "CHECKS", "load_config", "read_config_file", "apply_overrides", "validate", "config_diff", "to_dict"]
+__all__ = ["TrainConfig", "ConfigError", "CHECKS", "load_config", "read_config_file", "file_overrides", "apply_overrides", "validate", "config_diff", "to_dict"]
 
 
 @dataclass
@@ -35,9 +42,25 @@ class TrainConfig:
     steps: int = 30
     """Optimizer steps (one rollout batch each)."""
     model: str = "default"
-    """'default' = the embedded tiny model (built on first use), or a path / HF id of a causal LM."""
+    """'default' = the embedded tiny model (built on first use), a save_pretrained folder, or a Hugging Face hub id (from_pretrained; offline: from the local HF cache)."""
     device: str = "cpu"
-    """torch device ('cpu', 'cuda', 'cuda:1')."""
+    """torch device ('cpu', 'cuda', 'cuda:1'); refused up front if this machine has no such device."""
+    dtype: str = "float32"
+    """Parameter dtype of the policy for rollouts and training: 'float32', 'bfloat16', 'float16' (float16 only with LoRA: full fine-tuning in float16 needs loss scaling, which slca does not do). Log-probs and the loss are computed in float32."""
+    chat_template: str = ""
+    """A chat template replacing the tokenizer's: a path to a .jinja file, or the template text inline ('' = the tokenizer's own). E.g. a prefix-preserving training template (TRL ships them in trl/chat_templates/)."""
+    lora_r: int = 0
+    """LoRA rank (peft extra): > 0 trains low-rank adapters only, the base model frozen; 0 = full fine-tuning."""
+    lora_alpha: float = 16.0
+    """LoRA scaling numerator (the update is scaled by lora_alpha / lora_r)."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA input (0 keeps rollouts and training log-probs the same function)."""
+    lora_target_modules: list[str] = field(default_factory=list)
+    """Module names that get adapters, e.g. q_proj,k_proj,v_proj,o_proj; empty = peft's default for the architecture (q_proj,v_proj for Qwen2 / Llama)."""
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    """Trackers that get every metric besides metrics.jsonl: any of tensorboard, wandb, mlflow, trackio (each an extra), 'all' (those installed) or 'none'; see slca.tracking."""
+    project: str = "slca"
+    """Project (wandb, trackio) or experiment (mlflow) the trackers file the run under; the run is named after run_dir."""
 
     # ---- data / environment
     suite: str = "toolworld"
@@ -86,9 +109,11 @@ class TrainConfig:
 
     # ---- optimisation
     lr: float = 2e-4
-    """AdamW learning rate (constant after warmup)."""
+    """AdamW learning rate (peak, after warmup)."""
+    lr_scheduler_type: str = "constant_with_warmup"
+    """LR schedule, by transformers.get_scheduler name: 'constant_with_warmup', 'linear', 'cosine', 'cosine_with_restarts', 'polynomial', 'inverse_sqrt', 'constant' (no warmup); decays run over `steps`."""
     warmup_steps: int = 2
-    """Linear warmup steps."""
+    """Linear warmup steps (update k of the warmup uses lr * k / warmup_steps)."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     ppo_epochs: int = 1
@@ -113,11 +138,13 @@ class TrainConfig:
 
     # ---- diagnostics / evaluation / checkpoints
     diag_every: int = 1
-    """Compute per-segment gradients and their cosine every N steps (costs one extra backward)."""
+    """Compute per-segment gradients and their cosine on steps 1, N+1, 2N+1, ... (costs one extra backward)."""
     volatility_window: int = 10
     """Window (steps) of the rolling coefficient of variation of the gradient norm."""
     eval_every: int = 10
-    """Held-out evaluation every N steps (0 = only at the end)."""
+    """Held-out evaluation every N steps (0 = only at the end); the last step is always evaluated."""
+    eval_on_start: bool = False
+    """Also evaluate before any update (logged at step 0), so every held-out curve starts at the baseline."""
     eval_tasks: int = 32
     """Held-out tasks per evaluation (toolworld test split)."""
     eval_temperature: float = 0.0
@@ -127,7 +154,7 @@ class TrainConfig:
     keep_checkpoints: int = 2
     """Checkpoints kept on disk, newest first (the oldest are removed; 0 = keep every one)."""
     sample_html_every: int = 10
-    """Record one group per N steps for the token-level advantage page."""
+    """Record one group on steps 1, N+1, 2N+1, ... for the token-level advantage page (0 = none)."""
 
 
 # ---------------------------------------------------------------- validation
@@ -190,10 +217,32 @@ def _model(v: str) -> str | None:
         return None
     p = Path(v).expanduser()
     if not p.exists():
-        return f"{v!r}: no such folder (give 'default' or a local save_pretrained folder; hub downloads are not used)"
-    if not p.is_dir() or not (p / "config.json").is_file():
-        return f"{v!r}: not a Hugging Face model folder (no config.json)"
+        if v.startswith((".", "/", "~")) or v.count("/") > 1 or not v.strip():
+            return f"{v!r}: no such folder (give 'default', a save_pretrained folder or a Hugging Face hub id)"
+        return None  # a hub id: from_pretrained resolves it when the model loads (one line if it cannot)
+    if not p.is_dir() or not ((p / "config.json").is_file() or (p / "adapter_config.json").is_file()):
+        return f"{v!r}: not a Hugging Face model folder (no config.json or adapter_config.json)"
     return None
+
+
+def _chat_template(v: str) -> str | None:
+    if not v or "{{" in v or "{%" in v:  # the tokenizer's own, or an inline template
+        return None
+    return None if Path(v).expanduser().is_file() else f"{v!r} is neither a file nor an inline Jinja template"
+
+
+def _report_to(v: list[str]) -> str | None:
+    from slca.tracking import parse_report_to
+
+    try:
+        parse_report_to(v)
+    except ValueError as e:
+        return str(e).removeprefix("report_to: ")
+    return None
+
+
+def _nonempty(v: str) -> str | None:
+    return None if v.strip() else "must not be empty"
 
 
 def _suite(v: str) -> str | None:
@@ -254,6 +303,14 @@ CHECKS: dict[str, Check] = {
     "steps": _gt(0),
     "model": _model,
     "device": _device,
+    "dtype": _one_of("float32", "bfloat16", "float16"),
+    "chat_template": _chat_template,
+    "lora_r": _ge(0),
+    "lora_alpha": _gt(0),
+    "lora_dropout": _within(0, 1, hi_open=True),
+    "lora_target_modules": lambda v: None if all(x.strip() for x in v) else f"module names must not be empty, got {v!r}",
+    "report_to": _report_to,
+    "project": _nonempty,
     "suite": _suite,
     "eval_suite": _eval_suite,
     "eval_fraction": _within(0, 1, hi_open=True),
@@ -274,6 +331,7 @@ CHECKS: dict[str, Check] = {
     "summary_weight": _ge(0),
     "summary_noise": _ge(0),
     "lr": _gt(0),
+    "lr_scheduler_type": _one_of("constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial", "inverse_sqrt", "constant"),
     "warmup_steps": _ge(0),
     "weight_decay": _ge(0),
     "ppo_epochs": _gt(0),
@@ -288,6 +346,7 @@ CHECKS: dict[str, Check] = {
     "diag_every": _ge(0),
     "volatility_window": _gt(0),
     "eval_every": _ge(0),
+    "eval_on_start": _any,
     "eval_tasks": _gt(0),
     "eval_temperature": _ge(0),
     "save_every": _ge(0),
@@ -306,6 +365,13 @@ def _cross_checks(cfg: TrainConfig) -> Iterator[tuple[str, str]]:
         yield "eval_fraction", "give eval_suite or eval_fraction, not both"
     if cfg.eval_fraction and cfg.suite == "toolworld":
         yield "eval_fraction", "is for a file suite; toolworld evaluates on its own test split"
+    if cfg.dtype == "float16" and cfg.lora_r == 0:
+        yield "dtype", "float16 full fine-tuning needs loss scaling, which slca does not do; use bfloat16, or float16 with lora_r > 0 (adapters train in float32)"
+    if cfg.lora_r > 0:
+        import importlib.util
+
+        if importlib.util.find_spec("peft") is None:
+            yield "lora_r", "> 0 needs peft, which is not installed (pip install \"slca[peft]\")"
 
 
 def _type_ok(v: Any, hint: Any) -> bool:
@@ -351,6 +417,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     for f in dataclasses.fields(cfg):
         v = getattr(cfg, f.name)
         hint = hints[f.name]
+        if typing.get_origin(hint) is list and isinstance(v, str):  # a list field given as "a,b" (e.g. report_to: none)
+            v = _coerce(f.name, v, hint)
+            setattr(cfg, f.name, v)
         if not _type_ok(v, hint):
             raise ConfigError(f.name, f"must be {_type_name(hint)}, got {v!r}")
         if hint is float and isinstance(v, int):
@@ -447,6 +516,15 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(str(p), f"a config file must hold a mapping of field: value, got {type(data).__name__}")
     return data
+
+
+def file_overrides(path: str | Path, drop: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
+    """A config file's fields as ``field=value`` overrides (lists as ``a,b``), for
+    commands that pass a config on to ``slca train`` processes; returns
+    ``(overrides, names dropped)`` with the fields in ``drop`` left out."""
+    data = read_config_file(path)
+    out = [f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in data.items() if k not in drop]
+    return out, [k for k in data if k in drop]
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None) -> TrainConfig:

@@ -1,4 +1,10 @@
-"""Loading the policy to train: the embedded default model or a local causal LM folder."""
+"""Loading the policy: a model folder, a Hugging Face hub id or the embedded default,
+in a chosen dtype, on a checked device, optionally with LoRA adapters (peft).
+
+Every failure a user can cause (a path that is not there, a hub id while offline,
+a device this machine lacks, a missing chat template) is a one-line ``ValueError``
+naming what was wrong, raised before any training work.
+"""
 
 from __future__ import annotations
 
@@ -7,23 +13,141 @@ from typing import Any
 
 import torch
 
-__all__ = ["load_policy"]
+__all__ = ["DTYPES", "check_device", "check_dtype", "resolve_chat_template", "load_pretrained", "apply_lora", "prepare_policy", "load_policy", "policy_options"]
+
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def load_policy(spec: str, device: str) -> tuple[torch.nn.Module, Any]:
-    """``(model on device, tokenizer)``: the embedded default (``"default"``) or a causal LM folder with a chat template."""
+def _checked(field: str, value: Any) -> None:
+    """Refuse ``value`` as :data:`slca.config.CHECKS` would for ``field`` (one rule, one place)."""
+    from slca.config import CHECKS, ConfigError
+
+    msg = CHECKS[field](value)
+    if msg:
+        raise ConfigError(field, msg)
+
+
+def check_dtype(dtype: str) -> torch.dtype:
+    """The torch dtype named ``dtype`` ('float32', 'bfloat16', 'float16')."""
+    _checked("dtype", dtype)
+    return DTYPES[dtype]
+
+
+def check_device(device: str) -> torch.device:
+    """``torch.device(device)`` if this machine has it; a one-line ValueError otherwise."""
+    _checked("device", device)
+    return torch.device(device)
+
+
+def resolve_chat_template(value: str) -> str | None:
+    """``chat_template``: '' -> None (the tokenizer's own); a path to a file -> its text;
+    text with Jinja markup (``{{`` or ``{%``) -> that text."""
+    _checked("chat_template", value)
+    if not value or "{{" in value or "{%" in value:
+        return value or None
+    return Path(value).expanduser().read_text()
+
+
+def _one_line(e: BaseException) -> str:
+    lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+    return (lines[0] if lines else type(e).__name__)[:300]
+
+
+def load_pretrained(spec: str, dtype: torch.dtype = torch.float32) -> tuple[torch.nn.Module, Any]:
+    """``(model, tokenizer)`` from a ``save_pretrained`` folder or a Hugging Face hub id.
+
+    A hub id goes through ``from_pretrained`` as transformers resolves it (the local
+    Hugging Face cache first; with ``HF_HUB_OFFLINE=1`` only the cache). A LoRA
+    checkpoint folder (``adapter_config.json``, as ``slca train`` saves with
+    ``lora_r > 0``) loads its base model with the adapters applied (peft).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    p = Path(spec).expanduser()
+    if p.exists():
+        if not (p / "config.json").is_file() and not (p / "adapter_config.json").is_file():
+            raise ValueError(f"model {spec!r}: not a Hugging Face model folder (no config.json or adapter_config.json)")
+        src = str(p)
+    elif spec.startswith((".", "/", "~")) or spec.count("/") > 1:
+        raise ValueError(f"model {spec!r}: no such folder")
+    else:
+        src = spec
+    try:
+        tok = AutoTokenizer.from_pretrained(src)
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype)
+    except (OSError, ValueError) as e:  # huggingface_hub's offline / not-found errors are OSError subclasses
+        if src != spec:
+            raise ValueError(f"model {spec!r}: could not load the folder ({_one_line(e)})") from None
+        from huggingface_hub import constants
+
+        why = "not in the Hugging Face cache and HF_HUB_OFFLINE=1" if constants.HF_HUB_OFFLINE else _one_line(e)
+        raise ValueError(f"model {spec!r}: not a local folder, and the Hugging Face hub id could not be loaded ({why}); "
+                         "download it once where there is network, or pass a save_pretrained folder") from None
+    return model, tok
+
+
+def apply_lora(model: torch.nn.Module, r: int, alpha: float, dropout: float = 0.0, target_modules: list[str] | None = None) -> torch.nn.Module:
+    """Wrap ``model`` with LoRA adapters (peft): only the adapters train, the base is frozen.
+
+    ``target_modules`` None or empty: peft's default for the architecture (for
+    Qwen2 / Llama: ``q_proj``, ``v_proj``). LoRA: Hu et al. 2021, arXiv 2106.09685.
+    """
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise ValueError("lora_r: > 0 needs peft, which is not installed (pip install \"slca[peft]\")") from None
+    cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules or []) or None, task_type="CAUSAL_LM")
+    try:
+        return get_peft_model(model, cfg)
+    except ValueError as e:
+        raise ValueError(f"lora_target_modules: {list(target_modules or [])}: {_one_line(e)}") from None
+
+
+def prepare_policy(
+    model: torch.nn.Module,
+    tok: Any,
+    *,
+    device: str = "cpu",
+    dtype: str = "float32",
+    chat_template: str = "",
+    lora_r: int = 0,
+    lora_alpha: float = 16.0,
+    lora_dropout: float = 0.0,
+    lora_target_modules: list[str] | None = None,
+    what: str = "model",
+) -> tuple[torch.nn.Module, Any]:
+    """Make a loaded ``(model, tokenizer)`` ready to train: ``chat_template`` (a path or
+    inline Jinja) replaces the tokenizer's; the model is cast to ``dtype``, wrapped with
+    LoRA adapters when ``lora_r > 0`` (in place: peft injects the adapter layers into
+    ``model``) and moved to ``device``."""
+    dev, dt = check_device(device), check_dtype(dtype)
+    template = resolve_chat_template(chat_template)
+    if template is not None:
+        tok.chat_template = template
+    if not getattr(tok, "chat_template", None):
+        raise ValueError(f"{what}: its tokenizer has no chat template; set chat_template (a .jinja file or inline)")
+    model = model.to(dt)
+    if lora_r > 0 and not hasattr(model, "peft_config"):
+        model = apply_lora(model, lora_r, lora_alpha, lora_dropout, lora_target_modules)
+    return model.to(dev), tok
+
+
+def load_policy(spec: str, **options: Any) -> tuple[torch.nn.Module, Any]:
+    """The policy and its tokenizer: ``spec`` is ``'default'`` (the embedded tiny model),
+    a model folder or a hub id; ``options`` as for :func:`prepare_policy` (checked
+    before anything is loaded)."""
+    check_device(options.get("device", "cpu"))
+    dt = check_dtype(options.get("dtype", "float32"))
+    resolve_chat_template(options.get("chat_template", ""))
     if spec == "default":
         from slca.models import load_default
 
         model, tok = load_default()
     else:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        model, tok = load_pretrained(spec, dt)
+    return prepare_policy(model, tok, what=f"model {spec!r}", **options)
 
-        p = Path(spec)
-        if not p.exists():
-            raise ValueError(f"model {spec!r}: no such path (hub downloads are not used; pass a local folder)")
-        tok = AutoTokenizer.from_pretrained(spec)
-        model = AutoModelForCausalLM.from_pretrained(spec, dtype=torch.float32)
-    if getattr(tok, "chat_template", None) is None:
-        raise ValueError(f"model {spec!r}: its tokenizer has no chat template")
-    return model.to(device), tok
+
+def policy_options(cfg: Any) -> dict[str, Any]:
+    """The :func:`prepare_policy` options a :class:`~slca.config.TrainConfig` sets."""
+    return {k: getattr(cfg, k) for k in ("device", "dtype", "chat_template", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")}

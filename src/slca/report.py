@@ -99,12 +99,18 @@ def read_config(run_dir: str | Path) -> dict[str, Any] | None:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The records of a run's ``metrics.jsonl``; ``step`` is the 1-based index of the update
+    (0: the evaluation before training). Runs written before slca counted steps that way
+    (their first training record is step 0) are read with every step shifted by one."""
     p = Path(run_dir) / "metrics.jsonl"
     if not p.exists():
         raise ValueError(f"{str(p)!r} does not exist: is {str(run_dir)!r} a run folder?")
     from slca.runs import read_jsonl
 
-    return read_jsonl(p)  # a torn last line (a run killed mid-write) is dropped; any other bad line is an error
+    rows = read_jsonl(p)  # a torn last line (a run killed mid-write) is dropped; any other bad line is an error
+    if any(r.get("step") == 0 and "loss" in r for r in rows):  # 0-based training steps: the old layout
+        rows = [{**r, "step": r["step"] + 1} for r in rows]
+    return rows
 
 
 def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:

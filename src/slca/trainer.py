@@ -27,6 +27,7 @@ import json
 import math
 import random
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,10 +42,11 @@ from slca.config import TrainConfig, to_dict, validate
 from slca.diagnostics import advantage_stats, contamination, flat_grad, grad_cosine, rolling_cv
 from slca.env.suites import fit_suites, load_suites
 from slca.losses import aggregate, clipped_surrogate, kl_penalty
-from slca.policy import load_policy
+from slca.policy import load_policy, policy_options, prepare_policy
 from slca.rewards.batch import ScoredBatch, score_batch
 from slca.segments import segment_masks
 from slca.stats import CreditStats, GradSplit, RewardStats, RolloutStats, UpdateStats, nanmean, step_metrics
+from slca.tracking import make_trackers
 from slca.types import Task, Trajectory
 
 __all__ = ["Rollouts", "Credit", "TaskSampler", "Trainer", "train"]
@@ -138,39 +140,46 @@ class Trainer:
         if not train_tasks:
             raise ValueError("Trainer: train_tasks is empty")
         if model is None:
-            model, tokenizer = load_policy(cfg.model, cfg.device)
-        self.model, self.tok = model.to(cfg.device), tokenizer
+            model, tokenizer = load_policy(cfg.model, **policy_options(cfg))
+        else:
+            model, tokenizer = prepare_policy(model, tokenizer, **policy_options(cfg))
+        self.model, self.tok = model, tokenizer
+        self.params = [p for p in self.model.parameters() if p.requires_grad]  # with LoRA: the adapters only
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if fit:  # loaded prompts that leave no room to generate are left out, with a warning
             train_tasks, eval_tasks = fit_suites(train_tasks, eval_tasks or [], tokenizer, cfg.max_total_tokens, suite=cfg.suite, eval_suite=cfg.eval_suite)
         self.train_tasks, self.make_env = train_tasks, make_env
         self.eval_tasks = (eval_tasks or [])[: cfg.eval_tasks]
-        self.ref = None
-        if cfg.kl_coef > 0:
+        self.ref = None  # with LoRA the reference is the base model: the adapters switched off
+        if cfg.kl_coef > 0 and not cfg.lora_r:
             self.ref = copy.deepcopy(self.model).eval().requires_grad_(False)
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        warm = max(cfg.warmup_steps, 1)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm))
+        self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.sched = _lr_schedule(self.opt, cfg)
         self.sampler = TaskSampler(len(train_tasks), cfg.seed)
         self.step = 0
         self.grad_norms: list[float] = []
         self.samples: list[dict[str, Any]] = []
         self._log = log
-        self._tb = None
+        self._trackers = make_trackers(cfg)
 
     # ------------------------------------------------------------------ one step
 
     def train_step(self) -> dict[str, Any]:
-        """One optimizer step: rollout -> score -> credit -> update -> metrics. Returns the step's metrics."""
+        """One optimizer step: rollout -> score -> credit -> update -> metrics. Returns the step's metrics.
+
+        ``step`` (the updates done before this one) seeds the phases; the step is
+        logged, checkpointed and plotted as ``step + 1``, the 1-based index of the
+        update just taken (TRL's ``global_step``), 0 being the evaluation before training.
+        """
         step = self.step
         ro = self.rollout(step)
         scored = self.score(ro.trajs, step)
         credit = self.credit(ro, scored)
         update = self.update(ro.batch, credit, step)
         self.grad_norms.append(update.grad_norm)
-        m = self.step_metrics(step, ro, scored, credit, update)
-        if self.cfg.sample_html_every and step % self.cfg.sample_html_every == 0:
-            self.samples.append(self._record_group(step, ro.trajs, credit))
+        m = self.step_metrics(step + 1, ro, scored, credit, update)
+        if self.cfg.sample_html_every and step % self.cfg.sample_html_every == 0:  # steps 1, N + 1, ...
+            self.samples.append(self._record_group(step + 1, ro.trajs, credit))
         self.step += 1
         return m
 
@@ -248,9 +257,8 @@ class Trainer:
         c, mask = self.cfg, mb.model_mask
         logp = response_logprobs(self.model, mb, c.temperature, c.fast_paths)
         per_tok, sur = clipped_surrogate(logp, mb.old_logprobs, adv, clip_low=c.clip_low, clip_high=c.clip_high, return_stats=True)
-        if self.ref is not None:
-            with torch.no_grad():
-                ref_logp = response_logprobs(self.ref, mb, c.temperature, c.fast_paths)
+        if c.kl_coef > 0:
+            ref_logp = self._ref_logprobs(mb)
             kl_tok = kl_penalty(logp, ref_logp, kind=c.kl_kind)
             per_tok = per_tok + c.kl_coef * kl_tok
             st.kls.append(float((kl_tok.detach() * mask).sum() / mask.sum().clamp_min(1)))
@@ -264,10 +272,19 @@ class Trainer:
         else:
             loss = loss_of(per_tok)
             loss.backward()
-        st.grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm))
+        st.grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, c.max_grad_norm))
         self.opt.step()
         st.losses.append(float(loss.detach()))
         st.clip_fracs.append(sur.clip_frac(mask))
+
+    @torch.no_grad()
+    def _ref_logprobs(self, mb: RolloutBatch) -> torch.Tensor:
+        """(b, T) log-probabilities under the frozen reference (LoRA: the base, adapters off)."""
+        c = self.cfg
+        if self.ref is not None:
+            return response_logprobs(self.ref, mb, c.temperature, c.fast_paths)
+        with self.model.disable_adapter():
+            return response_logprobs(self.model, mb, c.temperature, c.fast_paths)
 
     def _split_backward(self, l_tool: torch.Tensor, l_sum: torch.Tensor) -> tuple[torch.Tensor, GradSplit]:
         """Backward of ``l_tool + l_sum`` in two passes, measuring each segment's gradient.
@@ -276,9 +293,9 @@ class Trainer:
         tool-token and summary-token parts.
         """
         l_tool.backward(retain_graph=True)
-        g_tool = flat_grad(self.model.parameters())
+        g_tool = flat_grad(self.params)
         l_sum.backward()
-        g_sum = flat_grad(self.model.parameters()) - g_tool
+        g_sum = flat_grad(self.params) - g_tool
         return l_tool + l_sum, GradSplit(float(g_tool.norm()), float(g_sum.norm()), grad_cosine(g_tool, g_sum))
 
     def step_metrics(self, step: int, ro: Rollouts, scored: ScoredBatch, credit: Credit, update: UpdateStats) -> dict[str, Any]:
@@ -421,7 +438,12 @@ class Trainer:
         diff = config_diff(st["config"], self.cfg, ignore=("run_dir", *RESUME_MAY_CHANGE))
         if diff:
             raise ValueError(f"checkpoint {str(ckpt)!r} is of a different config: {'; '.join(diff)}")
-        missing, unexpected = self.model.load_state_dict(sd, strict=False)
+        if hasattr(self.model, "peft_config"):  # LoRA: the checkpoint holds the adapters only
+            from peft import set_peft_model_state_dict
+
+            missing, unexpected = [], set_peft_model_state_dict(self.model, sd).unexpected_keys
+        else:
+            missing, unexpected = self.model.load_state_dict(sd, strict=False)
         if unexpected or [k for k in missing if "lm_head" not in k]:  # tied embeddings are saved once
             raise ValueError(f"checkpoint {str(ckpt)!r} does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
         self.opt.load_state_dict(st["optimizer"])
@@ -438,27 +460,37 @@ class Trainer:
     # ------------------------------------------------------------------ logging
 
     def log(self, metrics: dict[str, Any]) -> None:
+        """One record to ``metrics.jsonl``, then to the ``report_to`` trackers (:mod:`slca.tracking`)."""
         with open(self.run_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in metrics.items()}) + "\n")
-        if self._tb is None:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._tb = SummaryWriter(str(self.run_dir / "tb"))
-        for k, v in metrics.items():
-            if isinstance(v, (int, float)) and k != "step" and math.isfinite(v):
-                self._tb.add_scalar(k, v, metrics["step"])
-        self._tb.flush()
+        self._trackers.log(metrics)
         if self._log is not None:
             self._log(metrics)
 
     def close(self) -> None:
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+        self._trackers.close()
+
+
+def _lr_schedule(opt: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LRScheduler:
+    """``transformers.get_scheduler(cfg.lr_scheduler_type)``, stepped once per training step.
+
+    transformers gives the first update schedule step 0 (learning rate 0 during
+    warmup); here update ``k`` (1-based) uses schedule step ``k``, so the first
+    update already learns: the schedule is advanced once before training, over
+    ``steps + 1`` schedule steps so that a decaying schedule's last update is not 0.
+    """
+    from transformers import get_scheduler
+
+    sched = get_scheduler(cfg.lr_scheduler_type, opt, num_warmup_steps=cfg.warmup_steps, num_training_steps=cfg.steps + 1)
+    with warnings.catch_warnings():  # torch warns about a scheduler step before the first optimizer step
+        warnings.simplefilter("ignore", UserWarning)
+        sched.step()
+    return sched
 
 
 def _truncate_metrics(path: Path, completed_steps: int) -> None:
-    """Keep only the records of the ``completed_steps`` steps a resumed run starts after.
+    """Keep only the records a run resumed after ``completed_steps`` steps keeps: steps
+    0 (the evaluation before training) to ``completed_steps``; none when it starts at 0.
 
     A torn last line (a kill mid-write) is dropped; the file is rewritten atomically.
     """
@@ -466,7 +498,7 @@ def _truncate_metrics(path: Path, completed_steps: int) -> None:
 
     if not path.exists():
         return
-    keep = [r for r in read_jsonl(path) if r.get("step", 0) < completed_steps]
+    keep = [r for r in read_jsonl(path) if completed_steps > 0 and r.get("step", 0) <= completed_steps]
     write_atomic(path, "".join(json.dumps(r) + "\n" for r in keep))
 
 
@@ -498,21 +530,25 @@ def train(
             tr.resume(run.checkpoint)
             print(f"[slca] resumed from step {tr.step} ({run.checkpoint})")
         _truncate_metrics(tr.run_dir / "metrics.jsonl", tr.step)
-        done = 0
-        while tr.step < cfg.steps:
-            m = tr.train_step()
-            last = tr.step == cfg.steps
-            if (cfg.eval_every and tr.step % cfg.eval_every == 0) or last:
-                m.update(tr.evaluate())
-            tr.log(m)
-            saved = (cfg.save_every and tr.step % cfg.save_every == 0) or last
-            if saved:
-                tr.save()
-            done += 1
-            if stop_after is not None and done >= stop_after and not last:
-                if not saved:
+        try:
+            if cfg.eval_on_start and tr.step == 0 and tr.eval_tasks:
+                tr.log({"step": 0, **tr.evaluate()})  # the baseline, before any update
+            done = 0
+            while tr.step < cfg.steps:
+                m = tr.train_step()
+                last = tr.step == cfg.steps
+                if (cfg.eval_every and tr.step % cfg.eval_every == 0) or last:
+                    m.update(tr.evaluate())
+                tr.log(m)
+                saved = (cfg.save_every and tr.step % cfg.save_every == 0) or last
+                if saved:
                     tr.save()
-                break
-        write_atomic(tr.run_dir / "samples.json", json.dumps(tr.samples))
-        tr.close()
+                done += 1
+                if stop_after is not None and done >= stop_after and not last:
+                    if not saved:
+                        tr.save()
+                    break
+            write_atomic(tr.run_dir / "samples.json", json.dumps(tr.samples))
+        finally:
+            tr.close()
     return tr

@@ -175,10 +175,12 @@ class ChatRenderer:
         lo = max(0, n - 60)
         training = find_training_template(self.chat_template)
         fix = (
-            f"use TRL's training template {training} (pass chat_template=open(...).read(), or set tokenizer.chat_template)"
+            f"use TRL's training template {training} (slca train: --set chat_template={training}; "
+            "Python: chat_template=open(path).read(), or set tokenizer.chat_template)"
             if training is not None
             else "use a training variant of the template that renders every assistant turn the same way whatever follows "
-            "(TRL ships them as trl/chat_templates/<model>_training.jinja, e.g. qwen3_training.jinja)"
+            "(TRL ships them as trl/chat_templates/<model>_training.jinja, e.g. qwen3_training.jinja; "
+            "slca train: --set chat_template=PATH)"
         )
         return TemplateNotPrefixPreserving(
             f"chat template is not prefix-preserving: {what}. First difference at char {n}:\n"

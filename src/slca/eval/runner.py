@@ -50,22 +50,19 @@ class EvalConfig:
 
 
 def load_model(spec: str):
-    """``(model, tokenizer)`` from a model folder, or the embedded model for ``default``."""
+    """``(model, tokenizer)`` from a model folder or a Hugging Face hub id, or the embedded model for ``default``."""
     if spec == "default":
         from slca.models import load_default
 
         return load_default(progress=True)
-    path = pathlib.Path(spec).expanduser()
-    if not path.is_dir():
-        raise ValueError(f"--model {spec!r}: no such folder (give a save_pretrained folder or 'default')")
-    if not (path / "config.json").exists():
-        raise ValueError(f"--model {spec!r}: not a Hugging Face model folder (no config.json)")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from slca.policy import load_pretrained
 
-    tok = AutoTokenizer.from_pretrained(path)
+    try:
+        model, tok = load_pretrained(spec)
+    except ValueError as e:
+        raise ValueError(f"--{e}") from None
     if not getattr(tok, "chat_template", None):
         raise ValueError(f"--model {spec!r}: the tokenizer has no chat template")
-    model = AutoModelForCausalLM.from_pretrained(path)
     model.eval()
     return model, tok
 
