@@ -8,12 +8,12 @@ evaluation at step 20 of the same seeds (same config otherwise).
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
 
 from slca.compare import t_interval
+from slca.report import read_metrics
 
 ROOT = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/study")
 KEYS = ["eval/success", "eval/name_f1", "eval/arg_match", "eval/reward_tool", "eval/reward_summary", "eval/parse_ok"]
@@ -23,9 +23,8 @@ def eval_at(run: Path, step: int) -> dict[str, float] | None:
     f = run / "metrics.jsonl"
     if not f.exists():
         return None
-    for ln in f.read_text().splitlines():
-        r = json.loads(ln)
-        if r["step"] + 1 == step and "eval/success" in r:
+    for r in read_metrics(run):  # 1-based steps, also for run folders written 0-based
+        if r["step"] == step and "eval/success" in r:
             return r
     return None
 
@@ -49,8 +48,8 @@ def row(setting: str, folder: str, step: int, seeds: list[int]) -> list[str]:
 
 def train_window(run: Path, key: str, lo: int, hi: int) -> float:
     """Mean of a training metric over steps lo..hi (1-based, inclusive)."""
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    v = [r[key] for r in rows if lo <= r["step"] + 1 <= hi and isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    rows = read_metrics(run)
+    v = [r[key] for r in rows if lo <= r["step"] <= hi and isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
     return sum(v) / len(v) if v else float("nan")
 
 
