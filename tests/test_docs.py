@@ -188,6 +188,12 @@ def test_python_block_runs(block, tmp_path, monkeypatch):
     if exc:  # "compile": syntax checked, not run (reason in EXCEPTIONS)
         return
     monkeypatch.chdir(tmp_path)
+    # A snippet that registers an estimator or input (docs/architecture.md's worked example)
+    # must not leave it registered for the tests that run after it.
+    import slca.advantages as adv
+
+    monkeypatch.setattr(adv, "_REGISTRY", dict(adv._REGISTRY))
+    monkeypatch.setattr(adv, "_INPUTS", dict(adv._INPUTS))
     ns: dict = {"__name__": "__doc_snippet__"}
     if block.doc in PRELUDES:
         exec(compile(PRELUDES[block.doc], "prelude", "exec"), ns)

@@ -151,7 +151,7 @@ def test_worked_example_trains_through_the_cli(tmp_path):
     res = CliRunner().invoke(app, ["train"] + [x for s in sets for x in ("--set", s)])
     assert res.exit_code == 0, res.output
     row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
-    assert math.isfinite(row["loss"]) and row["step"] == 0
+    assert math.isfinite(row["loss"]) and row["step"] == 1  # 1-based: the update just taken
 
 
 @pytest.mark.verl
