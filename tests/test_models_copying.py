@@ -81,3 +81,29 @@ def test_build_config_fields_change_the_fingerprint():
     assert replace(base, drills=10).fingerprint() != base.fingerprint()
     assert replace(base, sft=replace(base.sft, induction_steps=5)).fingerprint() != base.fingerprint()
     assert replace(base, sft=replace(base.sft, env_loss_weight=0.5)).fingerprint() != base.fingerprint()
+
+
+def _run(path, rows):
+    path.mkdir(parents=True)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_demo_verdict_reads_the_warm_start_and_says_who_did_better(tmp_path):
+    from slca.cli import demo_verdict
+
+    def rows(final, tool):
+        out = [{"step": 0, "eval/tool_tasks/success": 0.25}]
+        out += [{"step": i + 1, "loss": 0.1, "reward/tool": t} for i, t in enumerate(tool)]
+        out.append({"step": len(tool), "eval/tool_tasks/success": final})
+        return out
+
+    runs = {"GRPO": _run(tmp_path / "g", rows(0.5, [0.3] * 4 + [0.2] * 4)), "SLCA": _run(tmp_path / "s", rows(0.3, [0.3] * 4 + [0.4] * 4))}
+    lines = demo_verdict(runs)
+    assert "GRPO: held-out success on tool-needing tasks 0.500 vs the warm start's 0.250" in lines[0]
+    assert lines[0].endswith("did not rise.") and lines[1].endswith("rose.")
+    assert lines[2].startswith("GRPO did as well as or better than SLCA") and "(0.500 vs 0.300)" in lines[2]
+    runs = {"GRPO": _run(tmp_path / "g0", rows(0.0, [0.3] * 8)), "SLCA": _run(tmp_path / "s0", rows(0.0, [0.3] * 8))}
+    assert demo_verdict(runs)[2].startswith("Neither run solved a tool-needing task")
+    runs = {"GRPO": _run(tmp_path / "g1", rows(0.1, [0.3] * 8)), "SLCA": _run(tmp_path / "s1", rows(0.4, [0.3] * 8))}
+    assert demo_verdict(runs)[2] == "SLCA ended above GRPO on tool-needing tasks (0.400 vs 0.100)."
