@@ -5,9 +5,9 @@ Usage (from the repository root)::
     OMP_NUM_THREADS=1 .venv/bin/python scripts/warmstart_sweep.py --steps 2000 --env-weight 0.5 \
         --eval-at 500,1000,2000 --out docs/results/warmstart/run.json [--save DIR]
 
-Builds demonstrations, tokenizer and a fresh Qwen2 exactly as
-:func:`slca.models.build_default` does for the given :class:`~slca.models.BuildConfig`
-overrides, trains the SFT warm start, and at each ``--eval-at`` step runs greedy
+Builds the model with :func:`slca.models.build_default` itself for the given
+:class:`~slca.models.BuildConfig` overrides (so ``--save DIR`` is a finished build,
+recipe fingerprint included, that can ship as ``src/slca/models/shipped``), and at each ``--eval-at`` step runs greedy
 rollouts on ``--eval-n`` toolworld test tasks and records ArgMatch, Success on
 tool-needing and single-call tasks, parse rate and the summary score. The JSON
 file is rewritten after every evaluation, so a long run can be read as it goes.
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -31,9 +30,12 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--env-weight", type=float, default=0.0)
+    ap.add_argument("--copy-weight", type=float, default=1.0)
     ap.add_argument("--n-tasks", type=int, default=4000)
     ap.add_argument("--synthetic", type=float, default=0.5)
     ap.add_argument("--drills", type=int, default=0)
+    ap.add_argument("--digit-runs", action="store_true")
+    ap.add_argument("--vocab", type=int, default=1024)
     ap.add_argument("--induction", type=int, default=0)
     ap.add_argument("--induction-every", type=int, default=0)
     ap.add_argument("--hidden", type=int, default=192)
@@ -43,88 +45,74 @@ def main() -> None:
     ap.add_argument("--mlp", type=int, default=512)
     ap.add_argument("--eval-at", default="")
     ap.add_argument("--eval-n", type=int, default=64)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--save", default=None)
+    ap.add_argument("--out", required=True, help="JSON record (rewritten after every evaluation)")
+    ap.add_argument("--save", default=None, help="folder for the finished build (as slca build-model writes it) "
+                    "and a step<N> snapshot per evaluation")
     args = ap.parse_args()
     torch.set_num_threads(1)
 
     from slca.env import toolworld
-    from slca.models import BuildConfig, ModelSize, SFTConfig, make_model, sft_train
-    from slca.models.default import prepare_build
+    from slca.models import BuildConfig, ModelSize, SFTConfig, build_default
     from slca.rollout import RolloutConfig, generate_rollouts
 
     sys_path_fix()
     from warmstart_report import rollout_rates
 
     cfg = BuildConfig(
-        n_tasks=args.n_tasks, synthetic_entities=args.synthetic, drills=args.drills,
+        n_tasks=args.n_tasks, synthetic_entities=args.synthetic, drills=args.drills, digit_runs=args.digit_runs,
+        vocab_size=args.vocab,
         model=ModelSize(hidden_size=args.hidden, num_hidden_layers=args.layers, num_attention_heads=args.heads,
                         num_key_value_heads=args.kv_heads, intermediate_size=args.mlp),
         sft=SFTConfig(steps=args.steps, batch_tokens=args.batch_tokens, lr=args.lr, warmup_steps=args.warmup,
-                      env_loss_weight=args.env_weight, induction_steps=args.induction,
+                      env_loss_weight=args.env_weight, copy_weight=args.copy_weight, induction_steps=args.induction,
                       induction_every=args.induction_every),
     )
     t0, c0 = time.perf_counter(), time.process_time()
-    _, tok, examples, _ = prepare_build(cfg)
-    model = make_model(cfg.model, tok, seed=cfg.model_seed)
-    prep = time.process_time() - c0
     tasks = toolworld.make_tasks("test", n=args.eval_n)
     rcfg = RolloutConfig(group_size=1, temperature=0.0, max_turns=4, max_new_tokens=128, max_total_tokens=768)
     eval_at = {int(s) for s in args.eval_at.split(",") if s}
-    record = {"args": vars(args), "n_params": sum(p.numel() for p in model.parameters()), "prep_cpu_s": prep,
-              "evals": [], "losses": []}
+    record = {"args": vars(args), "config": cfg.to_dict(), "evals": [], "losses": []}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    sft_cpu = [0.0]
+    eval_cpu = [0.0]
 
-    def progress(step: int, loss: float) -> None:
+    def on_step(step: int, loss: float, model, tok) -> None:
         record["losses"].append(loss)
-        if step + 1 in eval_at or step + 1 == args.steps:
-            c = time.process_time()
-            model.eval()
-            trajs = []
-            with torch.no_grad():
-                for i in range(0, len(tasks), 32):
-                    trajs += generate_rollouts(model, tok, tasks[i : i + 32], toolworld.make_env, rcfg).trajectories
-            r = rollout_rates(trajs)
-            tool = [t for t in trajs if t.task.gold]
-            single = [t for t in trajs if t.task.kind == "single"]
-            r["success_tool"] = rollout_rates(tool)["success"] if tool else float("nan")
-            r["success_single"] = rollout_rates(single)["success"] if single else float("nan")
-            r["step"] = step + 1
-            r["eval_cpu_s"] = time.process_time() - c
-            r["train_cpu_s"] = time.process_time() - c0 - prep - sum(e["eval_cpu_s"] for e in record["evals"]) - r["eval_cpu_s"]
-            r["loss"] = sum(record["losses"][-20:]) / len(record["losses"][-20:])
-            record["evals"].append(r)
-            out.write_text(json.dumps(record, indent=1))
-            if args.save:
-                model.save_pretrained(Path(args.save) / f"step{step + 1}")
-                tok.save_pretrained(Path(args.save) / f"step{step + 1}")
-            print(f"step {step + 1}: loss {r['loss']:.3f} arg_match {r['arg_match']:.3f} success_tool {r['success_tool']:.3f} "
-                  f"single {r['success_single']:.3f} parse {r['parseable_call_rate']:.3f} summary {r['summary_reward']:.3f} "
-                  f"train_cpu {r['train_cpu_s']:.0f}s", flush=True)
+        if step + 1 not in eval_at and step + 1 != args.steps:
+            return
+        c = time.process_time()
+        model.eval()
+        trajs = []
+        with torch.no_grad():
+            for i in range(0, len(tasks), 32):
+                trajs += generate_rollouts(model, tok, tasks[i : i + 32], toolworld.make_env, rcfg).trajectories
+        r = rollout_rates(trajs)
+        tool = [t for t in trajs if t.task.gold]
+        single = [t for t in trajs if t.task.kind == "single"]
+        r["success_tool"] = rollout_rates(tool)["success"] if tool else float("nan")
+        r["success_single"] = rollout_rates(single)["success"] if single else float("nan")
+        r["step"] = step + 1
+        r["eval_cpu_s"] = time.process_time() - c
+        eval_cpu[0] += r["eval_cpu_s"]
+        r["cpu_s_so_far"] = time.process_time() - c0 - eval_cpu[0]  # data preparation + training, evaluations excluded
+        r["loss"] = sum(record["losses"][-20:]) / len(record["losses"][-20:])
+        record["evals"].append(r)
+        out.write_text(json.dumps(record, indent=1))
+        if args.save:
+            model.save_pretrained(Path(args.save + ".snapshots") / f"step{step + 1}")
+            tok.save_pretrained(Path(args.save + ".snapshots") / f"step{step + 1}")
+        print(f"step {step + 1}: loss {r['loss']:.3f} arg_match {r['arg_match']:.3f} success_tool {r['success_tool']:.3f} "
+              f"single {r['success_single']:.3f} parse {r['parseable_call_rate']:.3f} summary {r['summary_reward']:.3f} "
+              f"cpu {r['cpu_s_so_far']:.0f}s", flush=True)
 
-    from slca.models.sft import induction_warmup
-    from slca.models.default import induction_vocab
+    import tempfile
 
-    c1 = time.process_time()
-    record["induction_losses"] = induction_warmup(model, induction_vocab(tok), cfg.sft.induction_steps, lr=cfg.sft.lr, seed=cfg.sft.seed,
-        bos_id=tok.convert_tokens_to_ids("<|im_start|>"), sep_id=tok.convert_tokens_to_ids("<|im_end|>"))
-    record["induction_cpu_s"] = time.process_time() - c1
-    prep += record["induction_cpu_s"]
-    if record["induction_losses"]:
-        print(f"induction warm-up: loss {record['induction_losses'][0]:.2f} -> {record['induction_losses'][-1]:.3f} in {record['induction_cpu_s']:.0f}s", flush=True)
-    from slca.models.sft import induction_loss_fn
-
-    aux = induction_loss_fn(induction_vocab(tok), bos_id=tok.convert_tokens_to_ids("<|im_start|>"),
-                            sep_id=tok.convert_tokens_to_ids("<|im_end|>"), seed=cfg.sft.seed + 1)
-    sft_train(model, examples, cfg.sft, pad_id=tok.pad_token_id, progress=progress, aux_loss=aux)
-    record["wall_s"] = time.perf_counter() - t0
-    record["cpu_s"] = time.process_time() - c0
+    dest = Path(args.save) if args.save else Path(tempfile.mkdtemp()) / "build"
+    report = build_default(dest, cfg, progress=False, on_step=on_step)
+    info = json.loads((dest / "slca_build.json").read_text())
+    record.update(n_params=report.n_params, induction_losses=info.get("induction_losses", []), report=report.__dict__,
+                  wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0, eval_cpu_s=eval_cpu[0])
     out.write_text(json.dumps(record, indent=1))
-    if args.save:
-        model.save_pretrained(args.save)
-        tok.save_pretrained(args.save)
 
 
 def sys_path_fix() -> None:

@@ -406,10 +406,7 @@ def build_model(
     name = default_model_dir(None, cfg).name  # the fingerprint the recipe gives
     tmp = out.parent / f".{out.name}.build"
     shutil.rmtree(tmp, ignore_errors=True)
-    rep = build_default(tmp, cfg, progress=True)
-    info = json.loads((tmp / "slca_build.json").read_text())
-    info["fingerprint"] = name  # build_default records its folder's name; the recipe's is what load_default checks
-    (tmp / "slca_build.json").write_text(json.dumps(info, indent=1))
+    rep = build_default(tmp, cfg, progress=True)  # records the recipe's fingerprint, which load_default checks
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     console.print(f"built {rep.n_params / 1e6:.2f}M parameters in {rep.total_seconds / 60:.1f} min "

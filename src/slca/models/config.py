@@ -95,6 +95,9 @@ class BuildConfig:
     conversations whose assistant tokens are all copied from the request."""
     vocab_size: int = 1024
     """BPE vocabulary, special tokens included."""
+    digit_runs: bool = False
+    """Tokenizer: keep runs of digits whole before BPE (frequent numbers become one token)
+    instead of Qwen2's one digit per token (:func:`slca.models.tokenizer.train_tokenizer`)."""
     model: ModelSize = field(default_factory=ModelSize)
     """Architecture."""
     mix: DemoMix = field(default_factory=DemoMix)

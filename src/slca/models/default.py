@@ -220,14 +220,17 @@ def prepare_build(cfg: BuildConfig, console=None):
         demos = make_demonstrations(cfg.n_tasks, cfg.mix, seed=cfg.data_seed, synthetic=cfg.synthetic_entities)
     log(f"{len(demos)} demonstrations from toolworld train tasks")
     with status("training the tokenizer"):
-        tokenizer = train_tokenizer(render_texts(demos), vocab_size=cfg.vocab_size, model_max_length=cfg.model.max_position_embeddings)
+        tokenizer = train_tokenizer(render_texts(demos), vocab_size=cfg.vocab_size, model_max_length=cfg.model.max_position_embeddings,
+                                    digit_runs=cfg.digit_runs)
     log(f"tokenizer: {len(tokenizer)} tokens")
     with status("encoding demonstrations"):
-        examples, dropped = encode_examples(tokenizer, [(d.messages, d.tools) for d in demos], cfg.sft.max_length)
+        examples, dropped = encode_examples(tokenizer, [(d.messages, d.tools) for d in demos], cfg.sft.max_length,
+                                            with_copy_mask=cfg.sft.copy_weight != 1.0)
     if cfg.drills:
         from slca.models.drills import make_drills
 
-        drill_examples, _ = encode_examples(tokenizer, [(c, None) for c in make_drills(cfg.drills, seed=cfg.data_seed)], cfg.sft.max_length)
+        drill_examples, _ = encode_examples(tokenizer, [(c, None) for c in make_drills(cfg.drills, seed=cfg.data_seed)], cfg.sft.max_length,
+                                            with_copy_mask=cfg.sft.copy_weight != 1.0)
         log(f"{len(drill_examples)} copy drills")
         examples += drill_examples
     return demos, tokenizer, examples, dropped
@@ -239,16 +242,40 @@ def induction_vocab(tokenizer) -> list[int]:
     return [i for i in range(len(tokenizer)) if i not in special]
 
 
-def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, progress: bool = True) -> BuildReport:
+def warm_start(model, tokenizer, examples, cfg: BuildConfig, *, on_step=None, console=None):
+    """Train ``model`` in place by the recipe's warm start; returns ``(SFTStats, induction losses)``.
+
+    The induction warm-up (``cfg.sft.induction_steps``), then SFT on ``examples`` with one
+    induction batch every ``cfg.sft.induction_every`` steps. ``on_step(step, loss)`` is
+    called after each SFT step (0-based); it may evaluate the model (it is put back in
+    train mode). The build and ``scripts/warmstart_sweep.py`` both train through here.
+    """
+    from slca.models.sft import induction_loss_fn, induction_warmup, sft_train
+
+    bos, sep = tokenizer.convert_tokens_to_ids("<|im_start|>"), tokenizer.convert_tokens_to_ids("<|im_end|>")
+    ind: list[float] = []
+    if cfg.sft.induction_steps:
+        ind = induction_warmup(model, induction_vocab(tokenizer), cfg.sft.induction_steps, lr=cfg.sft.lr, seed=cfg.sft.seed,
+                               bos_id=bos, sep_id=sep)
+        if console is not None:
+            console.log(f"induction warm-up: {len(ind)} steps, copy loss {ind[0]:.2f} -> {ind[-1]:.3f}")
+    aux = None
+    if cfg.sft.induction_every:
+        aux = induction_loss_fn(induction_vocab(tokenizer), bos_id=bos, sep_id=sep, seed=cfg.sft.seed + 1)
+    stats = sft_train(model, examples, cfg.sft, pad_id=tokenizer.pad_token_id, progress=on_step, aux_loss=aux)
+    return stats, ind
+
+
+def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, progress: bool = True, on_step=None) -> BuildReport:
     """Build tokenizer + model + warm start for ``config`` and ``save_pretrained`` both to ``out_dir``.
 
     Writes to a temporary sibling folder and renames it into place at the end,
     so an interrupted build never leaves a half-written cache entry.
+    ``on_step(step, loss, model, tokenizer)``, if given, is called after every SFT step
+    (the sweep script evaluates the model there; it must not change the model).
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    from slca.models.sft import sft_train
 
     cfg = config or BuildConfig()
     out = Path(out_dir)
@@ -262,17 +289,16 @@ def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, pro
     console.log(f"Qwen2ForCausalLM: {n_params / 1e6:.2f}M parameters")
     columns = [TextColumn("SFT warm start"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]:.3f}"),
                TimeElapsedColumn(), TimeRemainingColumn()]
-    if cfg.sft.induction_steps:
-        from slca.models.sft import induction_warmup
-
-        with console.status("induction warm-up"):
-            ind = induction_warmup(model, induction_vocab(tokenizer), cfg.sft.induction_steps, lr=cfg.sft.lr, seed=cfg.sft.seed,
-                                   bos_id=tokenizer.convert_tokens_to_ids("<|im_start|>"), sep_id=tokenizer.convert_tokens_to_ids("<|im_end|>"))
-        console.log(f"induction warm-up: {len(ind)} steps, copy loss {ind[0]:.2f} -> {ind[-1]:.3f}")
     with Progress(*columns, console=console, disable=not progress) as bar:
         job = bar.add_task("sft", total=cfg.sft.steps, loss=float("nan"))
-        stats = sft_train(model, examples, cfg.sft, pad_id=tokenizer.pad_token_id,
-                          progress=lambda step, loss: bar.update(job, advance=1, loss=loss))
+
+        def step_done(step: int, loss: float) -> None:
+            bar.update(job, advance=1, loss=loss)
+            if on_step is not None:
+                with torch.random.fork_rng():
+                    on_step(step, loss, model, tokenizer)
+
+        stats, ind = warm_start(model, tokenizer, examples, cfg, on_step=step_done, console=console)
     report = BuildReport(
         n_demos=len(demos), n_params=n_params, vocab_size=len(tokenizer), sft_steps=cfg.sft.steps,
         first_loss=stats.losses[0], last_loss=stats.losses[-1], sft_tokens=stats.tokens, sft_seconds=stats.seconds,
@@ -284,7 +310,8 @@ def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, pro
     tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
     model.save_pretrained(tmp)
     add_response_template(tokenizer).save_pretrained(tmp)
-    info = {"fingerprint": out.name, "config": cfg.to_dict(), "report": report.__dict__, "losses": stats.losses}
+    info = {"fingerprint": default_model_dir(None, cfg).name, "config": cfg.to_dict(), "report": report.__dict__, "losses": stats.losses,
+            "induction_losses": ind}
     (tmp / _INFO).write_text(json.dumps(info, indent=1))
     if (out / _INFO).exists():
         shutil.rmtree(tmp)  # another process finished the same build first

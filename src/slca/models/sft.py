@@ -59,17 +59,26 @@ class SFTConfig:
     Tool responses echo the call's arguments, so this loss is copying practice at no
     extra forward cost; it never trains the policy to *generate* those tokens at
     rollout time (they are inserted by the environment)."""
+    copy_weight: float = 1.0
+    """Loss weight of the assistant tokens that copy the request: tokens of the assistant's
+    turns whose id occurs in the first user message and not in the system turn (the tool
+    signatures), i.e. the entity, number and date pieces an argument or an answer takes from
+    the request. 1 weighs them as every other assistant token. Argument values are a few
+    percent of the assistant's tokens; above 1, the copying they need is not drowned by the
+    JSON and prose around them."""
 
 
 @dataclass
 class SFTExample:
     """One encoded conversation: token ids, the assistant-token mask and the
     environment-token mask (tokens after the first assistant turn that the
-    environment inserted), all (T,)."""
+    environment inserted) and the copy mask (assistant tokens that copy the request,
+    see :attr:`SFTConfig.copy_weight`), all (T,)."""
 
     input_ids: list[int]
     model_mask: list[int]
     env_mask: list[int] | None = None
+    copy_mask: list[int] | None = None
 
 
 @dataclass
@@ -85,8 +94,24 @@ class SFTStats:
     """CPU time of this process in the loop (= wall time on an otherwise idle machine with one thread)."""
 
 
-def encode_examples(tokenizer, conversations: Sequence[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]], max_length: int):
-    """Encode ``(messages, tools)`` pairs with :func:`slca.chat.encode_conversation`.
+def copy_mask(tokenizer, input_ids: Sequence[int], model_mask: Sequence[int], messages: Sequence[dict[str, Any]],
+              tools: list[dict[str, Any]] | None) -> list[int]:
+    """(T,) 1 on the assistant tokens whose id occurs in the first user message's tokens
+    and not in the system turn's (see :attr:`SFTConfig.copy_weight`); all 0 without a user message."""
+    request = next((m.get("content") for m in messages if m.get("role") == "user"), None)
+    if not isinstance(request, str) or not request:
+        return [0] * len(input_ids)
+    ids = set(tokenizer(request, add_special_tokens=False)["input_ids"])
+    system = [m for m in messages if m.get("role") == "system"]
+    head = tokenizer.apply_chat_template(system + [{"role": "user", "content": ""}], tools=tools, tokenize=False)
+    ids -= set(tokenizer(head, add_special_tokens=False)["input_ids"])
+    return [int(bool(m) and t in ids) for t, m in zip(input_ids, model_mask)]
+
+
+def encode_examples(tokenizer, conversations: Sequence[tuple[list[dict[str, Any]], list[dict[str, Any]] | None]], max_length: int,
+                    *, with_copy_mask: bool = False):
+    """Encode ``(messages, tools)`` pairs with :func:`slca.chat.encode_conversation`
+    (and their :func:`copy_mask` when ``with_copy_mask``).
 
     Returns:
         (examples, dropped): the encoded conversations no longer than
@@ -103,7 +128,8 @@ def encode_examples(tokenizer, conversations: Sequence[tuple[list[dict[str, Any]
             dropped += 1
             continue
         env = [int(i >= enc.prompt_length and not m) for i, m in enumerate(enc.model_mask)]
-        out.append(SFTExample(list(enc.input_ids), list(enc.model_mask), env))
+        cp = copy_mask(tokenizer, enc.input_ids, enc.model_mask, messages, tools) if with_copy_mask else None
+        out.append(SFTExample(list(enc.input_ids), list(enc.model_mask), env, cp))
     return out, dropped
 
 
@@ -130,12 +156,14 @@ def make_batches(lengths: Sequence[int], batch_tokens: int, rng: random.Random) 
     return batches
 
 
-def _collate(examples: Sequence[SFTExample], pad_id: int, env_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _collate(examples: Sequence[SFTExample], pad_id: int, env_weight: float = 0.0,
+             copy_weight: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded ``input_ids`` (B, T), ``attention_mask`` (B, T), loss ``weights`` (B, T).
 
     ``weights[b, t]`` weighs the prediction of token ``t`` (from position ``t - 1``):
-    1 on assistant tokens, ``env_weight`` on environment tokens after the first
-    assistant turn, 0 elsewhere (system, first user turn, padding).
+    1 on assistant tokens (``copy_weight`` on those of the copy mask), ``env_weight`` on
+    environment tokens after the first assistant turn, 0 elsewhere (system, first user
+    turn, padding).
     """
     T = max(len(e.input_ids) for e in examples)
     B = len(examples)
@@ -149,26 +177,31 @@ def _collate(examples: Sequence[SFTExample], pad_id: int, env_weight: float = 0.
         w = torch.tensor(e.model_mask, dtype=torch.float32)
         if env_weight and e.env_mask is not None:
             w = w + env_weight * torch.tensor(e.env_mask, dtype=torch.float32)
+        if copy_weight != 1.0 and e.copy_mask is not None:
+            w = w + (copy_weight - 1.0) * torch.tensor(e.copy_mask, dtype=torch.float32)
         weights[b, :n] = w
     return ids, att, weights
 
 
-def weighted_lm_loss(logits: torch.Tensor, input_ids: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def weighted_lm_loss(logits: torch.Tensor, input_ids: torch.Tensor, weights: torch.Tensor,
+                     assistant_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Next-token cross-entropy weighted per target token.
 
     Args:
         logits: (B, T, V) model outputs.
         input_ids: (B, T) the sequence (targets are ``input_ids[:, 1:]``).
         weights: (B, T) weight of predicting each token (column 0 is never a target).
+        assistant_mask: (B, T) the assistant's tokens, for the logged loss; default: the
+            tokens of weight exactly 1.
 
     Returns:
         (loss, assistant_loss): ``sum(w * ce) / sum(w)`` over targets, and the plain
-        mean cross-entropy on tokens of weight exactly 1 (the assistant's, for logging).
+        mean cross-entropy on the assistant's tokens (for logging).
     """
     ce = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), input_ids[:, 1:].flatten(), reduction="none")
     w = weights[:, 1:].flatten()
     loss = (ce * w).sum() / w.sum().clamp_min(1e-9)
-    a = (w == 1.0).float()
+    a = (w == 1.0).float() if assistant_mask is None else assistant_mask[:, 1:].flatten().float()
     return loss, (ce.detach() * a).sum() / a.sum().clamp_min(1.0)
 
 
@@ -270,11 +303,17 @@ def sft_train(model, examples: Sequence[SFTExample], cfg: SFTConfig, *, pad_id: 
         if not batches:
             batches = make_batches(lengths, cfg.batch_tokens, rng)
         idx = batches.pop()
-        ids, att, weights = _collate([examples[i] for i in idx], pad_id, cfg.env_loss_weight)
+        batch = [examples[i] for i in idx]
+        ids, att, weights = _collate(batch, pad_id, cfg.env_loss_weight, cfg.copy_weight)
+        assistant = None
+        if cfg.copy_weight != 1.0:
+            assistant = torch.zeros_like(weights)
+            for b, e in enumerate(batch):
+                assistant[b, : len(e.model_mask)] = torch.tensor(e.model_mask, dtype=torch.float32)
         for g in opt.param_groups:
             g["lr"] = _lr_at(step, cfg)
         logits = model(input_ids=ids, attention_mask=att).logits
-        loss, assistant_loss = weighted_lm_loss(logits, ids, weights)
+        loss, assistant_loss = weighted_lm_loss(logits, ids, weights, assistant)
         if aux_loss is not None and cfg.induction_every and step % cfg.induction_every == 0:
             loss = loss + aux_loss(model)
         loss.backward()
@@ -283,7 +322,7 @@ def sft_train(model, examples: Sequence[SFTExample], cfg: SFTConfig, *, pad_id: 
         opt.zero_grad(set_to_none=True)
         stats.losses.append(float(assistant_loss))
         stats.tokens += int(att.sum())
-        stats.assistant_tokens += int((weights[:, 1:] == 1.0).sum())
+        stats.assistant_tokens += int(((weights[:, 1:] == 1.0) if assistant is None else assistant[:, 1:].bool()).sum())
         if progress is not None:
             progress(step, stats.losses[-1])
             model.train()

@@ -35,6 +35,7 @@ __all__ = [
     "ADDED_TOKENS",
     "PRETOKENIZE_REGEX",
     "QWEN2_PRETOKENIZE_REGEX",
+    "PRETOKENIZE_REGEX_DIGIT_RUNS",
     "chat_template",
     "train_tokenizer",
 ]
@@ -59,6 +60,10 @@ PRETOKENIZE_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\s\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
+#: :data:`PRETOKENIZE_REGEX` with digit runs kept whole (``\p{N}+``), so BPE can merge
+#: frequent numbers (years, months, days) into one token each, as GPT-2's split does.
+PRETOKENIZE_REGEX_DIGIT_RUNS = PRETOKENIZE_REGEX.replace(r"|\p{N}|", r"|\p{N}+|")
+
 _ALL_ADDED = re.compile("|".join(re.escape(t) for t in SPECIAL_TOKENS + ADDED_TOKENS))
 
 
@@ -76,7 +81,8 @@ def _without_added_tokens(texts: Iterable[str]) -> Iterator[str]:
                 yield piece
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 1536, *, min_frequency: int = 2, model_max_length: int = 1024):
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 1536, *, min_frequency: int = 2, model_max_length: int = 1024,
+                    digit_runs: bool = False):
     """Train a byte-level BPE tokenizer on ``texts`` and wrap it for transformers.
 
     Args:
@@ -86,6 +92,10 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 1536, *, min_frequen
             9 special / added tokens.
         min_frequency: a pair must occur this often to be merged.
         model_max_length: stored on the tokenizer (the model's context length).
+        digit_runs: split with :data:`PRETOKENIZE_REGEX_DIGIT_RUNS` (a run of digits is one
+            pre-token, so ``2025-07-16`` can be 5 tokens) instead of one digit per token as
+            Qwen2 does (10 tokens). A copied date of single digits is ambiguous to copy by
+            content: every ``0`` of the request is followed by a different digit.
 
     Returns:
         A ``PreTrainedTokenizerFast`` with eos ``<|im_end|>``, pad
@@ -100,7 +110,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 1536, *, min_frequen
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX_DIGIT_RUNS if digit_runs else PRETOKENIZE_REGEX), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
