@@ -155,6 +155,54 @@ def _incomplete(answer: str, facts: list[str], rng: random.Random) -> str:
     return rng.choice(_VAGUE)
 
 
+def _wrong_argument(last: list[ToolCall], rng: random.Random, pool: ArgumentPool, flaws: list[str]) -> None:
+    """Replace one argument of one call of ``last`` (in place) by another value seen for it."""
+    j = rng.randrange(len(last))
+    args = dict(last[j].arguments)
+    names = [k for k, v in args.items() if isinstance(v, (str, int, float))]
+    rng.shuffle(names)
+    for k in names:
+        v = pool.other(last[j].name, k, args[k], rng)
+        if v is not None:
+            args[k] = v
+            last[j] = ToolCall(last[j].name, args)
+            flaws.append("wrong_argument")
+            break
+
+
+def _turns(steps: list[list[ToolCall]], mix: DemoMix, rng: random.Random, flaws: list[str]) -> list[list[ToolCall]]:
+    """The assistant's tool turns: parallel steps split (``sequential``), one call repeated (``redundant``)."""
+    turns: list[list[ToolCall]] = []
+    for step in steps:
+        if len(step) > 1 and rng.random() < mix.sequential:
+            turns.extend([c] for c in step)
+            if "sequential" not in flaws:
+                flaws.append("sequential")
+        else:
+            turns.append(step)
+    if turns and rng.random() < mix.redundant:
+        i = rng.randrange(len(turns))
+        turns.insert(i + 1, [rng.choice(turns[i])])
+        flaws.append("redundant")
+    return turns
+
+
+def _summary_flaws(answer: str, task: Task, mix: DemoMix, rng: random.Random, fact_pool: list[str], flaws: list[str]) -> str:
+    """The final answer with the summary flaws drawn from ``mix`` (``unfaithful``, ``incomplete``, ``verbose``)."""
+    facts = [f for f in task.answer_facts if replace_value(answer, f, "\0") != answer]
+    if facts and rng.random() < mix.unfaithful:
+        f = rng.choice(facts)
+        answer = replace_value(answer, f, _perturb(f, rng, fact_pool, task.tools), count=1)
+        flaws.append("unfaithful")
+    if rng.random() < mix.incomplete:
+        answer = _incomplete(answer, facts, rng)
+        flaws.append("incomplete")
+    if rng.random() < mix.verbose:
+        answer = f"{rng.choice(_FILLER_OPEN)} {answer} {rng.choice(_FILLER_CLOSE)}"
+        flaws.append("verbose")
+    return answer
+
+
 def demonstrate(task: Task, env, mix: DemoMix, rng: random.Random, pool: ArgumentPool, fact_pool: list[str],
                 episode: str | int = "demo") -> Demonstration:
     """Play ``task`` against ``env`` with flaws drawn from ``mix``; returns the conversation.
@@ -176,32 +224,9 @@ def demonstrate(task: Task, env, mix: DemoMix, rng: random.Random, pool: Argumen
         raise ValueError(f"task {task.id!r} has no meta['reference_answer'] to demonstrate")
     flaws: list[str] = []
     steps = [list(s) for s in task.gold]
-
     if steps and rng.random() < mix.wrong_argument:
-        last = steps[-1]
-        j = rng.randrange(len(last))
-        args = dict(last[j].arguments)
-        names = [k for k, v in args.items() if isinstance(v, (str, int, float))]
-        rng.shuffle(names)
-        for k in names:
-            v = pool.other(last[j].name, k, args[k], rng)
-            if v is not None:
-                args[k] = v
-                last[j] = ToolCall(last[j].name, args)
-                flaws.append("wrong_argument")
-                break
-    turns: list[list[ToolCall]] = []
-    for step in steps:
-        if len(step) > 1 and rng.random() < mix.sequential:
-            turns.extend([c] for c in step)
-            if "sequential" not in flaws:
-                flaws.append("sequential")
-        else:
-            turns.append(step)
-    if turns and rng.random() < mix.redundant:
-        i = rng.randrange(len(turns))
-        turns.insert(i + 1, [rng.choice(turns[i])])
-        flaws.append("redundant")
+        _wrong_argument(steps[-1], rng, pool, flaws)
+    turns = _turns(steps, mix, rng, flaws)
 
     messages: list[dict[str, Any]] = [dict(m) for m in task.messages]
     results_by_call: dict[str, ToolResult] = {}
@@ -218,18 +243,7 @@ def demonstrate(task: Task, env, mix: DemoMix, rng: random.Random, pool: Argumen
         gold_results = [env.call(c.name, c.arguments, episode=f"{episode}-gold") for step in task.gold for c in step]
         actual = [results_by_call[c.key()] for step in steps for c in step]
         answer = _restate(answer, gold_results, actual)
-
-    facts = [f for f in task.answer_facts if replace_value(answer, f, "\0") != answer]
-    if facts and rng.random() < mix.unfaithful:
-        f = rng.choice(facts)
-        answer = replace_value(answer, f, _perturb(f, rng, fact_pool, task.tools), count=1)
-        flaws.append("unfaithful")
-    if rng.random() < mix.incomplete:
-        answer = _incomplete(answer, facts, rng)
-        flaws.append("incomplete")
-    if rng.random() < mix.verbose:
-        answer = f"{rng.choice(_FILLER_OPEN)} {answer} {rng.choice(_FILLER_CLOSE)}"
-        flaws.append("verbose")
+    answer = _summary_flaws(answer, task, mix, rng, fact_pool, flaws)
     messages.append({"role": "assistant", "content": answer})
     played.append(Turn(text=answer, parsed=hermes.parse(answer)))
     return Demonstration(task, messages, flaws, played)
