@@ -14,10 +14,18 @@ from dataclasses import asdict, dataclass, field
 
 from slca.models.sft import SFTConfig
 
-__all__ = ["ModelSize", "DemoMix", "BuildConfig", "RECIPE_VERSION"]
+__all__ = ["ModelSize", "DemoMix", "BuildConfig", "RECIPE_VERSION", "WARM_START"]
 
 #: Bump when the build code changes what a given config produces.
 RECIPE_VERSION = 1
+
+#: The default build's warm start (issue 13, run K in docs/warmstart.md): 4,000 steps of
+#: 2,048 tokens at lr 1.5e-3, an induction warm-up of 150 steps and one induction batch
+#: every 2 steps, a language-modelling loss of weight 0.5 on tool responses and weight 4
+#: on the assistant tokens copied from the request. About 40 CPU minutes: the result
+#: ships with the package (``src/slca/models/shipped``, rebuilt by ``slca build-model``).
+WARM_START = SFTConfig(steps=4000, batch_tokens=2048, lr=1.5e-3, induction_steps=150, induction_every=2,
+                       env_loss_weight=0.5, copy_weight=4.0)
 
 
 @dataclass(frozen=True)
@@ -83,11 +91,11 @@ class DemoMix:
 class BuildConfig:
     """Everything that determines the built default model."""
 
-    n_tasks: int = 4000
+    n_tasks: int = 12000
     """Toolworld train-split tasks turned into demonstrations."""
     data_seed: int = 0
     """Seeds task generation, the simulator and the demo flaws."""
-    synthetic_entities: float = 0.5
+    synthetic_entities: float = 0.8
     """Fraction of demos whose cities, tickers, people, titles, dates and request numbers are
     replaced by fresh pseudo-words (teaches copying; see :mod:`slca.models.augment`)."""
     drills: int = 0
@@ -95,15 +103,15 @@ class BuildConfig:
     conversations whose assistant tokens are all copied from the request."""
     vocab_size: int = 1024
     """BPE vocabulary, special tokens included."""
-    digit_runs: bool = False
+    digit_runs: bool = True
     """Tokenizer: keep runs of digits whole before BPE (frequent numbers become one token)
     instead of Qwen2's one digit per token (:func:`slca.models.tokenizer.train_tokenizer`)."""
     model: ModelSize = field(default_factory=ModelSize)
     """Architecture."""
     mix: DemoMix = field(default_factory=DemoMix)
     """Demonstration quality mix."""
-    sft: SFTConfig = field(default_factory=SFTConfig)
-    """Warm-start optimisation."""
+    sft: SFTConfig = field(default_factory=lambda: WARM_START)
+    """Warm-start optimisation (:data:`WARM_START`; ``SFTConfig()`` is the plain recipe of the first build)."""
     model_seed: int = 0
     """Seeds the weight initialisation."""
 
