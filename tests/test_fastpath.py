@@ -19,7 +19,8 @@ from test_rollout import AddEnv, make_task, scripted, tok  # noqa: E402,F401  (m
 
 from slca.fastpath import FastBatch, make_batch, unsupported_reason  # noqa: E402
 from slca.fastpath.logprobs import fast_response_logprobs, right_padded  # noqa: E402
-from slca.rollout import RolloutConfig, _Batch, generate_rollouts  # noqa: E402
+from slca.kvcache import CacheBatch  # noqa: E402
+from slca.rollout import RolloutConfig, generate_rollouts  # noqa: E402
 from slca.batching import collate, response_logprobs  # noqa: E402
 from slca.types import Task, Trajectory  # noqa: E402
 
@@ -53,7 +54,7 @@ def test_fast_batch_matches_the_transformers_batch_feed_by_feed(build):
     model = build()
     assert unsupported_reason(model) is None
     cpu = torch.device("cpu")
-    ref, fast = _Batch(model, 3, 0, cpu), FastBatch(model, 3, 0, cpu, capacity=8)  # capacity 8: it must grow
+    ref, fast = CacheBatch(model, 3, 0, cpu), FastBatch(model, 3, 0, cpu, capacity=8)  # capacity 8: it must grow
     g = torch.Generator().manual_seed(0)
 
     def both(fn):

@@ -229,9 +229,8 @@ def test_config_validation():
 
 def test_parked_rows_keep_exact_logprobs(tok, scripted, monkeypatch):
     """Rows that end their turn early leave the batch (parked) and rejoin for the next turn; nothing changes for them."""
-    import slca.rollout as R
-
     from slca.fastpath import FastBatch
+    from slca.kvcache import CacheBatch
 
     parks = []
 
@@ -241,7 +240,7 @@ def test_parked_rows_keep_exact_logprobs(tok, scripted, monkeypatch):
             return original(self, keep)
         return park
 
-    for cls in (R._Batch, FastBatch):  # the transformers-backed batch and the fast path's
+    for cls in (CacheBatch, FastBatch):  # the transformers-backed batch and the fast path's
         monkeypatch.setattr(cls, "park", counting(cls.park))
     tasks = [make_task(n) for n in ("single", "broken", "single", "parallel")]
     cfg = RolloutConfig(group_size=4, max_turns=3, max_new_tokens=80, max_total_tokens=700, temperature=1.0, seed=7)

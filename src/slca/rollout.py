@@ -19,7 +19,9 @@ rollout (no re-prefill between turns). Per turn:
 Rows of different lengths share the cache through holes: every forward pass
 appends columns for all rows, a row's column is valid only if it carries one of
 its tokens, and ``position_ids`` count each row's valid tokens, so a row's
-positions are exactly those of its own sequence fed alone (``0 .. n-1``).
+positions are exactly those of its own sequence fed alone (``0 .. n-1``). The
+cache lives in :mod:`slca.kvcache` (over the transformers forward) and
+:mod:`slca.fastpath` (a fused decoder); this module is the turn protocol.
 
 Speed: a group's shared prompt is prefilled once and its cache copied G times;
 the cache grows into preallocated buffers (no per-token concatenation); rows
@@ -38,15 +40,18 @@ PPO / GRPO ratio needs.
 
 from __future__ import annotations
 
-import inspect
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
-from slca.chat import ChatRenderer, get_format
+from slca.chat import ChatRenderer, ToolCallFormat, get_format
 from slca.types import ParsedTurn, Task, ToolResult, Trajectory, Turn
+
+if TYPE_CHECKING:
+    from slca.env.simulators import Simulator
+    from slca.kvcache import KVBatch
 
 __all__ = [
     "RolloutConfig",
@@ -165,196 +170,32 @@ def sample_tokens(
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
 
 
-def _make_cache() -> Any:
-    """A KV cache whose layers grow into preallocated buffers (capacity doubles when full).
-
-    ``DynamicCache`` concatenates its tensors at every step, copying the whole
-    cache per token (a third of decode time for a 4M-parameter model on CPU).
-    Falls back to ``DynamicCache`` on transformers versions without cache layers.
-    """
-    try:
-        from transformers.cache_utils import Cache, DynamicLayer
-    except ImportError:  # transformers < 4.56
-        from transformers import DynamicCache
-
-        return DynamicCache()
-
-    class GrowingLayer(DynamicLayer):
-        def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-            super().lazy_initialization(key_states, value_states)
-            self._k = self._v = None
-            self._n = 0
-
-        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            L = key_states.shape[-2]
-            if self._k is None or self._n + L > self._k.shape[-2]:
-                cap = max(64, 2 * (self._n + L))
-                k = key_states.new_zeros(*key_states.shape[:-2], cap, key_states.shape[-1])
-                v = value_states.new_zeros(*value_states.shape[:-2], cap, value_states.shape[-1])
-                if self._n:
-                    k[..., : self._n, :] = self._k[..., : self._n, :]
-                    v[..., : self._n, :] = self._v[..., : self._n, :]
-                self._k, self._v = k, v
-            self._k[..., self._n : self._n + L, :] = key_states
-            self._v[..., self._n : self._n + L, :] = value_states
-            self._n += L
-            self.keys, self.values = self._k[..., : self._n, :], self._v[..., : self._n, :]
-            return self.keys, self.values
-
-        def batch_repeat_interleave(self, repeats: int) -> None:
-            if self._k is not None:
-                self._k, self._v = self._k.repeat_interleave(repeats, dim=0), self._v.repeat_interleave(repeats, dim=0)
-                self.keys, self.values = self._k[..., : self._n, :], self._v[..., : self._n, :]
-
-        def batch_select_indices(self, indices: torch.Tensor) -> None:
-            if self._k is not None:
-                self._k, self._v = self._k[indices], self._v[indices]
-                self.keys, self.values = self._k[..., : self._n, :], self._v[..., : self._n, :]
-
-    return Cache(layer_class_to_replicate=GrowingLayer)
-
-
-@dataclass
-class _Parked:
-    """Cache, attention mask and positions of rows taken out of the batch for the rest of a turn."""
-
-    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer (B_p, H, S_p, D) keys and values
-    attn: torch.Tensor  # (B_p, S_p)
-    next_pos: torch.Tensor  # (B_p,)
-
-
-class _Batch:
-    """A KV cache shared by B rows whose sequences grow by chunks with holes."""
-
-    def __init__(self, model: torch.nn.Module, batch_size: int, pad_id: int, device: torch.device):
-        self.model = model
-        self.cache = _make_cache()
-        self.pad_id = pad_id
-        self.device = device
-        self.attn = torch.zeros(batch_size, 0, dtype=torch.long, device=device)  # (B, S) valid cache slots
-        self.next_pos = torch.zeros(batch_size, dtype=torch.long, device=device)  # (B,) tokens so far per row
-        # transformers >= 5.2x names the cache argument `cache`; older versions `past_key_values`
-        params = inspect.signature(model.forward).parameters
-        self.cache_arg = "cache" if "cache" in params else "past_key_values"
-
-    def feed(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """Append a chunk and return each row's logits after its last valid token.
-
-        Args:
-            ids: (B, W) token ids (anything where not valid).
-            valid: (B, W) bool, True on the row's real tokens (in order, any layout).
-
-        Returns:
-            (B, V) float logits at each row's last valid column (rows with no
-            valid column: the logits of a masked column, to be ignored).
-        """
-        v = valid.long()
-        pos = self.next_pos[:, None] + v.cumsum(dim=1) - 1  # (B, W)
-        pos = torch.where(valid, pos, self.next_pos[:, None].expand_as(pos))
-        self.attn = torch.cat([self.attn, v], dim=1)
-        out = self.model(
-            input_ids=torch.where(valid, ids, torch.full_like(ids, self.pad_id)),
-            attention_mask=self.attn,
-            position_ids=pos,
-            use_cache=True,
-            **{self.cache_arg: self.cache},
-        )
-        self.next_pos = self.next_pos + v.sum(dim=1)
-        W = ids.shape[1]
-        last = torch.where(valid, torch.arange(W, device=ids.device), torch.full_like(ids, -1)).amax(dim=1).clamp_min(0)
-        return out.logits[torch.arange(ids.shape[0], device=ids.device), last].float()  # (B, V)
-
-    def _layers(self) -> list[Any] | None:
-        """The growing cache layers, or None when rows cannot be parked (fallback cache, not yet filled)."""
-        layers = getattr(self.cache, "layers", None)
-        if not layers or not all(getattr(layer, "_k", None) is not None for layer in layers):
-            return None
-        return layers
-
-    def park(self, keep: torch.Tensor) -> "_Parked | None":
-        """Move the rows where ``keep`` is False out of the batch (their cache aside); None if unsupported.
-
-        Args:
-            keep: (B,) bool over the current batch rows.
-        """
-        layers = self._layers()
-        if layers is None:
-            return None
-        out_idx = (~keep).nonzero().squeeze(-1)
-        kv = [(layer._k[out_idx, :, : layer._n].clone(), layer._v[out_idx, :, : layer._n].clone()) for layer in layers]
-        parked = _Parked(kv, self.attn[out_idx], self.next_pos[out_idx])
-        self.keep(keep.nonzero().squeeze(-1).tolist())
-        return parked
-
-    def unpark(self, parked: "_Parked", here: torch.Tensor, there: torch.Tensor) -> torch.Tensor:
-        """Merge parked rows back; rows end up ordered by their ids.
-
-        Args:
-            parked: from :meth:`park`.
-            here: (B_here,) ids of the rows now in the batch, in batch order.
-            there: (B_parked,) ids of the parked rows, in parked order.
-
-        Returns:
-            the (B_here + B_parked,) sorted row ids, the new batch order. Parked
-            rows get invalid (hole) columns for everything fed while they were out.
-        """
-        ids = torch.cat([here, there])
-        order = ids.argsort()
-        pos = torch.empty_like(order)
-        pos[order] = torch.arange(len(ids), device=ids.device)
-        p_here, p_there = pos[: len(here)], pos[len(here):]
-        for layer, (pk, pv) in zip(self._layers() or [], parked.kv):
-            k = layer._k.new_zeros(len(ids), *layer._k.shape[1:])
-            v = layer._v.new_zeros(len(ids), *layer._v.shape[1:])
-            k[p_here], v[p_here] = layer._k, layer._v
-            k[p_there, :, : pk.shape[-2]], v[p_there, :, : pv.shape[-2]] = pk, pv
-            layer._k, layer._v = k, v
-            layer.keys, layer.values = k[..., : layer._n, :], v[..., : layer._n, :]
-        attn = self.attn.new_zeros(len(ids), self.attn.shape[1])
-        attn[p_here] = self.attn
-        attn[p_there, : parked.attn.shape[1]] = parked.attn
-        next_pos = self.next_pos.new_zeros(len(ids))
-        next_pos[p_here], next_pos[p_there] = self.next_pos, parked.next_pos
-        self.attn, self.next_pos = attn, next_pos
-        return ids[order]
-
-    def expand(self, repeats: int) -> None:
-        """Repeat every row ``repeats`` times in place (row ``i`` becomes rows ``i*repeats .. i*repeats+repeats-1``)."""
-        self.cache.batch_repeat_interleave(repeats)
-        self.attn = self.attn.repeat_interleave(repeats, dim=0)
-        self.next_pos = self.next_pos.repeat_interleave(repeats, dim=0)
-
-    def keep(self, index: Sequence[int]) -> None:
-        """Keep only these rows (batch positions), dropping finished rollouts from every later forward."""
-        idx = torch.tensor(list(index), dtype=torch.long, device=self.device)
-        self.cache.batch_select_indices(idx)
-        self.attn, self.next_pos = self.attn[idx], self.next_pos[idx]
-
-    def feed_lists(self, seqs: Sequence[Sequence[int] | None]) -> torch.Tensor:
-        """Feed one list of ids per row (None or empty: nothing for that row); returns :meth:`feed`'s logits."""
-        W = max((len(s) for s in seqs if s), default=0)
-        if W == 0:
-            raise ValueError("feed_lists needs at least one non-empty sequence")
-        ids = torch.full((len(seqs), W), self.pad_id, dtype=torch.long)
-        valid = torch.zeros(len(seqs), W, dtype=torch.bool)
-        for b, s in enumerate(seqs):
-            if s:
-                ids[b, : len(s)] = torch.tensor(list(s), dtype=torch.long)
-                valid[b, : len(s)] = True
-        return self.feed(ids.to(self.device), valid.to(self.device))
-
-
-def _new_batch(model: torch.nn.Module, batch_size: int, pad_id: int, device: torch.device, fast: bool, prompt_len: int) -> Any:
-    """The engine's KV-cache batch: :class:`slca.fastpath.FastBatch` when ``fast`` and the model is supported."""
+def _new_batch(model: torch.nn.Module, batch_size: int, pad_id: int, fast: bool, prompt_len: int) -> KVBatch:
+    """The engine's KV-cache batch: :class:`slca.fastpath.FastBatch` when ``fast`` and the model is supported,
+    else :class:`slca.kvcache.CacheBatch` (the transformers forward)."""
+    device = next(model.parameters()).device
     if fast:
         from slca.fastpath import make_batch
 
         b = make_batch(model, batch_size, pad_id, device, capacity=prompt_len + 256)
         if b is not None:
             return b
-    return _Batch(model, batch_size, pad_id, device)
+    from slca.kvcache import CacheBatch
+
+    return CacheBatch(model, batch_size, pad_id, device)
+
+
+def _prefill(model: torch.nn.Module, prompts: list[list[int]], group_size: int, pad_id: int, fast: bool) -> tuple[KVBatch, torch.Tensor]:
+    """A batch holding each prompt ``group_size`` times, and the (B, V) next-token logits of its rows.
+
+    A group shares its prompt: it is prefilled once per task, then the cache is copied G times.
+    """
+    batch = _new_batch(model, len(prompts), pad_id, fast, max(len(p) for p in prompts))
+    logits = batch.feed_lists(prompts)
+    if group_size > 1:
+        batch.expand(group_size)
+        logits = logits.repeat_interleave(group_size, dim=0)
+    return batch, logits
 
 
 def assistant_message(text: str, parsed: ParsedTurn) -> dict[str, Any]:
@@ -403,6 +244,120 @@ def _stop_ids(tokenizer: Any, model: torch.nn.Module) -> set[int]:
     return ids
 
 
+@dataclass
+class _Turns:
+    """The agent/environment turn protocol of one :func:`generate_rollouts` call: how a sampled turn is read,
+    whether it ends the rollout, and how the environment answers it."""
+
+    tokenizer: Any
+    fmt: ToolCallFormat
+    renderers: list[ChatRenderer]  # per task
+    envs: list[Simulator]  # per task
+    eot_id: int  # the template's end-of-turn token
+    stop_ids: list[int]  # sorted: end of turn and the eos tokens
+    max_turns: int
+    max_total_tokens: int
+
+    def finish(self, rows: list[_Row], toks: torch.Tensor, lps: torch.Tensor, n: torch.Tensor) -> list[list[int] | None]:
+        """Record every row's sampled turn (``toks``, ``lps``: (B, L), ``n``: (B,), from :func:`_decode_turn`).
+
+        Returns, per row, the tokens to feed next (None: the rollout ended).
+        """
+        out: list[list[int] | None] = []
+        for row, ids, lp, k in zip(rows, toks.tolist(), lps.tolist(), n.tolist()):
+            if k == 0:  # no token budget left
+                row.stop_reason = "max_tokens"
+                out.append(None)
+            else:
+                out.append(self.finish_turn(row, ids[:k], lp[:k]))
+        return out
+
+    def finish_turn(self, row: _Row, ids: list[int], lps: list[float]) -> list[int] | None:
+        """Record a finished turn; answer its calls. Returns the tokens to feed next (None: the rollout ended)."""
+        row.response_ids += ids
+        row.model_mask += [1] * len(ids)
+        row.logprobs += lps
+        last = ids[-1]
+        ended = last in self.stop_ids
+        text = self.tokenizer.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
+        parsed = self.fmt.parse(text)
+        turn = Turn(text=text, parsed=parsed)
+        row.turns.append(turn)
+        row.messages.append(assistant_message(text, parsed))
+        if not ended or last != self.eot_id:
+            # truncated by the token budget, or a non-end-of-turn eos token: calls in
+            # this unfinished turn never reach the environment, and are recorded as
+            # not executed (so the execution reward scores them, instead of NaN)
+            row.stop_reason = "max_tokens" if not ended else "eos"
+            row.final_text = parsed.content
+            why = "the token budget" if not ended else "an end-of-sequence token"
+            turn.results = [ToolResult(ok=False, error=f"not executed: the turn was cut off by {why} before it ended")
+                            for _ in parsed.calls]
+            return None
+        if not parsed.is_tool_turn:
+            row.stop_reason = "final_answer"
+            row.final_text = parsed.content
+            return None
+        return self._answer(row, turn, last)
+
+    def _answer(self, row: _Row, turn: Turn, last: int) -> list[int] | None:
+        """Run a tool turn's calls and append the environment tokens; the tokens to feed next, or None."""
+        turn.results, tool_msgs = answer_turn(turn.parsed, self.envs[row.task_index], row.episode)
+        renderer = self.renderers[row.task_index]
+        env_ids = renderer.tokenize(renderer.environment_text(row.messages, tool_msgs))
+        row.messages += tool_msgs
+        row.response_ids += env_ids
+        row.model_mask += [0] * len(env_ids)
+        row.logprobs += [0.0] * len(env_ids)
+        if len(row.turns) >= self.max_turns:
+            row.stop_reason = "max_turns"
+            return None
+        if row.length >= self.max_total_tokens:
+            row.stop_reason = "max_tokens"
+            return None
+        return [last] + env_ids
+
+
+@dataclass(frozen=True)
+class _Sampler:
+    """:func:`sample_tokens` at a rollout's temperature and top-p, from its seeded generator."""
+
+    temperature: float
+    top_p: float
+    generator: torch.Generator
+
+    def __call__(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return sample_tokens(logits, self.temperature, self.top_p, self.generator)
+
+
+def _start_rows(tasks: list[Task], renderers: list[ChatRenderer], group_size: int, max_total_tokens: int) -> list[_Row]:
+    """G rows per task (task-major) holding its rendered prompt; a prompt already too long ends before generating."""
+    rows: list[_Row] = []
+    for ti, (task, r) in enumerate(zip(tasks, renderers)):
+        prompt = r.tokenize(r.render(task.messages, add_generation_prompt=True))
+        for g in range(group_size):
+            rows.append(_Row(ti, g, [dict(m) for m in task.messages], list(prompt)))
+    for row in rows:
+        if row.length >= max_total_tokens:
+            row.stop_reason = "max_tokens"
+    return rows
+
+
+def _trajectory(row: _Row, task: Task) -> Trajectory:
+    return Trajectory(
+        task=task,
+        prompt_ids=row.prompt_ids,
+        response_ids=row.response_ids,
+        model_mask=row.model_mask,
+        logprobs=row.logprobs,
+        turns=row.turns,
+        final_text=row.final_text,
+        stop_reason=row.stop_reason or "max_tokens",
+        messages=row.messages,
+        group_id=row.task_index,
+    )
+
+
 @torch.no_grad()
 def generate_rollouts(
     model: torch.nn.Module,
@@ -435,85 +390,44 @@ def generate_rollouts(
     G = cfg.group_size
     renderers = [ChatRenderer(tokenizer, t.tools or None, chat_template=cfg.chat_template) for t in tasks]
     eot_id = renderers[0].end_of_turn_id()
-    stop_list = sorted(_stop_ids(tokenizer, model) | {eot_id})
-    stop_t = torch.tensor(stop_list, device=device)
+    stop_ids = sorted(_stop_ids(tokenizer, model) | {eot_id})
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eot_id
-    envs = [make_env(t) for t in tasks]
+    turns = _Turns(tokenizer, fmt, renderers, [make_env(t) for t in tasks], eot_id, stop_ids,
+                   cfg.max_turns, cfg.max_total_tokens)
+    rows = _start_rows(tasks, renderers, G, cfg.max_total_tokens)
+    sample = _Sampler(cfg.temperature, cfg.top_p, torch.Generator(device=device).manual_seed(cfg.seed))
+    stop_t = torch.tensor(stop_ids, device=device)
 
-    rows: list[_Row] = []
-    for ti, (task, r) in enumerate(zip(tasks, renderers)):
-        prompt = r.tokenize(r.render(task.messages, add_generation_prompt=True))
-        for g in range(G):
-            rows.append(_Row(ti, g, [dict(m) for m in task.messages], list(prompt)))
-
-    gen = torch.Generator(device=device).manual_seed(cfg.seed)
     was_training = model.training
     model.eval()
     gen_tokens = 0
+    live = [b for b, row in enumerate(rows) if row.stop_reason is None]  # rows in the batch, in order
     try:
-        # prompts that are already too long end before generating
-        for row in rows:
-            if row.length >= cfg.max_total_tokens:
-                row.stop_reason = "max_tokens"
-        live = [b for b, row in enumerate(rows) if row.stop_reason is None]  # rows in the batch, in order
-        live_tasks = sorted({rows[b].task_index for b in live})
-        # a group shares its prompt: prefill it once per task, then copy the cache G times
-        batch = _new_batch(model, len(live_tasks), pad_id, device, cfg.fast_decode,
-                           max((len(rows[ti * G].prompt_ids) for ti in live_tasks), default=0))
-        logits = batch.feed_lists([rows[ti * G].prompt_ids for ti in live_tasks]) if live else None
-        if G > 1 and live:
-            batch.expand(G)
-            logits = logits.repeat_interleave(G, dim=0)
+        if live:
+            prompts = [rows[ti * G].prompt_ids for ti in sorted({rows[b].task_index for b in live})]
+            batch, logits = _prefill(model, prompts, G, pad_id, cfg.fast_decode)
         while live:
             budget = torch.tensor([min(cfg.max_new_tokens, cfg.max_total_tokens - rows[b].length) for b in live], device=device)
-            toks, lps, n = _decode_turn(batch, logits, budget, stop_t, cfg, gen)
+            toks, lps, n = _decode_turn(batch, logits, budget, stop_t, sample)
             gen_tokens += int(n.sum())
-            toks_l, lps_l, n_l = toks.tolist(), lps.tolist(), n.tolist()
-            nxt: dict[int, list[int]] = {}
-            for i, b in enumerate(live):
-                row = rows[b]
-                if n_l[i] == 0:  # no token budget left
-                    row.stop_reason = "max_tokens"
-                    continue
-                ids = _finish_turn(row, toks_l[i][: n_l[i]], lps_l[i][: n_l[i]], eot_id, stop_list, fmt,
-                                   renderers[row.task_index], envs[row.task_index], tokenizer, cfg)
-                if ids is not None:
-                    nxt[b] = ids
-            still = [i for i, b in enumerate(live) if b in nxt]
+            nxt = turns.finish([rows[b] for b in live], toks, lps, n)
+            still = [i for i, ids in enumerate(nxt) if ids is not None]
             if len(still) < len(live) and still:
-                batch.keep(still)
+                batch.keep(still)  # finished rollouts leave the batch
             live = [live[i] for i in still]
             if live:
-                logits = batch.feed_lists([nxt[b] for b in live])  # (n_live, V)
+                logits = batch.feed_lists([nxt[i] for i in still])  # (n_live, V)
     finally:
         model.train(was_training)
-
-    trajs = []
-    for row in rows:
-        trajs.append(
-            Trajectory(
-                task=tasks[row.task_index],
-                prompt_ids=row.prompt_ids,
-                response_ids=row.response_ids,
-                model_mask=row.model_mask,
-                logprobs=row.logprobs,
-                turns=row.turns,
-                final_text=row.final_text,
-                stop_reason=row.stop_reason or "max_tokens",
-                messages=row.messages,
-                group_id=row.task_index,
-            )
-        )
-    return RolloutResult(trajs, gen_tokens, time.perf_counter() - t0)
+    return RolloutResult([_trajectory(row, tasks[row.task_index]) for row in rows], gen_tokens, time.perf_counter() - t0)
 
 
 def _decode_turn(
-    batch: _Batch,
+    batch: KVBatch,
     logits: torch.Tensor,
     budget: torch.Tensor,
     stop_t: torch.Tensor,
-    cfg: RolloutConfig,
-    gen: torch.Generator,
+    sample: _Sampler,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sample one turn for every row of the batch, one batched forward per token.
 
@@ -524,6 +438,7 @@ def _decode_turn(
     Args:
         logits: (B, V) next-token logits of every row.
         budget: (B,) max tokens of this turn per row.
+        stop_t: (S,) the tokens that end a turn.
 
     Returns:
         ``(tokens, logprobs, lengths)``: (B, L) ids and sampling logprobs of the
@@ -539,12 +454,12 @@ def _decode_turn(
     n = torch.zeros(B, dtype=torch.long, device=device)
     rows = torch.arange(B, device=device)  # which of the B rows sit in the batch, in batch order
     going = budget > 0  # over the rows in the batch
-    parked: list[tuple[torch.Tensor, _Parked]] = []
+    parked: list[tuple[torch.Tensor, Any]] = []
     step = 0
     while bool(going.any()):
         # rows that are not generating carry logits of masked columns: keep them finite
         logits = torch.where(going[:, None], logits, torch.zeros_like(logits))
-        tok, lp = sample_tokens(logits, cfg.temperature, cfg.top_p, gen)
+        tok, lp = sample(logits)
         toks[rows, step] = torch.where(going, tok, toks[rows, step])
         lps[rows, step] = torch.where(going, lp, lps[rows, step])
         n[rows] += going.long()
@@ -564,58 +479,6 @@ def _decode_turn(
     for out_rows, p in reversed(parked):
         rows = batch.unpark(p, rows, out_rows)
     return toks[:, :step], lps[:, :step], n
-
-
-def _finish_turn(
-    row: _Row,
-    ids: list[int],
-    lps: list[float],
-    eot_id: int,
-    stop_ids: list[int],
-    fmt: Any,
-    renderer: ChatRenderer,
-    env: Any,
-    tokenizer: Any,
-    cfg: RolloutConfig,
-) -> list[int] | None:
-    """Record a finished turn; answer its calls. Returns the tokens to feed next (None: the rollout ended)."""
-    row.response_ids += ids
-    row.model_mask += [1] * len(ids)
-    row.logprobs += lps
-    last = ids[-1]
-    ended = last in stop_ids
-    text = tokenizer.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
-    parsed = fmt.parse(text)
-    turn = Turn(text=text, parsed=parsed)
-    row.turns.append(turn)
-    row.messages.append(assistant_message(text, parsed))
-    if not ended or last != eot_id:
-        # truncated by the token budget, or a non-end-of-turn eos token: calls in
-        # this unfinished turn never reach the environment, and are recorded as
-        # not executed (so the execution reward scores them, instead of NaN)
-        row.stop_reason = "max_tokens" if not ended else "eos"
-        row.final_text = parsed.content
-        why = "the token budget" if not ended else "an end-of-sequence token"
-        turn.results = [ToolResult(ok=False, error=f"not executed: the turn was cut off by {why} before it ended")
-                        for _ in parsed.calls]
-        return None
-    if not parsed.is_tool_turn:
-        row.stop_reason = "final_answer"
-        row.final_text = parsed.content
-        return None
-    turn.results, tool_msgs = answer_turn(parsed, env, row.episode)
-    env_ids = renderer.tokenize(renderer.environment_text(row.messages, tool_msgs))
-    row.messages += tool_msgs
-    row.response_ids += env_ids
-    row.model_mask += [0] * len(env_ids)
-    row.logprobs += [0.0] * len(env_ids)
-    if len(row.turns) >= cfg.max_turns:
-        row.stop_reason = "max_turns"
-        return None
-    if row.length >= cfg.max_total_tokens:
-        row.stop_reason = "max_tokens"
-        return None
-    return [last] + env_ids
 
 
 @torch.no_grad()

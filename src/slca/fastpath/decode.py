@@ -2,7 +2,7 @@
 
 :class:`FastBatch` is a drop-in for the rollout engine's KV-cache batch (the
 same ``feed`` / ``feed_lists`` / ``expand`` / ``keep`` / ``park`` / ``unpark``
-methods and the same hole-and-position semantics, see :mod:`slca.rollout`),
+methods and the same hole-and-position semantics, see :mod:`slca.kvcache`),
 but it does not call the model's ``forward``. It runs the decoder itself:
 
 * **fused projections**: per layer one ``(q|k|v)`` matmul and one
@@ -46,6 +46,8 @@ from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
+
+from slca.kvcache import chunk_positions, merge_order, pad_chunk
 
 __all__ = ["FastDecoder", "FastBatch", "unsupported_reason", "LOGITS_HOOK"]
 
@@ -230,7 +232,7 @@ class FastParked:
 
 
 class FastBatch:
-    """The rollout engine's shared, holed KV cache over :class:`FastDecoder` (see :mod:`slca.rollout`).
+    """The rollout engine's shared, holed KV cache over :class:`FastDecoder` (see :mod:`slca.kvcache`).
 
     Column ``j`` of the cache holds, for every row, the token fed in that
     column; ``attn[b, j]`` says whether it is one of row ``b``'s tokens (a
@@ -267,7 +269,7 @@ class FastBatch:
 
     @torch.no_grad()
     def feed(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """Append a chunk (``ids``, ``valid``: (B, W), as the transformers-backed batch's ``feed``).
+        """Append a chunk (``ids``, ``valid``: (B, W), as :meth:`slca.kvcache.CacheBatch.feed`).
 
         Returns (B, V) float logits at each row's last valid column (rows
         without one: to be ignored). A model defining ``slca_rollout_logits(
@@ -276,8 +278,7 @@ class FastBatch:
         """
         B, W = ids.shape
         v = valid.long()
-        pos = self.next_pos[:, None] + v.cumsum(dim=1) - 1  # (B, W)
-        pos = torch.where(valid, pos, self.next_pos[:, None].expand_as(pos))
+        pos, last = chunk_positions(self.next_pos, valid)
         ids = torch.where(valid, ids, torch.full_like(ids, self.pad_id))
         self._reserve(W)
         start, end = self.n, self.n + W
@@ -287,8 +288,6 @@ class FastBatch:
         # output stays finite; it is never read)
         causal = cols[None, :] <= (start + torch.arange(W, device=ids.device))[:, None]  # (W, S)
         mask = (self._attn[:, None, :end] & causal[None]) | (cols[None, None, :] == start + torch.arange(W, device=ids.device)[None, :, None])
-        ar = torch.arange(W, device=ids.device)
-        last = torch.where(valid, ar, torch.full_like(ids, -1)).amax(dim=1).clamp_min(0)
         logits = self.dec.forward(ids, pos, self.kv, start, mask[:, None], last)
         fresh = start == 0
         self.n = end
@@ -299,9 +298,8 @@ class FastBatch:
 
     def feed_lists(self, seqs: Sequence[Sequence[int] | None]) -> torch.Tensor:
         """Feed one list of ids per row (None or empty: nothing for that row); returns :meth:`feed`'s logits."""
-        from slca.rollout import _Batch
-
-        return _Batch.feed_lists(self, seqs)  # the same padding of lists into a chunk
+        ids, valid = pad_chunk(seqs, self.pad_id)
+        return self.feed(ids.to(self.device), valid.to(self.device))
 
     def _select(self, idx: torch.Tensor) -> None:
         n = self.n
@@ -333,16 +331,13 @@ class FastBatch:
         return parked
 
     def unpark(self, parked: FastParked, here: torch.Tensor, there: torch.Tensor) -> torch.Tensor:
-        """Merge parked rows back, ordered by their ids (the contract of the transformers-backed batch's ``unpark``).
+        """Merge parked rows back, ordered by their ids (the contract of :meth:`slca.kvcache.CacheBatch.unpark`).
 
         ``here`` / ``there``: (B_here,) / (B_parked,) row ids in batch / parked
         order. Returns the sorted ids (the new batch order); parked rows get
         holes for everything fed while they were out.
         """
-        ids = torch.cat([here, there])
-        order = ids.argsort()
-        slot = torch.empty_like(order).scatter_(0, order, torch.arange(len(ids), device=ids.device))  # row -> slot
-        p_here, p_there = slot[: len(here)], slot[len(here):]
+        ids, p_here, p_there = merge_order(here, there)
         s = parked.kv.shape[-2]
         kv = self.kv.new_zeros(*self.kv.shape[:2], len(ids), *self.kv.shape[3:])
         kv[:, :, p_here] = self.kv
@@ -353,7 +348,7 @@ class FastBatch:
         next_pos = self.next_pos.new_zeros(len(ids))
         next_pos[p_here], next_pos[p_there] = self.next_pos, parked.next_pos
         self.kv, self._attn, self.next_pos = kv, at, next_pos
-        return ids[order]
+        return ids
 
 
 def make_batch(model: torch.nn.Module, batch_size: int, pad_id: int, device: torch.device, capacity: int = 256) -> FastBatch | None:
