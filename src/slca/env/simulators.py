@@ -448,34 +448,39 @@ def _generate(schema: Any, ctx: _Draw, known: dict[str, Any], field: str, depth:
         n = rng.randint(lo, max(lo, hi))
         return [_generate(schema.get("items", {}), ctx, known, field, depth + 1) for _ in range(n)]
     if t in ("integer", "number"):
-        lo = float(schema["minimum"]) if "minimum" in schema else None
-        hi = float(schema["maximum"]) if "maximum" in schema else None
-        if "exclusiveMinimum" in schema:
-            lo = max(lo if lo is not None else -1e18, float(schema["exclusiveMinimum"]) + (1 if t == "integer" else 0.01))
-        if "exclusiveMaximum" in schema:
-            hi = min(hi if hi is not None else 1e18, float(schema["exclusiveMaximum"]) - (1 if t == "integer" else 0.01))
-        lo = 0.0 if lo is None else lo
-        hi = lo + (100.0 if t == "integer" else 1000.0) if hi is None else hi
-        step = float(schema.get("multipleOf", 1 if t == "integer" else 0.01))
-        k_lo, k_hi = math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9)
-        k = rng.randint(k_lo, max(k_lo, k_hi))
-        if t == "integer":
-            return int(round(k * step))
-        if "multipleOf" not in schema or not isinstance(schema["multipleOf"], float):
-            return round(k * step, 10)
-        # jsonschema checks a float multipleOf as ``int(x / step) == x / step``, which
-        # rounding error fails for some multiples (4.1 / 0.1): take the nearest k that passes.
-        n = max(1, k_hi - k_lo + 1)
-        for d in range(min(n, 64)):
-            x = round((k_lo + (k - k_lo + d) % n) * step, 10)
-            if x / step == int(x / step):
-                return x
-        return round(k * step, 10)
+        return _number(schema, t == "integer", rng)
     if t == "boolean":
         return rng.random() < 0.5
     if t == "null":
         return None
     return _string(schema, ctx, field)
+
+
+def _number(schema: dict[str, Any], integer: bool, rng: random.Random) -> int | float:
+    """Draw a number within the schema's bounds, on its ``multipleOf`` grid (a step of 1 or 0.01 without one)."""
+    lo = float(schema["minimum"]) if "minimum" in schema else None
+    hi = float(schema["maximum"]) if "maximum" in schema else None
+    if "exclusiveMinimum" in schema:
+        lo = max(lo if lo is not None else -1e18, float(schema["exclusiveMinimum"]) + (1 if integer else 0.01))
+    if "exclusiveMaximum" in schema:
+        hi = min(hi if hi is not None else 1e18, float(schema["exclusiveMaximum"]) - (1 if integer else 0.01))
+    lo = 0.0 if lo is None else lo
+    hi = lo + (100.0 if integer else 1000.0) if hi is None else hi
+    step = float(schema.get("multipleOf", 1 if integer else 0.01))
+    k_lo, k_hi = math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9)
+    k = rng.randint(k_lo, max(k_lo, k_hi))
+    if integer:
+        return int(round(k * step))
+    if "multipleOf" not in schema or not isinstance(schema["multipleOf"], float):
+        return round(k * step, 10)
+    # jsonschema checks a float multipleOf as ``int(x / step) == x / step``, which
+    # rounding error fails for some multiples (4.1 / 0.1): take the nearest k that passes.
+    n = max(1, k_hi - k_lo + 1)
+    for d in range(min(n, 64)):
+        x = round((k_lo + (k - k_lo + d) % n) * step, 10)
+        if x / step == int(x / step):
+            return x
+    return round(k * step, 10)
 
 
 def _from_regex(pattern: str, rng: random.Random) -> str | None:
