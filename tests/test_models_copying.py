@@ -78,9 +78,11 @@ def test_build_config_fields_change_the_fingerprint():
     from slca.models import BuildConfig
 
     base = BuildConfig()
-    assert replace(base, drills=10).fingerprint() != base.fingerprint()
-    assert replace(base, sft=replace(base.sft, induction_steps=5)).fingerprint() != base.fingerprint()
-    assert replace(base, sft=replace(base.sft, env_loss_weight=0.5)).fingerprint() != base.fingerprint()
+    assert replace(base, drills=base.drills + 10).fingerprint() != base.fingerprint()
+    assert replace(base, digit_runs=not base.digit_runs).fingerprint() != base.fingerprint()
+    for field in ("induction_steps", "induction_every", "env_loss_weight", "copy_weight"):
+        changed = replace(base.sft, **{field: getattr(base.sft, field) + 1})
+        assert replace(base, sft=changed).fingerprint() != base.fingerprint(), field
 
 
 def _run(path, rows):
@@ -192,3 +194,19 @@ def test_the_build_trains_with_induction_batches_when_asked(tmp_path):
     from slca.models import default_model_dir
 
     assert a["fingerprint"] == default_model_dir(None, tiny).name  # the recipe's fingerprint, whatever the folder
+
+
+def test_a_build_whose_tokenizer_autotokenizer_would_change_is_refused_before_training(tmp_path):
+    """transformers 5 loads a qwen2 folder with Qwen2Tokenizer, which re-splits digits one by one:
+    a digit-run tokenizer would be fed other ids than it was trained on, so the build refuses it."""
+    from slca.models import BuildConfig, ModelSize, SFTConfig, build_default
+    from slca.models.default import TokenizerRoundTripError
+
+    tiny = BuildConfig(n_tasks=40, vocab_size=400, digit_runs=True,
+                       model=ModelSize(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                                       intermediate_size=64),
+                       sft=SFTConfig(steps=2, batch_tokens=2048, lr=1e-2, warmup_steps=1))
+    steps = []
+    with pytest.raises(TokenizerRoundTripError, match="digit_runs"):
+        build_default(tmp_path / "a", tiny, progress=False, on_step=lambda *a: steps.append(a))
+    assert steps == [] and not (tmp_path / "a").exists()

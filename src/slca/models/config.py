@@ -19,7 +19,7 @@ __all__ = ["ModelSize", "DemoMix", "BuildConfig", "RECIPE_VERSION", "WARM_START"
 #: Bump when the build code changes what a given config produces.
 RECIPE_VERSION = 1
 
-#: The default build's warm start (issue 13, run K in docs/warmstart.md): 4,000 steps of
+#: The default build's warm start (issue 13, run J in docs/warmstart.md): 4,000 steps of
 #: 2,048 tokens at lr 1.5e-3, an induction warm-up of 150 steps and one induction batch
 #: every 2 steps, a language-modelling loss of weight 0.5 on tool responses and weight 4
 #: on the assistant tokens copied from the request. About 40 CPU minutes: the result
@@ -103,9 +103,11 @@ class BuildConfig:
     conversations whose assistant tokens are all copied from the request."""
     vocab_size: int = 1024
     """BPE vocabulary, special tokens included."""
-    digit_runs: bool = True
+    digit_runs: bool = False
     """Tokenizer: keep runs of digits whole before BPE (frequent numbers become one token)
-    instead of Qwen2's one digit per token (:func:`slca.models.tokenizer.train_tokenizer`)."""
+    instead of Qwen2's one digit per token (:func:`slca.models.tokenizer.train_tokenizer`).
+    The build refuses it under transformers 5: ``AutoTokenizer`` loads a Qwen2 folder with
+    Qwen2's own digit split (:func:`slca.models.default.check_tokenizer_round_trip`)."""
     model: ModelSize = field(default_factory=ModelSize)
     """Architecture."""
     mix: DemoMix = field(default_factory=DemoMix)

@@ -56,6 +56,8 @@ __all__ = [
     "prepare_build",
     "shipped_model_dir",
     "resolve_default_dir",
+    "check_tokenizer_round_trip",
+    "TokenizerRoundTripError",
 ]
 
 #: How a generated assistant turn of the project's chat template parses back into a message
@@ -266,6 +268,38 @@ def warm_start(model, tokenizer, examples, cfg: BuildConfig, *, on_step=None, co
     return stats, ind
 
 
+class TokenizerRoundTripError(ValueError):
+    """The tokenizer a build trained does not tokenize the same once saved and loaded with ``AutoTokenizer``."""
+
+
+def check_tokenizer_round_trip(tokenizer, model, texts) -> None:
+    """Raise :class:`TokenizerRoundTripError` unless ``AutoTokenizer`` loads ``tokenizer`` (saved beside
+    ``model``'s config) into one that encodes every text of ``texts`` to the same ids.
+
+    Why: transformers 5 loads a folder whose ``config.json`` says ``model_type: qwen2`` with
+    ``Qwen2Tokenizer``, which rebuilds the pre-tokenizer from Qwen2's own regex instead of the
+    one in ``tokenizer.json``. The project's split survives that (its merges never join a space
+    to a letter, so both splits give the same tokens), but ``BuildConfig.digit_runs`` does not:
+    a model trained on ``2025`` as one token would be fed single digits by every loader that
+    uses ``AutoTokenizer`` (TRL, vLLM, ``slca.models.load_default``). Checked before training.
+    """
+    from transformers import AutoTokenizer
+
+    with tempfile.TemporaryDirectory() as d:
+        model.config.save_pretrained(d)
+        tokenizer.save_pretrained(d)
+        loaded = AutoTokenizer.from_pretrained(d)
+    for text in texts:
+        a = tokenizer(text, add_special_tokens=False)["input_ids"]
+        b = loaded(text, add_special_tokens=False)["input_ids"]
+        if a != b:
+            i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            raise TokenizerRoundTripError(
+                f"the trained tokenizer does not survive AutoTokenizer ({type(loaded).__name__}): "
+                f"{tokenizer.convert_ids_to_tokens(a[i:i + 6])} became {loaded.convert_ids_to_tokens(b[i:i + 6])}; "
+                "BuildConfig.digit_runs=True cannot be loaded as a Qwen2 tokenizer by transformers 5, use digit_runs=False")
+
+
 def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, progress: bool = True, on_step=None) -> BuildReport:
     """Build tokenizer + model + warm start for ``config`` and ``save_pretrained`` both to ``out_dir``.
 
@@ -285,6 +319,9 @@ def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, pro
     lengths = [len(e.input_ids) for e in examples]
     console.log(f"encoded: mean {sum(lengths) / len(lengths):.0f} tokens, max {max(lengths)}, dropped {dropped} over {cfg.sft.max_length}")
     model = make_model(cfg.model, tokenizer, seed=cfg.model_seed)
+    from slca.models.demos import render_texts
+
+    check_tokenizer_round_trip(tokenizer, model, render_texts(demos[:50]))
     n_params = sum(p.numel() for p in model.parameters())
     console.log(f"Qwen2ForCausalLM: {n_params / 1e6:.2f}M parameters")
     columns = [TextColumn("SFT warm start"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]:.3f}"),
