@@ -106,7 +106,7 @@ def test_demo_verdict_reads_the_warm_start_and_says_who_did_better(tmp_path):
     assert lines[0].endswith("did not rise.") and lines[1].endswith("rose.")
     assert lines[2].startswith("GRPO did as well as or better than SLCA") and "(0.500 vs 0.300)" in lines[2]
     runs = {"GRPO": _run(tmp_path / "g0", rows(0.0, [0.3] * 8)), "SLCA": _run(tmp_path / "s0", rows(0.0, [0.3] * 8))}
-    assert demo_verdict(runs)[2].startswith("Neither run solved a tool-needing task")
+    assert demo_verdict(runs)[2].startswith("Neither run solved a tool-needing task at the end (the warm start solved 0.250):")
     runs = {"GRPO": _run(tmp_path / "g1", rows(0.1, [0.3] * 8)), "SLCA": _run(tmp_path / "s1", rows(0.4, [0.3] * 8))}
     assert demo_verdict(runs)[2] == "SLCA ended above GRPO on tool-needing tasks (0.400 vs 0.100)."
 

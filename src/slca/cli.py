@@ -163,8 +163,9 @@ def demo_verdict(runs: dict[str, Path], k: int = 4) -> list[str]:
     if {"GRPO", "SLCA"} <= set(final) and all(v == v for v in final.values()):
         g, s_ = final["GRPO"], final["SLCA"]
         if max(g, s_) == 0:
-            lines.append("Neither run solved a tool-needing task: the embedded warm start does not copy argument values "
-                         "(docs/warmstart.md), so this demo cannot yet show what SLCA does to tool use.")
+            had = f" (the warm start solved {base:.3f})" if base == base and base > 0 else ""
+            lines.append(f"Neither run solved a tool-needing task at the end{had}: the embedded warm start copies argument "
+                         "values only in part (docs/warmstart.md), so this demo cannot yet show what SLCA does to tool use.")
         elif s_ > g:
             lines.append(f"SLCA ended above GRPO on tool-needing tasks ({s_:.3f} vs {g:.3f}).")
         else:
