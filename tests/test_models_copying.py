@@ -210,3 +210,47 @@ def test_a_build_whose_tokenizer_autotokenizer_would_change_is_refused_before_tr
     with pytest.raises(TokenizerRoundTripError, match="digit_runs"):
         build_default(tmp_path / "a", tiny, progress=False, on_step=lambda *a: steps.append(a))
     assert steps == [] and not (tmp_path / "a").exists()
+
+
+def test_demo_verdict_compares_with_the_frozen_warm_start_on_the_same_tasks(tmp_path):
+    from slca.cli import demo_verdict
+
+    rows = [{"step": 0, "eval/tool_tasks/success": 0.1}]
+    rows += [{"step": i + 1, "reward/tool": t} for i, t in enumerate([0.4, 0.5, 0.3, 0.4])]
+    rows.append({"step": 4, "eval/tool_tasks/success": 0.1})
+    runs = {"GRPO": _run(tmp_path / "g", rows), "SLCA": _run(tmp_path / "s", rows)}
+    line = demo_verdict(runs, k=2, frozen=[0.4, 0.3, 0.35, float("nan")])[0]
+    # steps 1-3 pair up (the NaN step is left out): 0.400 vs 0.350
+    assert "over all 3 steps 0.400 vs 0.350 for the warm start left un-updated on the same tasks (+0.050: above it)" in line
+
+
+@pytest.mark.slow
+def test_frozen_rewards_start_where_a_run_starts_and_never_update(tmp_path):
+    """Step 1 of the frozen baseline is the same rollouts as step 1 of a run (same seed, same
+    weights, same tasks); the model is not changed by it."""
+    from slca.cli import frozen_tool_rewards
+    from slca.config import TrainConfig
+    from slca.models.config import DemoMix, ModelSize
+    from slca.models.default import make_model
+    from slca.models.demos import make_demonstrations, render_texts
+    from slca.models.sft import SFTConfig, encode_examples, sft_train
+    from slca.models.tokenizer import train_tokenizer
+    from slca.trainer import train
+
+    demos = make_demonstrations(40, DemoMix(), seed=0)
+    tok = train_tokenizer(render_texts(demos), vocab_size=600)
+    examples, _ = encode_examples(tok, [(d.messages, d.tools) for d in demos], 512)
+    model = make_model(ModelSize(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                 intermediate_size=128), tok, seed=0)
+    sft_train(model, examples, SFTConfig(steps=60, batch_tokens=2048, lr=1e-2, warmup_steps=5), pad_id=tok.pad_token_id)
+    init = {k: v.clone() for k, v in model.state_dict().items()}
+    common = dict(steps=2, tasks_per_step=2, group_size=2, max_turns=2, max_new_tokens=40, max_total_tokens=1024,
+                  eval_every=100, eval_tasks=1, save_every=0, sample_html_every=0, seed=5, report_to=[], fast_paths=False)
+    frozen = frozen_tool_rewards(TrainConfig(run_dir=str(tmp_path / "f"), **common), model, tok)
+    assert len(frozen) == 2 and all(isinstance(x, float) for x in frozen)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, init[k]), k
+    train(TrainConfig(run_dir=str(tmp_path / "r"), estimator="grpo", **common), model=model, tokenizer=tok)
+    rows = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    first = next(r for r in rows if r.get("step") == 1 and "reward/tool" in r)
+    assert first["reward/tool"] == pytest.approx(frozen[0]) or (first["reward/tool"] != first["reward/tool"] and frozen[0] != frozen[0])

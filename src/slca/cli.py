@@ -140,10 +140,29 @@ def _compare_table(runs: dict[str, Path], title: str) -> Table:
     return t
 
 
-def demo_verdict(runs: dict[str, Path], k: int = 4) -> list[str]:
+def frozen_tool_rewards(cfg, model, tokenizer) -> list[float]:
+    """The training execution reward, step by step, of ``model`` left as it is on the tasks a run
+    of ``cfg`` draws (same task sampler, same rollout settings; no update). A run's own reward
+    curve mixes what it learned with how hard each step's tasks are; against this baseline
+    (same tasks, step for step) only the learning is left."""
+    import torch
+
+    from slca.trainer import Trainer
+
+    tr = Trainer(cfg, model=model, tokenizer=tokenizer)
+    out = []
+    for step in range(cfg.steps):
+        tool = tr.score(tr.rollout(step).trajs, step).tool
+        out.append(float(torch.nanmean(tool)) if bool(torch.isfinite(tool).any()) else float("nan"))
+    return out
+
+
+def demo_verdict(runs: dict[str, Path], k: int = 4, frozen: list[float] | None = None) -> list[str]:
     """Plain sentences on what RL did in the demo: held-out tool-task success against the
     warm start and between the runs, and the training execution reward (mean of the first
-    ``k`` steps vs the last ``k``). It says so when GRPO does as well or better."""
+    ``k`` steps vs the last ``k``, and, given ``frozen`` (:func:`frozen_tool_rewards`), the
+    mean over all steps against the un-updated warm start's on the same tasks). It says so
+    when GRPO does as well or better."""
     from slca.report import final_eval, read_metrics
 
     key = "eval/tool_tasks/success"
@@ -158,6 +177,11 @@ def demo_verdict(runs: dict[str, Path], k: int = 4) -> list[str]:
         if len(tool) >= 2 * k:
             a, b = sum(tool[:k]) / k, sum(tool[-k:]) / k
             trend = f"; training execution reward {a:.3f} (first {k} steps) -> {b:.3f} (last {k}): {'rose' if b > a else 'did not rise'}"
+        pairs = [(t, f) for t, f in zip(tool, frozen or []) if f == f]
+        if pairs:
+            mt, mf = sum(t for t, _ in pairs) / len(pairs), sum(f for _, f in pairs) / len(pairs)
+            trend += (f"; over all {len(pairs)} steps {mt:.3f} vs {mf:.3f} for the warm start left un-updated on the same "
+                      f"tasks ({mt - mf:+.3f}: {'above' if mt > mf else 'not above'} it)")
         vs = f" vs the warm start's {base:.3f}" if base == base else ""
         lines.append(f"{label}: held-out success on tool-needing tasks {final[label]:.3f}{vs}{trend}.")
     if {"GRPO", "SLCA"} <= set(final) and all(v == v for v in final.values()):
@@ -181,6 +205,8 @@ def demo(
     seed: int = typer.Option(0, help="Seed shared by both runs."),
 ) -> None:
     """Train GRPO and SLCA on toolworld side by side (same seed, same budget) and compare."""
+    from dataclasses import replace
+
     from slca.config import TrainConfig, validate
     from slca.models import load_default
     from slca.report import write_report, write_token_html
@@ -196,8 +222,11 @@ def demo(
         tr = _run_with_progress(cfg, est.upper(), model=model, tokenizer=tok, overwrite=True)  # the demo replaces its last run
         runs[est.upper()] = out / est
         write_token_html(tr.samples, out / est / "tokens.html", title=f"{est.upper()} run: token-level advantages")
+    with console.status("the warm start, never updated, on the same training tasks (the baseline of the verdict)"):
+        model.load_state_dict(init_state)
+        frozen = frozen_tool_rewards(replace(cfg, run_dir=str(out / "frozen"), report_to=[]), model, tok)
     wall = time.time() - t0
-    verdict = demo_verdict(runs)
+    verdict = demo_verdict(runs, frozen=frozen)
     md = write_report(runs, out, title="slca demo: GRPO vs SLCA on toolworld",
                       extra_md=f"Wall time: {wall / 60:.1f} min (seed {seed}, {'quick' if quick else 'full'} budget).\n\n"
                       + "\n".join(f"- {line}" for line in verdict))
