@@ -42,7 +42,7 @@ class TrainConfig:
     steps: int = 30
     """Optimizer steps (one rollout batch each)."""
     model: str = "default"
-    """'default' = the embedded tiny model (built on first use), a save_pretrained folder, or a Hugging Face hub id (from_pretrained; offline: from the local HF cache)."""
+    """'default' = the embedded tiny model (shipped weights, see docs/warmstart.md), a save_pretrained folder, or a Hugging Face hub id (from_pretrained; offline: from the local HF cache)."""
     device: str = "cpu"
     """torch device ('cpu', 'cuda', 'cuda:1'); refused up front if this machine has no such device."""
     dtype: str = "float32"

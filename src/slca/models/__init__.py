@@ -1,8 +1,9 @@
 """The embedded default policy: a small Qwen2 model, its tokenizer and SFT warm start.
 
-``load_default()`` builds them on first use from toolworld demonstrations
-(nothing from the hub), caches them with ``save_pretrained`` and loads them with
-``AutoModelForCausalLM`` / ``AutoTokenizer``. See docs/warmstart.md.
+``load_default()`` loads the default build shipped with the package, or builds a
+config on first use from toolworld demonstrations (nothing from the hub) and caches
+it with ``save_pretrained``; both load with ``AutoModelForCausalLM`` /
+``AutoTokenizer``. See docs/warmstart.md.
 """
 
 from slca.models.config import RECIPE_VERSION, BuildConfig, DemoMix, ModelSize

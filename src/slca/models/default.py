@@ -361,7 +361,7 @@ def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, pro
 
 def load_default(cache_dir: str | Path | None = None, *, rebuild: bool = False, progress: bool = True,
                  config: BuildConfig | None = None):
-    """The embedded default policy: ``(model, tokenizer)``, built and cached on first use.
+    """The embedded default policy: ``(model, tokenizer)``: the shipped build, or built and cached on first use.
 
     Args:
         cache_dir: folder of cache entries (default ``$SLCA_CACHE/default-model``
