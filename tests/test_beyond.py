@@ -28,8 +28,10 @@ from slca import (
     turn_normalize,
 )
 from slca.diagnostics import contamination
-from slca.rewards.turns import advantage_extras, subgroup_fraction, tool_signature, turn_reward_matrix, turn_scores
+from slca.rewards.turns import subgroup_fraction, tool_signature, turn_reward_matrix, turn_scores
 from slca.types import ParsedTurn, ParseError, Task, ToolCall, ToolResult, Turn
+
+from _helpers import advantage_extras
 
 NAN = float("nan")
 

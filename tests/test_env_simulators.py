@@ -11,7 +11,9 @@ import pytest
 from jsonschema import Draft202012Validator, FormatChecker
 
 from slca.env import PythonSimulator, SchemaSimulator, Simulator, ToolError
-from slca.env.llm import EndpointError, LLMSimulator, chat_completion
+from slca.env.llm import EndpointError, LLMSimulator
+
+from _helpers import chat_completion
 
 
 def fn(name, params, required, response=None, stateful=False, **extra):

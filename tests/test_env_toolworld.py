@@ -7,8 +7,10 @@ from collections import Counter
 
 import pytest
 
-from slca.env import PythonSimulator, check_calls, toolworld as tw
+from slca.env import PythonSimulator, toolworld as tw
 from slca.types import Task
+
+from _helpers import check_calls
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from slca.env.llm import ChatClient, EndpointError, LLMSimulator, chat_completion, redact, safe_url
+from slca.env.llm import ChatClient, EndpointError, LLMSimulator, redact, safe_url
 from slca.rewards import OpenAIJudge
 from slca.rewards.execution import Unscorable
 from slca.rollout import answer_turn
 from slca.types import ParsedTurn, Task, ToolCall
+
+from _helpers import chat_completion
 
 TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "weather in a city",

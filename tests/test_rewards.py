@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 
 from slca.env import toolworld as tw
 from slca.rewards import execution_reward, hierarchical_rewards, in_domain_metrics, summary_reward
-from slca.rewards.values import extract_values, normalize, values_equal
+from slca.rewards.values import extract_values, normalize
 from slca.types import ParsedTurn, ParseError, Task, ToolCall, ToolResult, Trajectory, Turn
+
+from _helpers import values_equal
 
 TASKS = tw.make_tasks("train", n=400, seed=0)
 

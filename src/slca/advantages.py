@@ -418,7 +418,9 @@ class EstimatorSpec:
     error naming the estimator and the option. ``needs`` are names of optional
     inputs (:class:`InputSpec`) that must not be None. ``reference`` marks the
     estimators every run records on its sample groups and ``slca compare`` runs
-    by default.
+    by default. ``trajectory`` marks an estimator that reads one scalar per
+    rollout (``AdvantageInputs.total_rewards``) instead of the two tiers, as
+    ``grpo`` does (the TRL trainer then sums the tiers as TRL does).
 
     A plain function registered without ``options`` gets them from its
     keyword-only parameters with defaults; if it also takes ``**kwargs`` it is
@@ -432,6 +434,7 @@ class EstimatorSpec:
     doc: str = ""
     reference: bool = False
     open: bool = False
+    trajectory: bool = False
 
     def defaults(self) -> dict[str, Any]:
         return {o.name: o.default for o in self.options}
@@ -514,6 +517,7 @@ def register_estimator(
     options: Sequence[Option] | None = None,
     doc: str | None = None,
     reference: bool = False,
+    trajectory: bool = False,
 ):
     """Register an advantage estimator under ``name``, as a complete spec (usable as a decorator).
 
@@ -527,6 +531,7 @@ def register_estimator(
             parameters with defaults.
         doc: one line (default: the first line of ``fn``'s docstring).
         reference: one of the estimators recorded on sample groups and compared by default.
+        trajectory: it reads one scalar per rollout (``total_rewards``), not the two tiers.
 
     Re-registering the same function under the same name is a no-op; a
     different function under a taken name raises ValueError (as verl's
@@ -536,7 +541,7 @@ def register_estimator(
     def deco(f: Callable[..., torch.Tensor] | EstimatorSpec) -> Callable[..., torch.Tensor] | EstimatorSpec:
         if not isinstance(name, str) or not name:
             raise ValueError(f"estimator name must be a non-empty string, got {name!r}")
-        spec = f if isinstance(f, EstimatorSpec) else _make_spec(name, f, needs, options, doc, reference)
+        spec = f if isinstance(f, EstimatorSpec) else _make_spec(name, f, needs, options, doc, reference, trajectory)
         old = _REGISTRY.get(name)
         if old is not None and not _same_fn(old.fn, spec.fn):
             raise ValueError(f"an estimator named {name!r} is already registered ({old.fn.__module__}.{old.fn.__qualname__})")
@@ -549,7 +554,7 @@ def register_estimator(
     return deco(fn) if fn is not None else deco
 
 
-def _make_spec(name, f, needs, options, doc, reference) -> EstimatorSpec:
+def _make_spec(name, f, needs, options, doc, reference, trajectory) -> EstimatorSpec:
     inferred, takes_kwargs = _options_of(f)
     opts = tuple(options) if options is not None else inferred
     names = [o.name for o in opts]
@@ -557,7 +562,7 @@ def _make_spec(name, f, needs, options, doc, reference) -> EstimatorSpec:
         raise ValueError(f"estimator {name!r}: option names repeat: {names}")
     first_line = ((f.__doc__ or "").strip().splitlines() or [""])[0]
     return EstimatorSpec(name, f, tuple(n.name if isinstance(n, InputSpec) else n for n in needs), opts,
-                         doc if doc is not None else first_line, reference, open=options is None and takes_kwargs)
+                         doc if doc is not None else first_line, reference, open=options is None and takes_kwargs, trajectory=trajectory)
 
 
 def get_estimator(name: str) -> EstimatorSpec:
@@ -594,7 +599,7 @@ _EPS = Option("eps", 1e-6, "added to the std in the normalisation")
 _EMPTY_TOOL = Option("empty_tool", "response", "rollouts with no tool segment (see slca_advantages)", EMPTY_TOOL_MODES)
 
 
-@register_estimator("grpo", options=(_SCALE, _EPS), reference=True)
+@register_estimator("grpo", options=(_SCALE, _EPS), reference=True, trajectory=True)
 def _grpo(inputs: AdvantageInputs, *, scale: str, eps: float) -> torch.Tensor:
     """One scalar (weighted sum of both tiers) per rollout, on every policy token."""
     return grpo_advantages(inputs.total_rewards, inputs.group_ids, inputs.model_mask, scale=scale, eps=eps)

@@ -115,17 +115,20 @@ def prepare_policy(
     lora_dropout: float = 0.0,
     lora_target_modules: list[str] | None = None,
     what: str = "model",
+    template_fix: str = "set chat_template (a .jinja file or inline)",
 ) -> tuple[torch.nn.Module, Any]:
     """Make a loaded ``(model, tokenizer)`` ready to train: ``chat_template`` (a path or
     inline Jinja) replaces the tokenizer's; the model is cast to ``dtype``, wrapped with
     LoRA adapters when ``lora_r > 0`` (in place: peft injects the adapter layers into
-    ``model``) and moved to ``device``."""
+    ``model``) and moved to ``device``. A tokenizer left without a chat template is
+    refused: ``what`` names the model in the message, ``template_fix`` (when not empty)
+    says how to give it one."""
     dev, dt = check_device(device), check_dtype(dtype)
     template = resolve_chat_template(chat_template)
     if template is not None:
         tok.chat_template = template
     if not getattr(tok, "chat_template", None):
-        raise ValueError(f"{what}: its tokenizer has no chat template; set chat_template (a .jinja file or inline)")
+        raise ValueError(f"{what}: its tokenizer has no chat template" + (f"; {template_fix}" if template_fix else ""))
     model = model.to(dt)
     if lora_r > 0 and not hasattr(model, "peft_config"):
         model = apply_lora(model, lora_r, lora_alpha, lora_dropout, lora_target_modules)

@@ -2,7 +2,7 @@
 
 from slca.env.llm import LLMSimulator
 from slca.env.loaders import load_tasks, save_tasks
-from slca.env.schema import ToolBox, as_tool_specs, check_calls, check_tool_schema
+from slca.env.schema import ToolBox, as_tool_specs, check_tool_schema
 from slca.env.simulators import BaseSimulator, PythonSimulator, SchemaSimulator, Simulator, ToolError
 
 __all__ = [
@@ -16,6 +16,5 @@ __all__ = [
     "as_tool_specs",
     "load_tasks",
     "save_tasks",
-    "check_calls",
     "check_tool_schema",
 ]

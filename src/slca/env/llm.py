@@ -59,7 +59,7 @@ from slca.env.schema import ToolBox
 from slca.env.simulators import BaseSimulator
 from slca.types import ToolResult
 
-__all__ = ["EndpointError", "ChatClient", "chat_completion", "parse_json_reply", "redact", "safe_url", "LLMSimulator"]
+__all__ = ["EndpointError", "ChatClient", "parse_json_reply", "redact", "safe_url", "LLMSimulator"]
 
 log = logging.getLogger("slca.env")
 
@@ -299,38 +299,6 @@ class ChatClient:
                 pass
 
 
-def chat_completion(
-    base_url: str,
-    model: str,
-    messages: list[dict[str, Any]],
-    *,
-    api_key: str | None = None,
-    timeout: float = 30.0,
-    http_attempts: int = 1,
-    **params: Any,
-) -> str:
-    """POST ``{base_url}/chat/completions`` once and return the first choice's message content.
-
-    Args:
-        base_url: e.g. ``http://127.0.0.1:8000/v1``.
-        model: the served model's name.
-        messages: OpenAI chat messages.
-        api_key: sent as ``Authorization: Bearer``; optional for local servers.
-        timeout: seconds for the whole request (a total deadline, not per read).
-        http_attempts: attempts with backoff (see :class:`ChatClient`); one by default.
-        **params: extra request fields (``temperature``, ``seed``, ``response_format``, ...).
-
-    Raises:
-        EndpointError: on timeout, HTTP error status, connection failure, a cut-off
-            or malformed reply, or one without ``choices[0].message.content``.
-    """
-    client = ChatClient(base_url, api_key=api_key, timeout=timeout, http_attempts=http_attempts)
-    try:
-        return client.complete(model, messages, **params)
-    finally:
-        client.close()
-
-
 def parse_json_reply(text: str) -> Any:
     """The JSON value in a model reply (a surrounding Markdown code fence is allowed).
 
@@ -362,16 +330,14 @@ class LLMSimulator(BaseSimulator):
         tools: OpenAI tool dicts (with optional ``response`` schemas) or ToolSpecs.
         base_url: endpoint root, e.g. ``http://127.0.0.1:8000/v1``.
         model: served model name.
-        api_key: optional bearer token.
-        timeout: seconds for one whole HTTP request (a total deadline).
         max_retries: extra answers asked for (with the error as feedback) after an
             answer that is not JSON or violates the response schema.
-        http_attempts: HTTP attempts per answer, with exponential backoff (see :class:`ChatClient`).
-        backoff: first wait between HTTP attempts in seconds (doubling, at most ``max_backoff``).
-        max_backoff: longest wait between HTTP attempts.
         temperature: sampling temperature sent to the endpoint (0 for repeatability).
         seed: sent as the request ``seed`` (servers that honour it are reproducible).
         max_history: how many earlier calls of the episode go into the prompt.
+        **http: the HTTP options of :class:`ChatClient` (``api_key``, ``timeout``: a total
+            deadline per request, ``http_attempts`` per answer, ``backoff``, ``max_backoff``,
+            ``max_response_bytes``), its defaults when not given.
     """
 
     def __init__(
@@ -380,23 +346,16 @@ class LLMSimulator(BaseSimulator):
         base_url: str,
         model: str,
         *,
-        api_key: str | None = None,
-        timeout: float = 30.0,
         max_retries: int = 2,
-        http_attempts: int = 3,
-        backoff: float = 0.5,
-        max_backoff: float = 8.0,
         temperature: float = 0.0,
         seed: int = 0,
         max_history: int = 8,
+        **http: Any,
     ):
         super().__init__(tools)
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-        self.client = ChatClient(
-            base_url, api_key=api_key, timeout=timeout, http_attempts=http_attempts,
-            backoff=backoff, max_backoff=max_backoff, metrics=self.metrics,
-        )
+        self.client = ChatClient(base_url, metrics=self.metrics, **http)
         self.model, self.max_retries = model, int(max_retries)
         self.temperature, self.seed, self.max_history = float(temperature), int(seed), int(max_history)
 

@@ -27,9 +27,9 @@ from referencing import Registry
 from referencing.exceptions import NoSuchResource, Unresolvable
 
 from slca._limits import BoundedValidator
-from slca.types import ToolCall, ToolSpec
+from slca.types import ToolSpec
 
-__all__ = ["MAX_DEPTH", "MAX_NAME_LENGTH", "ToolBox", "as_tool_specs", "check_tool", "check_tool_name", "check_tool_schema", "check_calls", "nesting_depth"]
+__all__ = ["MAX_DEPTH", "MAX_NAME_LENGTH", "ToolBox", "as_tool_specs", "check_tool", "check_tool_name", "check_tool_schema", "nesting_depth"]
 
 _FORMATS = FormatChecker()
 
@@ -247,13 +247,3 @@ class ToolBox:
         """Why ``content`` violates ``name``'s response schema, or None (also when it has none)."""
         v = self._resp.get(name)
         return None if v is None else _first_error(v, content)
-
-
-def check_calls(tools: Iterable[Any], gold: list[list[ToolCall]], *, where: str = "task") -> None:
-    """Raise ValueError (prefixed with ``where``) if a gold call names an unknown tool or breaks its schema."""
-    box = tools if isinstance(tools, ToolBox) else ToolBox(tools)
-    for s, step in enumerate(gold):
-        for c, call in enumerate(step):
-            err = box.argument_error(call.name, call.arguments)
-            if err is not None:
-                raise ValueError(f"{where}: gold step {s} call {c} violates its schema: {err}")

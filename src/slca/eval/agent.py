@@ -106,6 +106,12 @@ class PolicyAgent:
         self.last_truncated: list[bool] = []
         """For the last :meth:`generate` call: which prompts were cut."""
 
+    def prompt_limit(self) -> str:
+        """:attr:`max_prompt_tokens` in words, e.g. ``1,016 tokens (1,024 positions less 8 new tokens)`` ('' when there is no known limit)."""
+        if self.max_prompt_tokens is None:
+            return ""
+        return f"{self.max_prompt_tokens:,} tokens ({self.max_positions:,} positions less {self.gen.max_new_tokens} new tokens)"
+
     def _stop_token_ids(self) -> list[int]:
         ids = {self.tokenizer.eos_token_id}
         im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")

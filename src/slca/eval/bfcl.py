@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slca.eval.agent import AgentTurn, PolicyAgent, drive
-from slca.eval.report import Record, SuiteReport, group_means, mean
+from slca.eval.report import Record, SuiteReport, group_means, mean, truncation
 from slca.types import ToolCall
 
 __all__ = [
@@ -416,12 +416,8 @@ def run_bfcl(agent: PolicyAgent, categories: list[str] | None = None, *, limit: 
         drive(agent, eps, desc=f"bfcl {cat}", progress=progress)
         records += [e.record() for e in eps]
     metrics, groups, counts = summarize(records, cats)
-    n_cut = sum(1 for r in records if r.detail["truncated_turns"])
-    metrics["truncated_records"] = n_cut
-    notes = ["accuracy = share of rollouts BFCL's checker accepts (AST checker; multi_turn_checker for multi_turn_*)"]
-    if n_cut:
-        notes.append(f"{n_cut} of {len(records)} rollouts had prompts over the model's {agent.max_prompt_tokens:,} prompt tokens "
-                     f"({agent.max_positions:,} positions less {agent.gen.max_new_tokens} new tokens) and were cut to their last tokens")
+    metrics["truncated_records"], cut = truncation(records, agent.prompt_limit())
+    notes = ["accuracy = share of rollouts BFCL's checker accepts (AST checker; multi_turn_checker for multi_turn_*)", *cut]
     return SuiteReport(
         suite="bfcl",
         model=model_label,

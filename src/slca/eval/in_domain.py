@@ -25,7 +25,7 @@ import logging
 from typing import Callable
 
 from slca.eval.agent import PolicyAgent
-from slca.eval.report import Record, SuiteReport, group_means, mean, pass_hat_k, successes_by_id
+from slca.eval.report import Record, SuiteReport, group_means, mean, pass_k
 from slca.types import Task
 
 __all__ = ["GROUPINGS", "METRICS", "group_of", "run_in_domain", "toolworld_tasks", "loaded_tasks"]
@@ -123,9 +123,7 @@ def run_in_domain(
             bar.advance(bid, len(chunk))
     groups, counts = group_means(records, METRICS)
     metrics = {k: mean(r.scores[k] for r in records) for k in METRICS}
-    succ = successes_by_id(records, "success")
-    for k in range(2, samples + 1):
-        metrics[f"pass^{k}"] = pass_hat_k(succ, k)
+    metrics.update(pass_k(records, "success", range(2, samples + 1)))
     return SuiteReport(
         suite=suite,
         model=model_label,

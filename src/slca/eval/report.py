@@ -9,7 +9,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 
-__all__ = ["Record", "SuiteReport", "pass_hat_k", "mean"]
+__all__ = ["Record", "SuiteReport", "pass_hat_k", "pass_k", "mean", "group_means", "successes_by_id", "truncation"]
 
 
 def mean(xs: Iterable[float]) -> float:
@@ -127,3 +127,20 @@ def successes_by_id(records: list[Record], key: str) -> dict[str, list[bool]]:
         v = r.scores.get(key, float("nan"))
         out[r.id].append(not math.isnan(v) and abs(v - 1.0) <= 1e-6)
     return dict(out)
+
+
+def pass_k(records: list[Record], key: str, ks: Iterable[int]) -> dict[str, float]:
+    """``{"pass^k": ...}`` for each k in ``ks``: :func:`pass_hat_k` over the records' ids, a
+    sample succeeding when its score ``key`` is 1 (:func:`successes_by_id`)."""
+    succ = successes_by_id(records, key)
+    return {f"pass^{k}": pass_hat_k(succ, k) for k in ks}
+
+
+def truncation(records: list[Record], limit: str, consequence: str = "") -> tuple[int, list[str]]:
+    """The rollouts with a prompt cut to the model's positions (``detail["truncated_turns"]`` > 0),
+    and the report note saying so (none when no rollout was cut). ``limit``: the model's prompt
+    limit in words (:meth:`slca.eval.agent.PolicyAgent.prompt_limit`)."""
+    n = sum(1 for r in records if r.detail["truncated_turns"])
+    if not n:
+        return 0, []
+    return n, [f"{n} of {len(records)} rollouts had prompts over the model's {limit} and were cut to their last tokens{consequence}"]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import pathlib
 from dataclasses import dataclass, field
+from typing import Callable
 
 from slca.eval.agent import GenerationConfig, PolicyAgent
 from slca.eval.report import SuiteReport
@@ -50,25 +52,64 @@ class EvalConfig:
 
 
 def load_model(spec: str):
-    """``(model, tokenizer)`` from a model folder or a Hugging Face hub id, or the embedded model for ``default``."""
-    if spec == "default":
-        from slca.models import load_default
-
-        return load_default(progress=True)
-    from slca.policy import load_pretrained
+    """``(model, tokenizer)`` in eval mode from a model folder or a Hugging Face hub id, or the
+    embedded model for ``default`` (:func:`slca.policy.load_policy`: float32, on the CPU)."""
+    from slca.policy import load_policy
 
     try:
-        model, tok = load_pretrained(spec)
+        model, tok = load_policy(spec, template_fix="")
     except ValueError as e:
         raise ValueError(f"--{e}") from None
-    if not getattr(tok, "chat_template", None):
-        raise ValueError(f"--model {spec!r}: the tokenizer has no chat template")
     model.eval()
     return model, tok
 
 
-def run_eval(cfg: EvalConfig, out_dir: str | pathlib.Path | None = None) -> SuiteReport:
-    """Run one suite; save ``<suite>.json`` / ``<suite>.md`` under ``out_dir`` when given."""
+SuiteRun = Callable[[PolicyAgent], SuiteReport]
+"""One suite's evaluation of a policy, its arguments checked and its data at hand."""
+
+
+def _bfcl(cfg: EvalConfig) -> SuiteRun:
+    from slca.eval.bfcl import resolve_categories, run_bfcl
+
+    cats = resolve_categories(cfg.categories)
+    return functools.partial(run_bfcl, categories=cats, limit=cfg.limit, samples=cfg.samples, progress=cfg.progress, model_label=cfg.model)
+
+
+def _tau2(cfg: EvalConfig) -> SuiteRun:
+    from slca.eval.tau2 import DOMAINS, run_tau2
+
+    bad = [c for c in cfg.categories if c not in DOMAINS]
+    if bad:
+        raise ValueError(f"--categories {bad}: tau2 domains are {list(DOMAINS)}")
+    if cfg.user == "llm" and not (cfg.user_base_url and cfg.user_model):
+        raise ValueError("--suite tau2 needs --user-url and --user-model (an OpenAI-compatible endpoint for tau2's user simulator), or --user scripted")
+    return functools.partial(
+        run_tau2, domains=cfg.categories or None, limit=cfg.limit, samples=cfg.samples, user=cfg.user, user_base_url=cfg.user_base_url,
+        user_model=cfg.user_model, user_api_key=cfg.user_api_key, max_steps=cfg.max_steps, progress=cfg.progress, model_label=cfg.model,
+    )
+
+
+def _in_domain(cfg: EvalConfig) -> SuiteRun:
+    """toolworld / toucan: the tasks load (and ``--categories``, their kinds, are checked) here."""
+    from slca.eval.in_domain import loaded_tasks, run_in_domain, toolworld_tasks
+
+    tasks, make_env = toolworld_tasks(None, cfg.gen.seed) if cfg.suite == "toolworld" else loaded_tasks(cfg.data, None, cfg.gen.seed)
+    if cfg.categories:
+        kinds = sorted({t.kind for t in tasks})
+        bad = [c for c in cfg.categories if c not in kinds]
+        if bad:
+            raise ValueError(f"--categories {bad}: task kinds here are {kinds}")
+        tasks = [t for t in tasks if t.kind in cfg.categories]
+    tasks = tasks[: cfg.limit] if cfg.limit is not None else tasks
+    return functools.partial(run_in_domain, tasks=tasks, make_env=make_env, suite=cfg.suite, samples=cfg.samples,
+                             max_turns=cfg.max_turns, progress=cfg.progress, model_label=cfg.model)
+
+
+_PREPARE: dict[str, Callable[[EvalConfig], SuiteRun]] = {"toolworld": _in_domain, "toucan": _in_domain, "bfcl": _bfcl, "tau2": _tau2}
+
+
+def _check(cfg: EvalConfig) -> None:
+    """The arguments every suite takes."""
     if cfg.suite not in SUITES:
         raise ValueError(f"--suite {cfg.suite!r}: choose from {list(SUITES)}")
     if cfg.samples < 1:
@@ -77,61 +118,21 @@ def run_eval(cfg: EvalConfig, out_dir: str | pathlib.Path | None = None) -> Suit
         raise ValueError(f"--limit must be >= 1, got {cfg.limit}")
     if cfg.suite == "toucan" and not cfg.data:
         raise ValueError("--suite toucan needs --data PATH (Toucan, verl/paper or slca rows)")
-    # Validate cheap arguments before loading a model.
-    if cfg.suite == "bfcl":
-        from slca.eval.bfcl import resolve_categories
-
-        cats = resolve_categories(cfg.categories)
-    elif cfg.suite == "tau2":
-        from slca.eval.tau2 import DOMAINS
-
-        bad = [c for c in cfg.categories if c not in DOMAINS]
-        if bad:
-            raise ValueError(f"--categories {bad}: tau2 domains are {list(DOMAINS)}")
-        if cfg.user == "llm" and not (cfg.user_base_url and cfg.user_model):
-            raise ValueError("--suite tau2 needs --user-url and --user-model (an OpenAI-compatible endpoint for tau2's user simulator), or --user scripted")
     from slca.chat import get_format
 
-    get_format(cfg.format)  # an unknown format is refused before the model loads
-    if cfg.suite in ("toolworld", "toucan"):  # in-domain tasks load (and their --categories are checked) before the model
-        from slca.eval.in_domain import loaded_tasks, toolworld_tasks
+    get_format(cfg.format)
 
-        tasks, make_env = toolworld_tasks(None, cfg.gen.seed) if cfg.suite == "toolworld" else loaded_tasks(cfg.data, None, cfg.gen.seed)
-        if cfg.categories:
-            kinds = sorted({t.kind for t in tasks})
-            bad = [c for c in cfg.categories if c not in kinds]
-            if bad:
-                raise ValueError(f"--categories {bad}: task kinds here are {kinds}")
-            tasks = [t for t in tasks if t.kind in cfg.categories]
-        tasks = tasks[: cfg.limit] if cfg.limit is not None else tasks
+
+def run_eval(cfg: EvalConfig, out_dir: str | pathlib.Path | None = None) -> SuiteReport:
+    """Run one suite; save ``<suite>.json`` / ``<suite>.md`` under ``out_dir`` when given.
+
+    Every argument is checked (and in-domain tasks are loaded) before the model loads.
+    """
+    _check(cfg)
+    run_suite = _PREPARE[cfg.suite](cfg)
     model, tok = load_model(cfg.model)
     agent = PolicyAgent(model, tok, cfg.format, cfg.gen)
-    if cfg.suite == "bfcl":
-        from slca.eval.bfcl import run_bfcl
-
-        report = run_bfcl(agent, cats, limit=cfg.limit, samples=cfg.samples, progress=cfg.progress, model_label=cfg.model)
-    elif cfg.suite == "tau2":
-        from slca.eval.tau2 import run_tau2
-
-        report = run_tau2(
-            agent,
-            cfg.categories or None,
-            limit=cfg.limit,
-            samples=cfg.samples,
-            user=cfg.user,
-            user_base_url=cfg.user_base_url,
-            user_model=cfg.user_model,
-            user_api_key=cfg.user_api_key,
-            max_steps=cfg.max_steps,
-            progress=cfg.progress,
-            model_label=cfg.model,
-        )
-    else:
-        from slca.eval.in_domain import run_in_domain
-
-        report = run_in_domain(
-            agent, tasks, make_env, suite=cfg.suite, samples=cfg.samples, max_turns=cfg.max_turns, progress=cfg.progress, model_label=cfg.model
-        )
+    report = run_suite(agent)
     report.config.update({"generated_tokens": agent.generated_tokens, "max_new_tokens": cfg.gen.max_new_tokens, "temperature": cfg.gen.temperature})
     if out_dir is not None:
         report.save(out_dir)

@@ -39,7 +39,7 @@ import uuid
 from typing import Any, Callable, Optional
 
 from slca.eval.agent import PolicyAgent
-from slca.eval.report import Record, SuiteReport, group_means, mean, pass_hat_k, successes_by_id
+from slca.eval.report import Record, SuiteReport, group_means, mean, pass_k, truncation
 from slca.types import ToolCall
 
 __all__ = ["DOMAINS", "import_tau2", "load_tasks", "make_policy_agent", "prompt_overflow", "ScriptedUser", "scripted_user_for", "llm_user", "run_simulation", "run_tau2"]
@@ -236,6 +236,60 @@ def prompt_overflow(policy: PolicyAgent, domains: list[str]) -> dict[str, int]:
     return out
 
 
+def _user_factory(user: str, base_url: str | None = None, model: str | None = None, api_key: str | None = None) -> Callable[[Any, Any], Any]:
+    """``(task, environment) -> tau2 user`` for ``user``: ``llm`` (:func:`llm_user` on ``base_url`` /
+    ``model``) or ``scripted`` (:func:`scripted_user_for`)."""
+    if user == "llm":
+        if not base_url or not model:
+            raise ValueError("tau2 with user='llm' needs user_base_url and user_model (an OpenAI-compatible endpoint for the user simulator)")
+        return functools.partial(llm_user, base_url=base_url, model=model, api_key=api_key)
+    if user == "scripted":
+        return lambda task, env: scripted_user_for(task)
+    raise ValueError(f"user must be 'llm' or 'scripted', got {user!r}")
+
+
+def _warn_overflow(policy: PolicyAgent, domains: list[str]) -> None:
+    """On stderr: the domains whose first prompt is already over what the policy can take (:func:`prompt_overflow`)."""
+    from rich.console import Console
+
+    for d, n in prompt_overflow(policy, domains).items():
+        Console(stderr=True, soft_wrap=True).print(
+            f"[yellow]warning:[/yellow] tau2 {d}: the system prompt and tools alone are {n:,} tokens, over the {policy.prompt_limit()} the model can take: "
+            "every prompt is cut to its last tokens (the policy and tool list are lost), and the report counts the records cut.",
+            markup=True, highlight=False,
+        )
+
+
+def _simulate(policy: PolicyAgent, domain: str, task: Any, sample: int, make_user: Callable[[Any, Any], Any], max_steps: int) -> Record:
+    """One scored tau2 simulation of ``task`` as a report record."""
+    agents: list[Any] = []
+
+    def make_agent(env):
+        agents.append(make_policy_agent(policy, env.get_tools(), env.get_policy()))
+        return agents[-1]
+
+    sim = run_simulation(domain, task, make_agent, make_user, max_steps=max_steps, seed=policy.gen.seed + sample)
+    ri = sim.reward_info
+    return Record(
+        id=f"{domain}/{task.id}",
+        group=domain,
+        sample=sample,
+        scores={"reward": float(ri.reward)},
+        error=None if ri.reward >= 1 - 1e-6 else str(sim.termination_reason.value),
+        detail={"termination": sim.termination_reason.value, "messages": len(sim.messages), "truncated_turns": agents[-1].truncated_turns,
+                "breakdown": {str(k): v for k, v in (ri.reward_breakdown or {}).items()}},
+    )
+
+
+def _summarize(records: list[Record], domains: list[str], samples: int) -> tuple[dict[str, float], dict[str, dict[str, float]], dict[str, int]]:
+    """Mean reward and pass^1 ... pass^K, overall and per domain."""
+    groups, counts = group_means(records, ["reward"])
+    for d in domains:
+        groups[d].update(pass_k([r for r in records if r.group == d], "reward", range(1, samples + 1)))
+    metrics = {"avg_reward": mean(r.scores["reward"] for r in records), **pass_k(records, "reward", range(1, samples + 1))}
+    return metrics, groups, counts
+
+
 def run_tau2(
     policy: PolicyAgent,
     domains: list[str] | None = None,
@@ -263,75 +317,25 @@ def run_tau2(
     for d in doms:
         if d not in DOMAINS:
             raise ValueError(f"unknown tau2 domain {d!r}; choose from {list(DOMAINS)}")
-    if user == "llm":
-        if not user_base_url or not user_model:
-            raise ValueError("tau2 with user='llm' needs user_base_url and user_model (an OpenAI-compatible endpoint for the user simulator)")
-        make_user = functools.partial(llm_user, base_url=user_base_url, model=user_model, api_key=user_api_key)
-    elif user == "scripted":
-        make_user = lambda task, env: scripted_user_for(task)  # noqa: E731
-    else:
-        raise ValueError(f"user must be 'llm' or 'scripted', got {user!r}")
-    from rich.console import Console
+    make_user = _user_factory(user, user_base_url, user_model, user_api_key)
     from rich.progress import Progress
 
-    over = prompt_overflow(policy, doms)
-    limit_note = f"{policy.max_prompt_tokens:,} tokens ({policy.max_positions:,} positions less {policy.gen.max_new_tokens} new tokens)" if policy.max_prompt_tokens is not None else ""
-    for d, n in over.items():
-        Console(stderr=True, soft_wrap=True).print(
-            f"[yellow]warning:[/yellow] tau2 {d}: the system prompt and tools alone are {n:,} tokens, over the {limit_note} the model can take: "
-            "every prompt is cut to its last tokens (the policy and tool list are lost), and the report counts the records cut.",
-            markup=True, highlight=False,
-        )
+    _warn_overflow(policy, doms)
     records: list[Record] = []
     jobs = [(d, task, s) for d in doms for task in load_tasks(d, split, limit) for s in range(samples)]
     with Progress(disable=not progress, transient=True) as bar:
         bid = bar.add_task("tau2 simulations", total=len(jobs))
         for d, task, s in jobs:
-            agents: list[Any] = []
-
-            def make_agent(env):
-                agents.append(make_policy_agent(policy, env.get_tools(), env.get_policy()))
-                return agents[-1]
-
-            sim = run_simulation(d, task, make_agent, make_user, max_steps=max_steps, seed=policy.gen.seed + s)
-            ri = sim.reward_info
-            records.append(
-                Record(
-                    id=f"{d}/{task.id}",
-                    group=d,
-                    sample=s,
-                    scores={"reward": float(ri.reward)},
-                    error=None if ri.reward >= 1 - 1e-6 else str(sim.termination_reason.value),
-                    detail={"termination": sim.termination_reason.value, "messages": len(sim.messages), "truncated_turns": agents[-1].truncated_turns,
-                            "breakdown": {str(k): v for k, v in (ri.reward_breakdown or {}).items()}},
-                )
-            )
+            records.append(_simulate(policy, d, task, s, make_user, max_steps))
             bar.advance(bid)
-    groups, counts = group_means(records, ["reward"])
-    metrics: dict[str, float] = {"avg_reward": mean(r.scores["reward"] for r in records)}
-    n_cut = sum(1 for r in records if r.detail["truncated_turns"])
-    for d in doms:
-        succ = successes_by_id([r for r in records if r.group == d], "reward")
-        for k in range(1, samples + 1):
-            groups[d][f"pass^{k}"] = pass_hat_k(succ, k)
-    succ_all = successes_by_id(records, "reward")
-    for k in range(1, samples + 1):
-        metrics[f"pass^{k}"] = pass_hat_k(succ_all, k)
-    metrics["truncated_records"] = n_cut
+    metrics, groups, counts = _summarize(records, doms, samples)
+    metrics["truncated_records"], cut = truncation(records, policy.prompt_limit(), ": their numbers do not measure the policy on tau2's prompts")
+    notes = ["reward: tau2 evaluate_simulation (EvaluationType.ALL); a rollout passes when reward == 1",
+             "pass^k: mean over tasks of C(successes, k) / C(samples, k)"]
+    if user == "scripted":
+        notes.append("user = scripted (offline smoke run): not comparable to tau2-bench numbers")
     return SuiteReport(
-        suite="tau2",
-        model=model_label,
-        metrics=metrics,
-        groups=groups,
-        counts=counts,
-        samples=samples,
-        records=records,
+        suite="tau2", model=model_label, metrics=metrics, groups=groups, counts=counts, samples=samples, records=records,
         config={"domains": doms, "limit": limit, "split": split, "user": user, "user_model": user_model, "max_steps": max_steps, "run": uuid.uuid4().hex[:8]},
-        notes=[
-            "reward: tau2 evaluate_simulation (EvaluationType.ALL); a rollout passes when reward == 1",
-            "pass^k: mean over tasks of C(successes, k) / C(samples, k)",
-        ]
-        + (["user = scripted (offline smoke run): not comparable to tau2-bench numbers"] if user == "scripted" else [])
-        + ([f"{n_cut} of {len(records)} rollouts had prompts over the model's {limit_note} and were cut to their last tokens: "
-            "their numbers do not measure the policy on tau2's prompts"] if n_cut else []),
+        notes=notes + cut,
     )

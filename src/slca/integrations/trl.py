@@ -69,7 +69,6 @@ __all__ = [
     "TIERS",
     "SLCAGRPOConfig",
     "SLCAGRPOTrainer",
-    "TRAJECTORY_ESTIMATORS",
     "check_tiers",
     "check_trl_contract",
     "slca_reward_funcs",
@@ -186,14 +185,11 @@ def tier_rewards(
     return out[0], out[1]
 
 
-#: Estimators that read one scalar per rollout (``AdvantageInputs.total_rewards``), not the two tiers.
-TRAJECTORY_ESTIMATORS = ("grpo",)
-
-
 def check_tiers(tiers: list[str], estimator: str) -> None:
     """Raise ValueError if ``estimator`` cannot work with the tiers present in ``tiers``.
 
-    Trajectory-level estimators (:data:`TRAJECTORY_ESTIMATORS`) take any
+    Trajectory-level estimators (``grpo``, any registered with
+    ``trajectory=True``: :attr:`slca.advantages.EstimatorSpec.trajectory`) take any
     non-empty set of functions. The tiered ones need a summary-tier function:
     without one there is no reward for the tokens after the last tool response,
     nor for a rollout that made no call. Without a tool-tier function they run
@@ -201,7 +197,7 @@ def check_tiers(tiers: list[str], estimator: str) -> None:
     """
     if not tiers:
         raise ValueError("at least one reward function is needed")
-    if estimator not in TRAJECTORY_ESTIMATORS and "summary" not in tiers:
+    if not get_estimator(estimator).trajectory and "summary" not in tiers:
         raise ValueError(
             f"advantage_estimator={estimator!r} routes the summary-tier reward to the answer tokens, but no reward "
             f"function is declared 'summary' (reward_tiers={tiers}); declare one, or use advantage_estimator='grpo'"
@@ -263,7 +259,8 @@ def trl_batch_advantages(
     model = valid if tool_mask is None else valid * tool_mask.long()
     tool_seg, summary_seg = segment_masks(model, valid)
     r_tool, r_sum = tier_rewards(rewards_per_func, tiers, weights)
-    if estimator in TRAJECTORY_ESTIMATORS:
+    spec = get_estimator(estimator)
+    if spec.trajectory:
         # TRL's scalar: nansum over all functions; NaN only where nothing scored the row
         r_tool = torch.where(torch.isnan(r_tool) & ~torch.isnan(r_sum), torch.zeros_like(r_tool), r_tool)
         r_sum = torch.where(torch.isnan(r_sum) & ~torch.isnan(r_tool), torch.zeros_like(r_sum), r_sum)
@@ -278,7 +275,7 @@ def trl_batch_advantages(
         tool_mask=tool_seg,
         summary_mask=summary_seg,
     )
-    spec = get_estimator(estimator)  # options it does not take (empty_tool for grpo) are not passed
+    # options it does not take (empty_tool for grpo) are not passed
     adv = spec(inputs, **spec.pick({"scale": scale, "eps": eps, "empty_tool": empty_tool}))
     return adv, inputs
 

@@ -299,9 +299,8 @@ def _task_from_row(ground_truth: Any, extra_info: Mapping[str, Any] | None):
     from slca.env.loaders import task_from_row
 
     gt = json.loads(ground_truth) if isinstance(ground_truth, str) else dict(ground_truth or {})
+    gt.setdefault("gold_tool_calls", [])  # no gold: a task that needs no call; the loader decodes a JSON string of it
     info = dict(extra_info or {})
-    steps = gt.get("gold_tool_calls", [])
-    gt["gold_tool_calls"] = json.loads(steps) if isinstance(steps, str) else steps
     row = {
         "prompt": info.get("prompt", []),
         "tools": info.get("tools", []),
@@ -326,10 +325,11 @@ def _turns_from_solution(solution_str: str, fmt: str):
     Calls the environment never answered (the rollout hit verl's turn or length
     limit right after them) get ``ToolResult(ok=False, error=NOT_EXECUTED)``: they
     were not executed, and the execution tier scores them as such. Tool results
-    are read as :func:`slca.rewards.turns_from_messages` reads tool messages.
+    are read as :func:`slca.rewards.turns_from_messages` reads tool messages
+    (:func:`slca.rewards.messages.tool_result`).
     """
     from slca.chat import get_format
-    from slca.rewards.messages import _result
+    from slca.rewards.messages import tool_result
     from slca.types import ToolResult, Turn
 
     parser = get_format(fmt)
@@ -352,7 +352,7 @@ def _turns_from_solution(solution_str: str, fmt: str):
         if parsed.is_tool_turn:
             n = max(1, len(parsed.calls))
             answered = responses[r : r + n]
-            results = [_result(body.strip()) for body in answered]
+            results = [tool_result(body.strip()) for body in answered]
             results += [ToolResult(ok=False, error=NOT_EXECUTED)] * (len(parsed.calls) - len(answered))
             r += n
             final_text = ""

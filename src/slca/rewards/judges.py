@@ -47,9 +47,10 @@ def judge_messages(task: Task, turns: list[Turn], final_text: str, max_chars: in
 class OpenAIJudge:
     """LLM judge over an OpenAI-compatible chat endpoint; the score is ``reply / 10``.
 
-    HTTP goes through :class:`slca.env.llm.ChatClient`: a total deadline of
-    ``timeout`` seconds per request, ``http_attempts`` attempts with exponential
-    backoff. An unparsable or out-of-range reply is asked again ``max_retries``
+    HTTP goes through :class:`slca.env.llm.ChatClient`, whose options
+    (``api_key``, ``timeout``: a total deadline per request, ``http_attempts``
+    attempts with exponential ``backoff`` up to ``max_backoff``) pass through
+    ``**http``. An unparsable or out-of-range reply is asked again ``max_retries``
     times. When no score comes, :class:`Unscorable` is raised (the summary reward
     becomes NaN with the reason; the reason names the fault and the redacted URL,
     never the server's body). ``metrics`` counts ``requests``, each fault kind
@@ -57,26 +58,11 @@ class OpenAIJudge:
     ``http_errors``, ``bad_responses``), ``http_retries`` and ``invalid_output``.
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        *,
-        api_key: str | None = None,
-        timeout: float = 30.0,
-        max_retries: int = 1,
-        http_attempts: int = 3,
-        backoff: float = 0.5,
-        max_backoff: float = 8.0,
-        temperature: float = 0.0,
-    ):
+    def __init__(self, base_url: str, model: str, *, max_retries: int = 1, temperature: float = 0.0, **http: Any):
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
         self.metrics: Counter[str] = Counter()
-        self.client = ChatClient(
-            base_url, api_key=api_key, timeout=timeout, http_attempts=http_attempts,
-            backoff=backoff, max_backoff=max_backoff, metrics=self.metrics,
-        )
+        self.client = ChatClient(base_url, metrics=self.metrics, **http)
         self.model, self.max_retries, self.temperature = model, int(max_retries), float(temperature)
 
     def score(self, task: Task, turns: list[Turn], final_text: str) -> float:

@@ -13,10 +13,13 @@ from typing import Any
 
 from slca.types import ParsedTurn, ParseError, ToolCall, ToolResult, Turn
 
-__all__ = ["turns_from_messages"]
+__all__ = ["tool_result", "turns_from_messages"]
 
 
-def _result(content: Any) -> ToolResult:
+def tool_result(content: Any) -> ToolResult:
+    """A tool message's content as a :class:`ToolResult`, the inverse of :meth:`ToolResult.to_text`:
+    ``{"error": ...}`` (that key alone) is a failed call; other JSON is decoded; text that is
+    not JSON stays text."""
     if isinstance(content, str):
         try:
             value = json.loads(content)
@@ -66,6 +69,6 @@ def turns_from_messages(messages: list[dict[str, Any]]) -> tuple[list[Turn], str
         elif role == "tool":
             if not turns:
                 raise ValueError(f"messages[{i}] is a tool message before any assistant message")
-            turns[-1].results.append(_result(m.get("content")))
+            turns[-1].results.append(tool_result(m.get("content")))
     final = turns[-1].parsed.content if turns and not turns[-1].parsed.is_tool_turn else ""
     return turns, final

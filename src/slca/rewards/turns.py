@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any
 
 import torch
 
@@ -49,7 +48,7 @@ from slca.rewards.common import Unscorable, check_turns, gold_calls, pair_score,
 from slca.rewards.values import normalized_call_key
 from slca.types import Task, Trajectory, Turn
 
-__all__ = ["turn_scores", "tool_signature", "tool_signatures", "turn_reward_matrix", "turn_rewards", "subgroup_fraction", "advantage_extras"]
+__all__ = ["turn_scores", "tool_signature", "tool_signatures", "turn_reward_matrix", "turn_rewards", "subgroup_fraction"]
 
 
 def turn_scores(task: Task, turns: list[Turn]) -> list[float]:
@@ -156,15 +155,3 @@ def tool_signatures(trajectories: list[Trajectory]) -> list[tuple[tuple[str, boo
 def turn_rewards(trajectories: list[Trajectory]) -> torch.Tensor:
     """(B, K) :func:`turn_reward_matrix` of :func:`turn_scores` (the ``turn_rewards`` estimator input)."""
     return turn_reward_matrix([turn_scores(t.task, t.turns) for t in trajectories])
-
-
-def advantage_extras(trajectories: list[Trajectory], needs: tuple[str, ...] | list[str]) -> dict[str, Any]:
-    """The optional estimator inputs named in ``needs``, computed from the rollouts.
-
-    Each name is looked up in the input registry (:func:`slca.advantages.get_input`):
-    ``"tool_signatures"`` -> :func:`tool_signatures`; ``"turn_rewards"`` ->
-    :func:`turn_rewards`; a name with no registered input raises ValueError.
-    """
-    from slca.advantages import get_input
-
-    return {name: get_input(name).from_trajectories(trajectories) for name in needs}

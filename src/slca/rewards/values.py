@@ -15,7 +15,7 @@ from typing import Any
 
 from slca.types import ToolCall, call_key
 
-__all__ = ["normalize", "normalized_call_key", "values_equal", "extract_values", "leaf_values", "canon_number"]
+__all__ = ["normalize", "normalized_call_key", "extract_values", "leaf_values", "canon_number"]
 
 _NUM_STR = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 
@@ -49,11 +49,6 @@ def normalize(v: Any) -> Any:
 def normalized_call_key(call: ToolCall) -> str:
     """:func:`slca.types.call_key` of the call with its argument values normalised (:func:`normalize`)."""
     return call_key(call.name, normalize(call.arguments))
-
-
-def values_equal(a: Any, b: Any) -> bool:
-    """Equality after :func:`normalize` (so ``"182"``, ``182`` and ``182.0`` agree; ``"Paris"`` == ``" paris"``)."""
-    return normalize(a) == normalize(b)
 
 
 _DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")

@@ -1,0 +1,45 @@
+"""Helpers only the tests use (kept out of the library)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from slca.env.llm import ChatClient
+from slca.env.schema import ToolBox
+from slca.rewards.values import normalize
+from slca.types import ToolCall, Trajectory
+
+
+def chat_completion(base_url: str, model: str, messages: list[dict[str, Any]], *, api_key: str | None = None,
+                    timeout: float = 30.0, http_attempts: int = 1, **params: Any) -> str:
+    """POST ``{base_url}/chat/completions`` once (one attempt by default) and return the first choice's content
+    (:class:`slca.env.llm.ChatClient`, closed afterwards); raises ``EndpointError`` as the client does."""
+    client = ChatClient(base_url, api_key=api_key, timeout=timeout, http_attempts=http_attempts)
+    try:
+        return client.complete(model, messages, **params)
+    finally:
+        client.close()
+
+
+def values_equal(a: Any, b: Any) -> bool:
+    """Equality after :func:`slca.rewards.values.normalize` (``"182"``, ``182`` and ``182.0`` agree)."""
+    return normalize(a) == normalize(b)
+
+
+def advantage_extras(trajectories: list[Trajectory], needs: Iterable[str]) -> dict[str, Any]:
+    """The optional estimator inputs named in ``needs``, computed from the rollouts by the input registry
+    (:func:`slca.advantages.get_input`; an unregistered name raises ValueError)."""
+    from slca.advantages import get_input
+
+    return {name: get_input(name).from_trajectories(trajectories) for name in needs}
+
+
+def check_calls(tools: Iterable[Any], gold: list[list[ToolCall]], *, where: str = "task") -> None:
+    """Raise ValueError (prefixed with ``where``) if a gold call names an unknown tool or breaks its schema."""
+    box = tools if isinstance(tools, ToolBox) else ToolBox(tools)
+    for s, step in enumerate(gold):
+        for c, call in enumerate(step):
+            err = box.argument_error(call.name, call.arguments)
+            if err is not None:
+                raise ValueError(f"{where}: gold step {s} call {c} violates its schema: {err}")
