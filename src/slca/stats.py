@@ -20,9 +20,12 @@ Metric names (a row also holds ``eval/*`` and ``probe/*`` when it evaluates):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from slca.rewards.batch import RewardComponents
 
 __all__ = ["nanmean", "GradSplit", "UpdateStats", "RolloutStats", "RewardStats", "CreditStats", "step_metrics"]
 
@@ -101,7 +104,8 @@ class RewardStats:
     """(B,) execution-tier rewards."""
     summary: torch.Tensor
     """(B,) summary-tier rewards."""
-    components: dict[str, list[float]]
+    components: RewardComponents
+    """Both tiers' components (logged as ``reward/exec/<name>``, ``reward/summary/<name>``)."""
     turn: torch.Tensor | None = None
     """(B, K) per-turn rewards, when the estimator reads them."""
 
