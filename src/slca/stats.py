@@ -1,7 +1,9 @@
 """Typed statistics of one training step and the metrics they are logged as.
 
-Each phase of :meth:`slca.trainer.Trainer.train_step` returns one of these
-records; :func:`step_metrics` turns them into the flat ``metrics.jsonl`` row.
+The update phase of :meth:`slca.trainer.Trainer.train_step` returns an
+:class:`UpdateStats`; its metrics phase builds the others from what the rollout,
+score and credit phases returned, and :func:`step_metrics` turns them all into
+the flat ``metrics.jsonl`` row.
 Metric names (a row also holds ``eval/*`` and ``probe/*`` when it evaluates):
 
 * ``perf/gen_tokens_per_s``, ``perf/train_tokens_per_s``: throughput (wall clock);

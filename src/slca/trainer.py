@@ -1,7 +1,7 @@
 """The single-machine reference trainer: GRPO-family RL for tool-calling agents.
 
 A short recipe over library components. One step (:meth:`Trainer.train_step`)
-reads as five named phases, each returning a typed record:
+reads as five named phases, the first four each returning a typed record:
 
 1. :meth:`Trainer.rollout` -- sample ``tasks_per_step`` tasks and roll out
    ``group_size`` samples of each against the simulator (:mod:`slca.rollout`),
