@@ -12,6 +12,7 @@ from slca.models.config import ModelSize
 from slca.models.default import make_model
 from slca.models.tokenizer import train_tokenizer
 from slca.batching import collate, response_logprobs
+from slca.samples import SampleGroup, read_samples, samples_to_json
 from slca.trainer import Trainer, train
 
 TINY = ModelSize(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128, max_position_embeddings=1024)
@@ -71,6 +72,10 @@ def test_smoke_parameters_move_and_metrics_finite(tmp_path, tiny, estimator):
     # one step index everywhere: checkpoints and recorded samples count as metrics.jsonl does
     assert [p.name for p in sorted((run / "checkpoints").iterdir())] == ["step-000002", "step-000003"]
     assert [s["step"] for s in json.loads((run / "samples.json").read_text())] == [1, 2, 3]
+    # the file the trainer wrote reads back as its records, byte for byte
+    assert all(isinstance(g, SampleGroup) for g in tr.samples)
+    assert json.dumps(samples_to_json(read_samples(run / "samples.json"))) == (run / "samples.json").read_text()
+    assert json.dumps(samples_to_json(tr.samples)) == (run / "samples.json").read_text()
 
 
 @pytest.mark.slow
@@ -85,6 +90,8 @@ def test_stop_and_resume_gives_same_metrics(tmp_path, tiny):
     a, b = _comparable(_read(tmp_path / "a")), _comparable(_read(tmp_path / "b"))
     assert all(r["loss"] != 0.0 for r in a)  # the runs really trained
     assert len(a) == len(b) == 4
+    # the groups recorded before the stop came back from the checkpoint as records
+    assert [g.step for g in read_samples(tmp_path / "b" / "samples.json")] == [1, 2, 3, 4]
     for ra, rb in zip(a, b):
         assert ra.keys() == rb.keys()
         for k in ra:

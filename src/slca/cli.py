@@ -271,7 +271,8 @@ def report(
     out: Optional[Path] = typer.Option(None, help="Where to write report.md and curves.png (default: the first run)."),
 ) -> None:
     """Write the markdown + PNG report for one or more runs."""
-    from slca.report import check_samples, read_metrics, run_labels, write_report, write_token_html
+    from slca.report import read_metrics, run_labels, write_report, write_token_html
+    from slca.samples import read_samples
 
     for d in run_dirs:
         if not (d / "metrics.jsonl").is_file():
@@ -284,14 +285,8 @@ def report(
     try:
         md = write_report(runs, out or run_dirs[0])
         for d in run_dirs:
-            s = d / "samples.json"
-            if s.exists():
-                try:
-                    samples = json.loads(s.read_text())
-                except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                    raise ValueError(f"{s} is not valid JSON: {e}") from None
-                check_samples(samples, str(s))
-                write_token_html(samples, d / "tokens.html")
+            if (d / "samples.json").exists():
+                write_token_html(read_samples(d / "samples.json"), d / "tokens.html")
     except ValueError as e:
         _fail(str(e))
     _print_table(_compare_table(runs, "final held-out metrics"))

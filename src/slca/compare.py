@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slca.report import final_eval, mean_of, metric_range, read_metrics
+from slca.report import final_eval, md_header, md_row, mean_of, metric_range, read_metrics
 from slca.runs import write_atomic
+from slca.samples import SampleGroup, SampleRollout, is_finite_number, read_samples
 
 __all__ = ["RunSpec", "run_compare", "run_status", "check_runs", "summarize", "write_compare_report", "t_interval", "band"]
 
@@ -206,46 +207,70 @@ def summarize(specs: list[RunSpec], level: float) -> dict[str, Any]:
     return {"runs": per_run}
 
 
-def diagnostic_cases(specs: list[RunSpec]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class DiagnosticCase:
+    """A recorded rollout with its group's lowest execution and highest summary reward (the paper's case).
+
+    Attributes:
+        run: the run folder's name.
+        step, kind: the recorded group's step and task kind.
+        tool_reward, summary_reward: the rollout's rewards.
+        tool_adv: estimator -> mean advantage on the rollout's tool tokens.
+    """
+
+    run: str
+    step: int
+    kind: str
+    tool_reward: float
+    summary_reward: float
+    tool_adv: dict[str, float]
+
+
+def _case(group: SampleGroup) -> tuple[SampleRollout, float, float] | None:
+    """The group's rollout with the lowest execution and the highest summary reward, if one has both (and tool tokens)."""
+    rs = group.rollouts
+    tr = [r.tool_reward for r in rs]
+    sr = [r.summary_reward for r in rs]
+    if len(rs) < 2 or not all(is_finite_number(x) for x in tr + sr) or max(tr) == min(tr) or max(sr) == min(sr):
+        return None
+    i = tr.index(min(tr))
+    if sr[i] != max(sr) or not any(rs[i].tool_mask):
+        return None
+    return rs[i], tr[i], sr[i]
+
+
+def diagnostic_cases(specs: list[RunSpec]) -> list[DiagnosticCase]:
     """Recorded rollouts with the group's lowest execution and highest summary reward."""
     out = []
     for sp in specs:
         f = sp.run_dir / "samples.json"
         if not f.exists():
             continue
-        for grp in json.loads(f.read_text()):
-            rs = grp["rollouts"]
-            tr = [r["tool_reward"] for r in rs]
-            sr = [r["summary_reward"] for r in rs]
-            if len(rs) < 2 or any(not math.isfinite(x) for x in tr + sr) or max(tr) == min(tr) or max(sr) == min(sr):
+        for grp in read_samples(f):
+            case = _case(grp)
+            if case is None:
                 continue
-            i = tr.index(min(tr))
-            if sr[i] != max(sr) or not any(rs[i]["tool_mask"]):
-                continue
-            tm = rs[i]["tool_mask"]
+            r, tool_reward, summary_reward = case
             # every estimator the run recorded (the registry's reference estimators)
-            mean_on_tool = {e: sum(a for a, m in zip(adv, tm) if m) / sum(tm) for e, adv in rs[i]["adv"].items()}
-            out.append({"run": sp.run_dir.name, "step": grp["step"], "kind": grp.get("kind", ""), "tool_reward": tr[i],
-                        "summary_reward": sr[i], **mean_on_tool})
+            adv = {e: r.segment_mean(e, tool=True) for e in r.adv}
+            out.append(DiagnosticCase(sp.run_dir.name, grp.step, grp.kind, tool_reward, summary_reward, adv))
     return out
 
 
-def _cases_md(cases: list[dict[str, Any]]) -> list[str]:
+def _cases_md(cases: list[DiagnosticCase]) -> list[str]:
     """The report section on :func:`diagnostic_cases`: one column per recorded estimator."""
     if not cases:
         return []
-    ests = [k for k in cases[0] if k not in ("run", "step", "kind", "tool_reward", "summary_reward")]
+    ests = list(cases[0].tool_adv)
     L = ["", "## The diagnostic case in recorded groups", "",
          "Groups in which one rollout has the worst execution reward but the best summary reward "
          "(e.g. redundant sequential calls, then the best answer). Mean advantage on *its tool tokens* "
          "under each estimator, computed on the same rewards and masks:", "",
-         "| run | step | task kind | exec reward | summary reward | " + " | ".join(e.upper() for e in ests) + " |",
-         "|---|---|---|---|---|" + "---|" * len(ests)]
+         *md_header(["run", "step", "task kind", "exec reward", "summary reward", *(e.upper() for e in ests)])]
     for c in cases[:12]:
-        L.append(f"| {c['run']} | {c['step']} | {c['kind']} | {c['tool_reward']:.2f} | {c['summary_reward']:.2f} | "
-                 + " | ".join(f"{c[e]:+.3f}" for e in ests) + " |")
+        L.append(md_row([c.run, c.step, c.kind, f"{c.tool_reward:.2f}", f"{c.summary_reward:.2f}", *(f"{c.tool_adv[e]:+.3f}" for e in ests)]))
     if "grpo" in ests and "slca" in ests:
-        n_sign = sum(1 for c in cases if c["grpo"] > 0 > c["slca"])
+        n_sign = sum(1 for c in cases if c.tool_adv["grpo"] > 0 > c.tool_adv["slca"])
         L += ["", f"{len(cases)} such rollouts recorded; in {n_sign} of them GRPO *rewarded* the bad tool segment (advantage > 0) while SLCA punished it."]
     return L
 
@@ -271,24 +296,48 @@ def band(key: str, mu: list[float], hw: list[float]) -> tuple[list[float], list[
     return [max(lo, m - h) for m, h in zip(mu, hw)], [min(hi, m + h) for m, h in zip(mu, hw)]
 
 
+PANELS = [("eval/success", "held-out Success"), ("reward/tool", "execution reward (train)"), ("reward/summary", "summary reward (train)"),
+          ("probe/parallel_pref", "log p(parallel turn) - log p(first call alone)"), ("grad/volatility", "grad-norm volatility"),
+          ("grad/cosine_tool_summary", "cosine(tool grad, summary grad)")]
+"""(metric, title) of each panel of ``curves_compare.png``: one line per estimator with its band."""
+
+
 def write_compare_report(specs: list[RunSpec], out: Path, *, level: float, command: str, wall_s: float, title: str = "slca compare") -> Path:
-    """docs-ready markdown + curves_compare.png."""
+    """The comparison's docs-ready ``report.md``, its numbers (``summary.json``) and ``curves_compare.png``; returns the markdown."""
+    summary = summarize(specs, level)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    ests = list(dict.fromkeys(sp.estimator for sp in specs))
+    seeds = sorted({sp.seed for sp in specs})
+    _plot_curves(specs, ests, out / "curves_compare.png")
+    by_est = {e: [r for r in summary["runs"] if r["estimator"] == e] for e in ests}
+    L = [f"# {title}", "", f"Command: `{command}`", "", f"Estimators: {', '.join(ests)}; seeds: {seeds}; wall time {wall_s / 60:.1f} min.", "",
+         "Means over seeds with 95% Student-t intervals (± half-width). Held-out metrics are from the final evaluation.", ""]
+    L += _heldout_md(by_est)
+    L += _paired_md(by_est, seeds)
+    L += _mean_table_md("Diagnostics (mean over training steps)", by_est, DIAG_KEYS, DIAG_KEYS)
+    kinds = sorted({k.split("/")[2] for r in summary["runs"] for k in r if k.startswith("eval/kind/")})
+    if kinds:
+        L += _mean_table_md("Held-out Success per task kind", by_est, [f"eval/kind/{k}/success" for k in kinds], kinds)
+    L += _seeds_md(summary["runs"])
+    L += _cases_md(diagnostic_cases(specs))
+    L += ["", f"Steps to level: first step at which the 5-step moving average of the training tool success reaches {level}.", "",
+          "![curves](curves_compare.png)", "",
+          "Curves: the mean over seeds at each `step` of metrics.jsonl (raw, not smoothed); bands: 95% Student-t intervals over seeds, "
+          "clipped to the metric's range (e.g. [0, 1] for Success and rewards, [-1, 1] for the cosine).", ""]
+    md = out / "report.md"
+    md.write_text("\n".join(L))
+    return md
+
+
+def _plot_curves(specs: list[RunSpec], ests: list[str], png: Path) -> None:
+    """:data:`PANELS`: per estimator the mean over seeds at each step, with its clipped t-interval band."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    summary = summarize(specs, level)
-    runs = summary["runs"]
-    ests = list(dict.fromkeys(sp.estimator for sp in specs))
-    seeds = sorted({sp.seed for sp in specs})
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-
-    panels = [("eval/success", "held-out Success"), ("reward/tool", "execution reward (train)"), ("reward/summary", "summary reward (train)"),
-              ("probe/parallel_pref", "log p(parallel turn) - log p(first call alone)"), ("grad/volatility", "grad-norm volatility"),
-              ("grad/cosine_tool_summary", "cosine(tool grad, summary grad)")]
     fig, axes = plt.subplots(2, 3, figsize=(16, 8))
-    for ax, (key, ttl) in zip(axes.flat, panels):
+    for ax, (key, ttl) in zip(axes.flat, PANELS):
         for est in ests:
             xs, mu, hw = _curve(specs, est, key)
             if not xs:
@@ -301,51 +350,60 @@ def write_compare_report(specs: list[RunSpec], out: Path, *, level: float, comma
     axes.flat[0].legend()
     fig.suptitle("lines: mean over seeds per step; bands: 95% Student-t intervals over seeds, clipped to each metric's range", fontsize=10)
     fig.tight_layout()
-    fig.savefig(out / "curves_compare.png", dpi=90)
+    fig.savefig(png, dpi=90)
     plt.close(fig)
 
-    def fmt(mu: float, hw: float) -> str:
-        if math.isnan(mu):
-            return "n/a"
-        return f"{mu:.3f} ± {hw:.3f}" if not math.isnan(hw) else f"{mu:.3f}"
 
-    L = [f"# {title}", "", f"Command: `{command}`", "", f"Estimators: {', '.join(ests)}; seeds: {seeds}; wall time {wall_s / 60:.1f} min.", "",
-         "Means over seeds with 95% Student-t intervals (± half-width). Held-out metrics are from the final evaluation.", "",
-         "## Held-out metrics", "", "| estimator | " + " | ".join(k.split("/", 1)[1] for k in SUMMARY_KEYS) + " | steps to level |", "|---" * (len(SUMMARY_KEYS) + 2) + "|"]
-    for est in ests:
-        rr = [r for r in runs if r["estimator"] == est]
-        cells = [fmt(*t_interval([r[k] for r in rr])) for k in SUMMARY_KEYS]
+def _fmt_interval(mu: float, hw: float) -> str:
+    """``mu ± hw`` (``mu`` alone when there is no half-width, ``n/a`` when there is no mean)."""
+    if math.isnan(mu):
+        return "n/a"
+    return f"{mu:.3f} ± {hw:.3f}" if not math.isnan(hw) else f"{mu:.3f}"
+
+
+def _interval(xs: list[float]) -> str:
+    return _fmt_interval(*t_interval(xs))
+
+
+def _short(key: str) -> str:
+    return key.split("/", 1)[1]
+
+
+def _heldout_md(by_est: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Held-out metrics per estimator (mean ± half-width over seeds) and the seeds that reached the level."""
+    L = ["## Held-out metrics", "", *md_header(["estimator", *map(_short, SUMMARY_KEYS), "steps to level"])]
+    for est, rr in by_est.items():
         stl = [r["steps_to_level"] for r in rr]
         reached = sum(1 for x in stl if math.isfinite(x))
-        cells.append(f"{fmt(*t_interval(stl))} ({reached}/{len(rr)} reached)")
-        L.append(f"| {est} | " + " | ".join(cells) + " |")
+        L.append(md_row([est, *(_interval([r[k] for r in rr]) for k in SUMMARY_KEYS), f"{_interval(stl)} ({reached}/{len(rr)} reached)"]))
+    return L
+
+
+def _paired_md(by_est: dict[str, list[dict[str, Any]]], seeds: list[int]) -> list[str]:
+    """Differences of each estimator's held-out metrics from the first estimator's, seed by seed (none with one estimator)."""
+    ests = list(by_est)
+    if len(ests) < 2:
+        return []
     base = ests[0]
-    if len(ests) > 1:
-        L += ["", f"## Paired differences against {base} (same seed)", "", "| estimator | " + " | ".join(k.split("/", 1)[1] for k in SUMMARY_KEYS) + " |", "|---" * (len(SUMMARY_KEYS) + 1) + "|"]
-        for est in ests[1:]:
-            cells = []
-            for k in SUMMARY_KEYS:
-                d = [next(r[k] for r in runs if r["estimator"] == est and r["seed"] == s) - next(r[k] for r in runs if r["estimator"] == base and r["seed"] == s) for s in seeds]
-                cells.append(fmt(*t_interval(d)))
-            L.append(f"| {est} - {base} | " + " | ".join(cells) + " |")
-    L += ["", "## Diagnostics (mean over training steps)", "", "| estimator | " + " | ".join(DIAG_KEYS) + " |", "|---" * (len(DIAG_KEYS) + 1) + "|"]
-    for est in ests:
-        rr = [r for r in runs if r["estimator"] == est]
-        L.append(f"| {est} | " + " | ".join(fmt(*t_interval([r[k] for r in rr])) for k in DIAG_KEYS) + " |")
-    kinds = sorted({k.split("/")[2] for r in runs for k in r if k.startswith("eval/kind/")})
-    if kinds:
-        L += ["", "## Held-out Success per task kind", "", "| estimator | " + " | ".join(kinds) + " |", "|---" * (len(kinds) + 1) + "|"]
-        for est in ests:
-            rr = [r for r in runs if r["estimator"] == est]
-            L.append(f"| {est} | " + " | ".join(fmt(*t_interval([r.get(f"eval/kind/{k}/success", float("nan")) for r in rr])) for k in kinds) + " |")
-    L += ["", "## Every seed", "", "| estimator | seed | " + " | ".join(k.split("/", 1)[1] for k in SUMMARY_KEYS) + " | parallel_pref |", "|---" * (len(SUMMARY_KEYS) + 3) + "|"]
+    of = {(r["estimator"], r["seed"]): r for rr in by_est.values() for r in reversed(rr)}  # the first run of a seed
+    L = ["", f"## Paired differences against {base} (same seed)", "", *md_header(["estimator", *map(_short, SUMMARY_KEYS)])]
+    for est in ests[1:]:
+        cells = [_interval([of[est, s][k] - of[base, s][k] for s in seeds]) for k in SUMMARY_KEYS]
+        L.append(md_row([f"{est} - {base}", *cells]))
+    return L
+
+
+def _mean_table_md(heading: str, by_est: dict[str, list[dict[str, Any]]], keys: list[str], columns: list[str]) -> list[str]:
+    """One row per estimator: the mean ± half-width over seeds of each of ``keys`` (NaN where a run lacks one)."""
+    L = ["", f"## {heading}", "", *md_header(["estimator", *columns])]
+    for est, rr in by_est.items():
+        L.append(md_row([est, *(_interval([r.get(k, float("nan")) for r in rr]) for k in keys)]))
+    return L
+
+
+def _seeds_md(runs: list[dict[str, Any]]) -> list[str]:
+    """Every run's held-out metrics and parallel-turn preference."""
+    L = ["", "## Every seed", "", *md_header(["estimator", "seed", *map(_short, SUMMARY_KEYS), "parallel_pref"])]
     for r in runs:
-        L.append(f"| {r['estimator']} | {r['seed']} | " + " | ".join(f"{r[k]:.3f}" for k in SUMMARY_KEYS) + f" | {r.get('probe/parallel_pref', float('nan')):.2f} |")
-    L += _cases_md(diagnostic_cases(specs))
-    L += ["", f"Steps to level: first step at which the 5-step moving average of the training tool success reaches {level}.", "",
-          "![curves](curves_compare.png)", "",
-          "Curves: the mean over seeds at each `step` of metrics.jsonl (raw, not smoothed); bands: 95% Student-t intervals over seeds, "
-          "clipped to the metric's range (e.g. [0, 1] for Success and rewards, [-1, 1] for the cosine).", ""]
-    md = out / "report.md"
-    md.write_text("\n".join(L))
-    return md
+        L.append(md_row([r["estimator"], r["seed"], *(f"{r[k]:.3f}" for k in SUMMARY_KEYS), f"{r.get('probe/parallel_pref', float('nan')):.2f}"]))
+    return L

@@ -9,7 +9,9 @@ from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["read_metrics", "read_config", "write_report", "write_token_html", "check_samples", "final_eval", "mean_of", "run_labels", "provenance", "metric_range", "smoothed", "PLOTS", "SMOOTH_K"]
+from slca.samples import SampleGroup, SampleRollout, is_finite_number, samples_from_json
+
+__all__ = ["read_metrics", "read_config", "write_report", "write_token_html", "md_row", "md_header", "final_eval", "mean_of", "run_labels", "provenance", "metric_range", "smoothed", "PLOTS", "SMOOTH_K"]
 
 # (metric, title) pairs; each becomes one panel, one line per run
 PLOTS = [
@@ -151,6 +153,16 @@ def _md_cell(x: Any) -> str:
     return str(x).replace("|", "\\|").replace("\n", " ")
 
 
+def md_row(cells: Sequence[Any]) -> str:
+    """One row of a markdown table, each cell as ``str`` gives it (escape text from a run with ``_md_cell`` first)."""
+    return "| " + " | ".join(map(str, cells)) + " |"
+
+
+def md_header(columns: Sequence[str]) -> list[str]:
+    """A markdown table's header row and its separator."""
+    return [md_row(columns), "|---" * len(columns) + "|"]
+
+
 def _config_md(configs: dict[str, dict[str, Any] | None]) -> list[str]:
     have = {k: v for k, v in configs.items() if v is not None}
     lines = ["## Config", ""]
@@ -163,8 +175,8 @@ def _config_md(configs: dict[str, dict[str, Any] | None]) -> list[str]:
     if len(have) > 1:
         differ = [f for f in fields if len({json.dumps(c.get(f), sort_keys=True) for c in have.values()}) > 1]
         if differ:
-            lines += ["Fields that differ between runs:", "", "| field | " + " | ".join(_md_cell(k) for k in have) + " |", "|---" * (len(have) + 1) + "|"]
-            lines += [f"| {f} | " + " | ".join(_md_cell(json.dumps(c.get(f))) for c in have.values()) + " |" for f in differ]
+            lines += ["Fields that differ between runs:", "", *md_header(["field", *map(_md_cell, have)])]
+            lines += [md_row([f, *(_md_cell(json.dumps(c.get(f))) for c in have.values())]) for f in differ]
         else:
             lines += ["Every run has the same config."]
         lines.append("")
@@ -211,14 +223,14 @@ def write_report(runs: dict[str, str | Path], out_dir: str | Path, title: str = 
     prov = provenance()
     keys = ["eval/success", "eval/name_f1", "eval/arg_match", "eval/process", "eval/reward_tool", "eval/reward_summary", "eval/parse_ok"]
     lines = [f"# {title}", "", f"Written by slca {prov['slca_version']}, commit `{prov['git_commit']}`.", "",
-             "## Final held-out metrics", "", "| run | " + " | ".join(k.split("/")[1] for k in keys) + " |", "|---" * (len(keys) + 1) + "|"]
+             "## Final held-out metrics", "", *md_header(["run", *(k.split("/")[1] for k in keys)])]
     for label, rows in data.items():
         ev = final_eval(rows)
-        lines.append(f"| {_md_cell(label)} | " + " | ".join(f"{ev.get(k, float('nan')):.3f}" for k in keys) + " |")
+        lines.append(md_row([_md_cell(label), *(f"{ev.get(k, float('nan')):.3f}" for k in keys)]))
     diag = ["grad/cosine_tool_summary", "grad/volatility", "adv/contamination", "perf/gen_tokens_per_s", "perf/train_tokens_per_s"]
-    lines += ["", "## Diagnostics (mean over steps)", "", "| run | " + " | ".join(diag) + " |", "|---" * (len(diag) + 1) + "|"]
+    lines += ["", "## Diagnostics (mean over steps)", "", *md_header(["run", *diag])]
     for label, rows in data.items():
-        lines.append(f"| {_md_cell(label)} | " + " | ".join(f"{mean_of(rows, k):.3f}" for k in diag) + " |")
+        lines.append(md_row([_md_cell(label), *(f"{mean_of(rows, k):.3f}" for k in diag)]))
     lines += ["", "![curves](curves.png)", "",
               f"Steps are the `step` values in each run's metrics.jsonl. Panels titled '{SMOOTH_K}-step trailing mean' "
               f"(training rewards, gradient norm and cosine) show the mean of the last {SMOOTH_K} steps; the others show raw values.", ""]
@@ -237,49 +249,12 @@ def _color(a: float, scale: float) -> str:
     return f"rgba(220,38,38,{0.12 + 0.75 * -x:.2f})"
 
 
-def _is_num(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def check_samples(samples: Any, source: str = "samples") -> None:
-    """Refuse a ``samples.json`` the token page cannot show, naming the group, rollout and field.
-
-    Display fields (``step``, ``task``, ``kind``, ``prompt``, ``stop_reason``,
-    tokens) may hold any value: the page escapes all of them. What must hold:
-    a list of groups, each with a ``rollouts`` list; each rollout with
-    ``tokens``, ``model_mask`` and ``tool_mask`` lists of one length and ``adv``
-    a mapping of estimator -> list of finite numbers.
-    """
-    if not isinstance(samples, list):
-        raise ValueError(f"{source}: expected a list of recorded groups, got {type(samples).__name__}")
-    for gi, g in enumerate(samples):
-        where = f"{source}: group {gi}"
-        if not isinstance(g, dict) or not isinstance(g.get("rollouts"), list):
-            raise ValueError(f"{where}: field 'rollouts' must be a list")
-        for ri, r in enumerate(g["rollouts"]):
-            w = f"{where} rollout {ri}"
-            if not isinstance(r, dict):
-                raise ValueError(f"{w}: expected an object")
-            toks = r.get("tokens")
-            if not isinstance(toks, list):
-                raise ValueError(f"{w}: field 'tokens' must be a list")
-            for f in ("model_mask", "tool_mask"):
-                if not isinstance(r.get(f), list) or len(r[f]) != len(toks):
-                    raise ValueError(f"{w}: field {f!r} must be a list as long as 'tokens' ({len(toks)})")
-            adv = r.get("adv")
-            if not isinstance(adv, dict):
-                raise ValueError(f"{w}: field 'adv' must be an object (estimator -> advantages)")
-            for e, a in adv.items():
-                if not isinstance(a, list) or not all(_is_num(x) for x in a):
-                    raise ValueError(f"{w}: field 'adv.{e}' must be a list of finite numbers")
-
-
-def _token_runs(r: dict[str, Any], adv: list[float], scale: float) -> list[dict[str, Any]]:
+def _token_runs(r: SampleRollout, adv: list[float], scale: float) -> list[dict[str, Any]]:
     """A rollout's tokens cut into runs of one kind (env / tool / summ) and one advantage (to 3 decimals)."""
     runs: list[dict[str, Any]] = []
-    for t, tok in enumerate(r["tokens"]):
+    for t, tok in enumerate(r.tokens):
         a = float(adv[t]) if t < len(adv) else 0.0
-        kind = "env" if not r["model_mask"][t] else ("tool" if r["tool_mask"][t] else "summ")
+        kind = "env" if not r.model_mask[t] else ("tool" if r.tool_mask[t] else "summ")
         key = (kind, None if kind == "env" else round(a, 3))
         if not runs or runs[-1]["key"] != key:
             runs.append({"key": key, "kind": kind, "adv": a, "tokens": []})
@@ -287,13 +262,8 @@ def _token_runs(r: dict[str, Any], adv: list[float], scale: float) -> list[dict[
     return runs
 
 
-def _seg_mean(r: dict[str, Any], adv: list[float], tool: bool) -> float:
-    v = [float(adv[t]) for t in range(min(len(adv), len(r["tokens"]))) if r["model_mask"][t] and bool(r["tool_mask"][t]) == tool]
-    return sum(v) / len(v) if v else float("nan")
-
-
 def _fmt(x: Any, spec: str) -> str:
-    return format(x, spec) if _is_num(x) else ("n/a" if isinstance(x, float) else str(x))
+    return format(x, spec) if is_finite_number(x) else ("n/a" if isinstance(x, float) else str(x))
 
 
 @functools.lru_cache(maxsize=1)
@@ -306,31 +276,36 @@ def _templates():
     return env
 
 
-def write_token_html(samples: list[dict[str, Any]], out_path: str | Path, title: str = "token-level advantages", estimators: Sequence[str] | None = None) -> Path:
+def write_token_html(samples: Sequence[SampleGroup] | Any, out_path: str | Path, title: str = "token-level advantages",
+                     estimators: Sequence[str] | None = None) -> Path:
     """One page: for each recorded group, every rollout's tokens coloured by the
     advantage each estimator gives them, side by side (green +, red -, grey =
     environment tokens). Tool-segment tokens carry a blue underline, summary
     tokens a purple one; each run of tokens with one advantage ends in a box
     with that number, and each column starts with the mean advantage on the
-    execution and summary segments. ``estimators`` default to those the
-    samples recorded. Rendered by a jinja2 template with autoescape: every
-    value from ``samples`` is escaped."""
-    check_samples(samples)
+    execution and summary segments. ``samples`` are the recorded groups
+    (:class:`~slca.samples.SampleGroup`, or their JSON layout as read from
+    ``samples.json``, checked by :func:`~slca.samples.samples_from_json`).
+    ``estimators`` default to those the samples recorded. Rendered by a jinja2
+    template with autoescape: every value from ``samples`` is escaped."""
+    if not (isinstance(samples, (list, tuple)) and all(isinstance(g, SampleGroup) for g in samples)):
+        samples = samples_from_json(samples)
     if estimators is None:  # the estimators the run recorded (the registry's reference estimators)
-        estimators = list(samples[0]["rollouts"][0]["adv"]) if samples and samples[0]["rollouts"] else []
-    groups = []
-    for s in samples:
-        scale = max((abs(float(x)) for r in s["rollouts"] for e in estimators for x in r["adv"].get(e, [])), default=1.0) or 1.0
-        rolls = []
-        for r in s["rollouts"]:
-            cols = []
-            for e in estimators:
-                adv = r["adv"].get(e, [])
-                cols.append({"estimator": e, "runs": _token_runs(r, adv, scale), "mean_tool": _seg_mean(r, adv, True), "mean_summary": _seg_mean(r, adv, False)})
-            rolls.append({"tool_reward": r.get("tool_reward"), "summary_reward": r.get("summary_reward"), "stop_reason": r.get("stop_reason", ""), "columns": cols})
-        groups.append({"step": s.get("step", ""), "task": s.get("task", ""), "kind": s.get("kind", ""), "prompt": s.get("prompt", ""), "rollouts": rolls})
+        estimators = samples[0].estimators() if samples else []
+    groups = [_group_view(g, estimators) for g in samples]
     page = _templates().get_template("tokens.html.jinja").render(title=title, estimators=list(estimators), groups=groups)
     p = Path(out_path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(page)
     return p
+
+
+def _group_view(g: SampleGroup, estimators: Sequence[str]) -> dict[str, Any]:
+    """What the page template shows of one group: per rollout one column of token runs per estimator."""
+    scale = max((abs(float(x)) for r in g.rollouts for e in estimators for x in r.adv.get(e, [])), default=1.0) or 1.0
+    rolls = []
+    for r in g.rollouts:
+        cols = [{"estimator": e, "runs": _token_runs(r, r.adv.get(e, []), scale), "mean_tool": r.segment_mean(e, True),
+                 "mean_summary": r.segment_mean(e, False)} for e in estimators]
+        rolls.append({"tool_reward": r.tool_reward, "summary_reward": r.summary_reward, "stop_reason": r.stop_reason, "columns": cols})
+    return {"step": g.step, "task": g.task, "kind": g.kind, "prompt": g.prompt, "rollouts": rolls}

@@ -1,7 +1,9 @@
 """Typed statistics of one training step and the metrics they are logged as.
 
-Each phase of :meth:`slca.trainer.Trainer.train_step` returns one of these
-records; :func:`step_metrics` turns them into the flat ``metrics.jsonl`` row.
+The update phase of :meth:`slca.trainer.Trainer.train_step` returns an
+:class:`UpdateStats`; its metrics phase builds the others from what the rollout,
+score and credit phases returned, and :func:`step_metrics` turns them all into
+the flat ``metrics.jsonl`` row.
 Metric names (a row also holds ``eval/*`` and ``probe/*`` when it evaluates):
 
 * ``perf/gen_tokens_per_s``, ``perf/train_tokens_per_s``: throughput (wall clock);
@@ -20,9 +22,12 @@ Metric names (a row also holds ``eval/*`` and ``probe/*`` when it evaluates):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from slca.rewards.batch import RewardComponents
 
 __all__ = ["nanmean", "GradSplit", "UpdateStats", "RolloutStats", "RewardStats", "CreditStats", "step_metrics"]
 
@@ -101,7 +106,8 @@ class RewardStats:
     """(B,) execution-tier rewards."""
     summary: torch.Tensor
     """(B,) summary-tier rewards."""
-    components: dict[str, list[float]]
+    components: RewardComponents
+    """Both tiers' components (logged as ``reward/exec/<name>``, ``reward/summary/<name>``)."""
     turn: torch.Tensor | None = None
     """(B, K) per-turn rewards, when the estimator reads them."""
 

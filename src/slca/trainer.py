@@ -1,7 +1,7 @@
 """The single-machine reference trainer: GRPO-family RL for tool-calling agents.
 
 A short recipe over library components. One step (:meth:`Trainer.train_step`)
-reads as five named phases, each returning a typed record:
+reads as five named phases, the first four each returning a typed record:
 
 1. :meth:`Trainer.rollout` -- sample ``tasks_per_step`` tasks and roll out
    ``group_size`` samples of each against the simulator (:mod:`slca.rollout`),
@@ -44,6 +44,7 @@ from slca.env.suites import fit_suites, load_suites
 from slca.losses import aggregate, clipped_surrogate, kl_penalty
 from slca.policy import load_policy, policy_options, prepare_policy
 from slca.rewards.batch import ScoredBatch, score_batch
+from slca.samples import SampleGroup, SampleRollout, samples_from_json, samples_to_json
 from slca.segments import segment_masks
 from slca.stats import CreditStats, GradSplit, RewardStats, RolloutStats, UpdateStats, nanmean, step_metrics
 from slca.tracking import make_trackers
@@ -158,7 +159,7 @@ class Trainer:
         self.sampler = TaskSampler(len(train_tasks), cfg.seed)
         self.step = 0
         self.grad_norms: list[float] = []
-        self.samples: list[dict[str, Any]] = []
+        self.samples: list[SampleGroup] = []
         self._log = log
         self._trackers = make_trackers(cfg)
 
@@ -317,32 +318,31 @@ class Trainer:
         return step_metrics(step, rs, rewards, cs, update, volatility=rolling_cv(self.grad_norms, c.volatility_window),
                             lr=self.sched.get_last_lr()[0], train_tokens_per_s=n_tok * c.ppo_epochs / max(update.seconds, 1e-9))
 
-    def _record_group(self, step: int, trajs: list[Trajectory], credit: Credit) -> dict[str, Any]:
-        """One group's tokens with the advantages the reference estimators (grpo, slca, gdpo) would give them."""
-        c, inp = self.cfg, credit.inputs
-        G = c.group_size
-        tool_r, sum_r, tool_m, sum_m = inp.tool_rewards, inp.summary_rewards, credit.tool_mask, credit.summary_mask
-        # the group with the widest spread of summary rewards shows misattribution best
-        spreads = [float(torch.nan_to_num(sum_r[i : i + G]).std()) for i in range(0, len(trajs), G)]
-        g0 = int(np.argmax(spreads)) * G
-        sl = slice(g0, g0 + G)
-        group = AdvantageInputs(tool_r[sl], sum_r[sl], [0] * G, inp.model_mask[sl], tool_m[sl], sum_m[sl], inp.reward_weights)
+    def _record_group(self, step: int, trajs: list[Trajectory], credit: Credit) -> SampleGroup:
+        """One group's tokens with the advantages the reference estimators (grpo, slca, gdpo) would give them.
+
+        The group with the widest spread of summary rewards is recorded: it shows misattribution best.
+        """
+        inp, G = credit.inputs, self.cfg.group_size
+        sl = _widest_group(inp.summary_rewards, G)
+        tool_r, sum_r, tool_m, sum_m = inp.tool_rewards[sl], inp.summary_rewards[sl], credit.tool_mask[sl], credit.summary_mask[sl]
+        group = AdvantageInputs(tool_r, sum_r, [0] * G, inp.model_mask[sl], tool_m, sum_m, inp.reward_weights)
         advs = {name: compute_advantages(name, group, **self.estimator_options(name)) for name in list_estimators(reference=True)}
         rows = []
         for j, t in enumerate(trajs[sl]):
             n = len(t.response_ids)
-            rows.append({
-                "tokens": [self.tok.decode([i]) for i in t.response_ids],
-                "model_mask": t.model_mask,
-                "tool_mask": tool_m[g0 + j, :n].tolist(),
-                "summary_mask": sum_m[g0 + j, :n].tolist(),
-                "adv": {k: [round(x, 4) for x in v[j, :n].tolist()] for k, v in advs.items()},
-                "tool_reward": float(tool_r[g0 + j]),
-                "summary_reward": float(sum_r[g0 + j]),
-                "stop_reason": t.stop_reason,
-            })
-        return {"step": step, "task": trajs[g0].task.id, "kind": trajs[g0].task.kind,
-                "prompt": self.tok.decode(trajs[g0].prompt_ids), "rollouts": rows}
+            rows.append(SampleRollout(
+                tokens=[self.tok.decode([i]) for i in t.response_ids],
+                model_mask=t.model_mask,
+                tool_mask=tool_m[j, :n].tolist(),
+                summary_mask=sum_m[j, :n].tolist(),
+                adv={k: [round(x, 4) for x in v[j, :n].tolist()] for k, v in advs.items()},
+                tool_reward=float(tool_r[j]),
+                summary_reward=float(sum_r[j]),
+                stop_reason=t.stop_reason,
+            ))
+        first = trajs[sl.start]
+        return SampleGroup(step, first.task.id, first.task.kind, self.tok.decode(first.prompt_ids), rows)
 
     # ------------------------------------------------------------------ evaluation
 
@@ -412,7 +412,7 @@ class Trainer:
             "scheduler": self.sched.state_dict(),
             "sampler": self.sampler.state(),
             "grad_norms": self.grad_norms,
-            "samples": self.samples,
+            "samples": samples_to_json(self.samples),
             "rng": rng_state(),
             "ref": self.ref.state_dict() if self.ref is not None else None,
             "config": to_dict(self.cfg),
@@ -450,7 +450,7 @@ class Trainer:
         self.sched.load_state_dict(st["scheduler"])
         self.sampler.epoch, self.sampler.pos = st["sampler"]["epoch"], st["sampler"]["pos"]
         self.grad_norms = list(st["grad_norms"])
-        self.samples = list(st["samples"])
+        self.samples = samples_from_json(st["samples"], f"checkpoint {str(ckpt)!r}")
         self.step = int(st["step"])
         set_rng_state(st["rng"])
         if self.ref is not None and st["ref"] is not None:
@@ -469,6 +469,13 @@ class Trainer:
 
     def close(self) -> None:
         self._trackers.close()
+
+
+def _widest_group(summary_rewards: torch.Tensor, group_size: int) -> slice:
+    """The rows of the (first) group whose summary rewards spread widest (NaN read as 0)."""
+    spreads = [float(torch.nan_to_num(summary_rewards[i : i + group_size]).std()) for i in range(0, len(summary_rewards), group_size)]
+    g0 = int(np.argmax(spreads)) * group_size
+    return slice(g0, g0 + group_size)
 
 
 def _lr_schedule(opt: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LRScheduler:
@@ -548,7 +555,7 @@ def train(
                     if not saved:
                         tr.save()
                     break
-            write_atomic(tr.run_dir / "samples.json", json.dumps(tr.samples))
+            write_atomic(tr.run_dir / "samples.json", json.dumps(samples_to_json(tr.samples)))
         finally:
             tr.close()
     return tr

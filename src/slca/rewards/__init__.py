@@ -7,7 +7,7 @@ A rollout that cannot be scored gets a NaN total with its reason (logged on the
 
 from __future__ import annotations
 
-from slca.rewards.batch import ScoredBatch, score_batch
+from slca.rewards.batch import RewardComponents, ScoredBatch, score_batch
 from slca.rewards.execution import EXECUTION_WEIGHTS, Unscorable, execution_reward, in_domain_metrics
 from slca.rewards.judges import Judge, OpenAIJudge, RewardModelJudge
 from slca.rewards.messages import turns_from_messages
@@ -20,6 +20,7 @@ __all__ = [
     "OpenAIJudge",
     "RewardModelJudge",
     "REFUSAL_MARKERS",
+    "RewardComponents",
     "SUMMARY_WEIGHTS",
     "Unscorable",
     "ScoredBatch",

@@ -3,13 +3,41 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
 
-from slca.types import Trajectory
+from slca.types import RewardBreakdown, Trajectory
 
-__all__ = ["ScoredBatch", "score_batch"]
+__all__ = ["RewardComponents", "ScoredBatch", "score_batch"]
+
+
+@dataclass(frozen=True)
+class RewardComponents:
+    """The named components of both reward tiers over a batch (each rollout's
+    :attr:`RewardBreakdown.components <slca.types.RewardBreakdown>`, gathered by name).
+
+    Attributes:
+        execution: component name -> one value per rollout that reported it (execution tier).
+        summary: the same for the summary tier.
+    """
+
+    execution: dict[str, list[float]] = field(default_factory=dict)
+    summary: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, execution: RewardBreakdown, summary: RewardBreakdown) -> None:
+        """Append one rollout's components of both tiers."""
+        for into, rb in ((self.execution, execution), (self.summary, summary)):
+            for k, v in rb.components.items():
+                into.setdefault(k, []).append(float(v))
+
+    def items(self) -> Iterator[tuple[str, list[float]]]:
+        """``("exec/<name>", values)`` for every execution component, then ``("summary/<name>", values)``:
+        the names they are logged under (``reward/exec/<name>``, ``reward/summary/<name>``)."""
+        for prefix, comps in (("exec", self.execution), ("summary", self.summary)):
+            for k, v in comps.items():
+                yield f"{prefix}/{k}", v
 
 
 @dataclass
@@ -19,14 +47,13 @@ class ScoredBatch:
     Attributes:
         tool: (B,) execution-tier totals (NaN = unscored).
         summary: (B,) summary-tier totals (NaN = unscored).
-        components: ``"exec/<name>"`` / ``"summary/<name>"`` -> one value per
-            rollout that reported that component.
+        components: the components of both tiers, by name.
         reasons: ``"<task id>: <reason>"`` for every unscored tier.
     """
 
     tool: torch.Tensor
     summary: torch.Tensor
-    components: dict[str, list[float]] = field(default_factory=dict)
+    components: RewardComponents = field(default_factory=RewardComponents)
     reasons: list[str] = field(default_factory=list)
 
 
@@ -34,14 +61,11 @@ def score_batch(trajs: list[Trajectory]) -> ScoredBatch:
     """:func:`~slca.rewards.hierarchical_rewards` of every rollout (NaN + reason when unscorable)."""
     from slca.rewards import hierarchical_rewards
 
-    tool, summ, comps, reasons = [], [], {}, []
+    tool, summ, comps, reasons = [], [], RewardComponents(), []
     for t in trajs:
         e, s = hierarchical_rewards(t)
         tool.append(e.total)
         summ.append(s.total)
-        for prefix, rb in (("exec", e), ("summary", s)):
-            for k, v in rb.components.items():
-                comps.setdefault(f"{prefix}/{k}", []).append(float(v))
-            if rb.reason and math.isnan(rb.total):
-                reasons.append(f"{t.task.id}: {rb.reason}")
+        comps.add(e, s)
+        reasons += [f"{t.task.id}: {rb.reason}" for rb in (e, s) if rb.reason and math.isnan(rb.total)]
     return ScoredBatch(torch.tensor(tool, dtype=torch.float32), torch.tensor(summ, dtype=torch.float32), comps, reasons)
