@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> None:
     from slca.batching import collate, response_logprobs
     from slca.fastpath import FastBatch
     from slca.losses import aggregate, clipped_surrogate
-    from slca.rollout import RolloutConfig, _Batch, generate_rollouts
+    from slca.kvcache import CacheBatch
+    from slca.rollout import RolloutConfig, generate_rollouts
 
     size = C.TINY if a.tiny else C.FULL
     tok = C.build_tokenizer(size.vocab)
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
         return logp.detach()
 
     def decode(B, fast, steps=32 if not a.tiny else 4):
-        cls = FastBatch if fast else _Batch
+        cls = FastBatch if fast else CacheBatch
         b = cls(single_model, B, 0, torch.device("cpu"))
         with torch.no_grad():
             b.feed_lists([list(range(1, 200 if not a.tiny else 10))] * B)

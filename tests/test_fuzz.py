@@ -9,13 +9,14 @@ test                                           examples  outputs  per example
 ``test_formats_never_raise_on_mutated_calls``  700       2,800    4 formats
 ``test_formats_bound_deep_and_huge_json``      120       480      4 formats
 ``test_render_parse_round_trip``               400       1,600    4 formats
+``test_render_parse_refuses_lone_surrogates``  400       1,600    4 formats
 ``test_schema_simulator_on_fuzzed_calls``      600       600      parsed calls
 ``test_python_simulator_on_fuzzed_calls``      400       400      parsed calls
 ``test_llm_simulator_on_fuzzed_replies``       60        60       HTTP replies
 ``test_bounded_loads_agrees_with_json...``     300       300      the decoder
 =============================================  ========  =======  =========
 
-11,040 outputs in all. Each output's parse (and each simulator answer) must be
+12,640 outputs in all. Each output's parse (and each simulator answer) must be
 structured: calls are plain JSON (they serialise and encode to UTF-8), errors
 are :class:`ParseError` with a known kind, tool messages encode to UTF-8, and
 no single example takes more than a few seconds.
@@ -29,7 +30,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from slca._limits import json_depth, loads, value_problem
@@ -61,17 +62,31 @@ PIECES = st.sampled_from([
 ])
 MIXED = st.lists(st.one_of(PIECES, TEXT), max_size=30).map("".join)
 
-JSON_SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text(st.characters(), max_size=20),
-    st.sampled_from(["</tool_call>", "<tool_call>", "a\"b\\c\nd", "; {\"name\": \"x\"}", "<|python_tag|>", "</think>"]),
-)
-JSON = st.recursive(JSON_SCALARS, lambda c: st.one_of(st.lists(c, max_size=4), st.dictionaries(st.text(max_size=8), c, max_size=4)), max_leaves=12)
-NAMES = st.one_of(
-    st.sampled_from(["get_weather", "book_hotel", "lookup"]),
-    st.text(st.characters(), min_size=1, max_size=12).filter(lambda s: s.strip()),
-    st.sampled_from(['we"ird', "back\\slash", "new\nline", "</tool_call>", "<tool_call>", "{", "name\"}, {\"name\": \"x"]),
-)
-CALLS = st.lists(st.builds(ToolCall, NAMES, st.dictionaries(st.text(max_size=8), JSON, max_size=4)), min_size=1, max_size=4)
+# ``st.characters()`` with no arguments includes lone surrogates (category Cs): hostile values.
+# ``VALID_CHARS`` is valid Unicode only, for what must be a JSON-valued call (``value_problem`` is None).
+VALID_CHARS = st.characters(codec="utf-8")
+
+
+def _json(chars: st.SearchStrategy[str]) -> st.SearchStrategy:
+    scalars = st.one_of(
+        st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text(chars, max_size=20),
+        st.sampled_from(["</tool_call>", "<tool_call>", "a\"b\\c\nd", "; {\"name\": \"x\"}", "<|python_tag|>", "</think>"]),
+    )
+    return st.recursive(scalars, lambda c: st.one_of(st.lists(c, max_size=4), st.dictionaries(st.text(max_size=8), c, max_size=4)), max_leaves=12)
+
+
+def _calls(chars: st.SearchStrategy[str]) -> st.SearchStrategy[list[ToolCall]]:
+    names = st.one_of(
+        st.sampled_from(["get_weather", "book_hotel", "lookup"]),
+        st.text(chars, min_size=1, max_size=12).filter(lambda s: s.strip()),
+        st.sampled_from(['we"ird', "back\\slash", "new\nline", "</tool_call>", "<tool_call>", "{", "name\"}, {\"name\": \"x"]),
+    )
+    return st.lists(st.builds(ToolCall, names, st.dictionaries(st.text(max_size=8), _json(chars), max_size=4)), min_size=1, max_size=4)
+
+
+JSON = _json(st.characters())  # strings may hold lone surrogates
+CALLS = _calls(st.characters())  # hostile: names and strings may hold lone surrogates (not JSON-valued calls)
+VALID_CALLS = _calls(VALID_CHARS)  # JSON-valued calls: what render / parse must round-trip
 
 
 def _mutate(text: str, data: st.DataObject) -> str:
@@ -159,15 +174,56 @@ def test_formats_bound_deep_and_huge_json(depth, opener, digits, repeats, data):
     _parse_all(wrapped.replace("{}", body, 1))
 
 
+def _json_valued(calls: list[ToolCall]) -> bool:
+    return all(value_problem({"name": c.name, "arguments": c.arguments}) is None for c in calls)
+
+
 @fuzz(400)
-@given(CALLS)
+@given(VALID_CALLS)
+@example([ToolCall("get_weather", {"": "\U0001f600 \u202e\ufeff"}), ToolCall("new\nline", {"<tool_call>": ["</tool_call>"]})])
 def test_render_parse_round_trip(calls):
-    """Names with quotes, backslashes, newlines or tags, and arguments holding literal tags, survive."""
+    """Names with quotes, backslashes, newlines or tags, and arguments holding literal tags, survive.
+
+    The promise is for JSON-valued calls (the strategy draws valid Unicode only); a lone
+    surrogate is refused instead (``test_render_parse_refuses_lone_surrogates``).
+    """
+    assert _json_valued(calls)
     want = [(c.name, c.arguments) for c in calls]
     for fmt in FORMATS:
         turn = fmt.parse(fmt.render(calls))
         assert [(c.name, c.arguments) for c in turn.calls] == want, fmt.name
         assert [e for e in turn.errors if e.kind != "text_around_calls"] == [], fmt.name
+
+
+
+@fuzz(400)
+@given(CALLS)
+@example([ToolCall("get_weather", {"": "\ud800"})])  # the draw that failed once other modules were loaded (order-dependent)
+@example([ToolCall("get_weather", {"city": "Oslo"}), ToolCall("we\udfffird", {}), ToolCall("lookup", {"q": ["\udc00x"]})])
+def test_render_parse_refuses_lone_surrogates(calls):
+    """Any call, lone surrogates included: parse(render) gives the calls back, or refuses; never a changed call.
+
+    A lone surrogate is not valid Unicode (no UTF-8 encoding, no token ids), so a call
+    holding one is not JSON-valued: render writes it as is and parse answers an
+    ``invalid_json`` error naming the lone surrogate instead of the call. How much a
+    refusal takes with it depends on the format's unit of JSON: the one call (hermes,
+    llama3_json) or the whole ``<tool_call>`` list / message (json_list, openai).
+    """
+    want = [(c.name, c.arguments) for c in calls]
+    for fmt in FORMATS:
+        turn = fmt.parse(fmt.render(calls))
+        got = [(c.name, c.arguments) for c in turn.calls]
+        _check_turn(turn)
+        errors = [e for e in turn.errors if e.kind != "text_around_calls"]
+        if _json_valued(calls):
+            assert got == want and errors == [], fmt.name
+            continue
+        assert errors and all(e.kind == "invalid_json" and "lone surrogate" in e.message for e in errors), (fmt.name, errors)
+        rest = iter(want)
+        assert all(g in rest for g in got), fmt.name  # the calls that come back are rendered ones, in order, unchanged
+        assert len(got) + len(errors) <= len(want), fmt.name
+        if fmt.name in ("hermes", "llama3_json"):  # one JSON value per call: exactly the bad calls are refused
+            assert got == [w for w, c in zip(want, calls) if _json_valued([c])], fmt.name
 
 
 # ------------------------------------------------------------------ simulators

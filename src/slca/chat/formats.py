@@ -26,7 +26,10 @@ for an assistant turn (after the generation prompt, before the end-of-turn token
 for ordinary names and arguments; it also escapes what those templates leave raw
 (a name with ``"``, ``\\`` or a newline; a literal ``<tool_call>`` or
 ``</tool_call>`` inside a string, written ``\\u003c...``), so
-``parse(render(calls)).calls == calls`` for every JSON-valued call.
+``parse(render(calls)).calls == calls`` for every JSON-valued call. A call
+holding a lone surrogate is not one (it has no UTF-8 encoding, so no token ids):
+``render`` writes it as is and ``parse`` refuses it with an ``invalid_json``
+error naming the surrogate; it never comes back changed.
 
 Error kinds (``ParseError.kind``): ``invalid_json``, ``unclosed_tag``,
 ``unmatched_tag``, ``empty_call``, ``call_not_object``, ``not_a_list``,
