@@ -538,6 +538,26 @@ def test_single_summary_function_grpo_equals_trl_and_absent_tiers_are_defined():
     torch.testing.assert_close(adv[:, 0], expect, atol=1e-5, rtol=1e-5)
 
 
+def test_a_registered_trajectory_estimator_gets_trls_scalar_and_needs_no_summary_tier(monkeypatch):
+    """The registry's ``trajectory`` flag, not a list of names in the adapter, decides how TRL's rewards reach an estimator."""
+    import slca.advantages as adv_mod
+
+    monkeypatch.setattr(adv_mod, "_REGISTRY", dict(adv_mod._REGISTRY))
+
+    @adv_mod.register_estimator("doubled_grpo", trajectory=True)
+    def _doubled(inputs, *, scale="group", eps=1e-6):
+        return 2 * adv_mod.grpo_advantages(inputs.total_rewards, inputs.group_ids, inputs.model_mask, scale=scale, eps=eps)
+
+    nan = float("nan")
+    r = torch.tensor([[1.0, nan], [nan, 0.5], [0.5, 0.2], [0.2, 0.0]])
+    mask = torch.ones(4, 3)
+    grpo, _ = trl_batch_advantages(r, ["tool", "summary"], torch.ones(2), mask, None, 4, estimator="grpo")
+    doubled, _ = trl_batch_advantages(r, ["tool", "summary"], torch.ones(2), mask, None, 4, estimator="doubled_grpo")
+    torch.testing.assert_close(doubled, 2 * grpo)
+    trl_batch_advantages(r[:, :1], ["tool"], torch.ones(1), mask, None, 4, estimator="doubled_grpo")  # no summary tier needed
+    assert adv_mod.get_estimator("grpo").trajectory and not adv_mod.get_estimator("slca").trajectory
+
+
 def test_none_rows_are_summed_like_trl_for_grpo_and_left_out_per_tier_for_slca():
     nan = float("nan")
     rpf = torch.tensor([[1.0, 0.2], [nan, 0.9], [0.0, nan], [0.5, 0.4], [nan, nan], [1.0, 1.0], [0.0, 0.0], [0.3, 0.1]])
