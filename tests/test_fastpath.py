@@ -18,7 +18,7 @@ pytest.importorskip("trl")  # the chat templates of test_rollout's tokenizer com
 from test_rollout import AddEnv, make_task, scripted, tok  # noqa: E402,F401  (module fixtures)
 
 from slca.fastpath import FastBatch, make_batch, unsupported_reason  # noqa: E402
-from slca.fastpath.logprobs import fast_response_logprobs, right_padded  # noqa: E402
+from slca.fastpath.logprobs import fast_response_logprobs, right_padded, shared_prompts  # noqa: E402
 from slca.kvcache import CacheBatch  # noqa: E402
 from slca.rollout import RolloutConfig, generate_rollouts  # noqa: E402
 from slca.batching import collate, response_logprobs  # noqa: E402
@@ -120,13 +120,16 @@ def test_multi_turn_rollouts_same_tokens_and_logprobs(tok, scripted):
             torch.testing.assert_close(torch.tensor(f.logprobs), torch.tensor(p.logprobs), atol=1e-5, rtol=0)
 
 
-def random_batch(vocab, n=6, seed=1):
+def random_batch(vocab, n=6, seed=1, group=1):
+    """``n`` rows of random prompts (3-11 tokens) and responses (1-14); each prompt shared by ``group`` rows in a row."""
     g = torch.Generator().manual_seed(seed)
     task = Task(id="x", messages=[{"role": "user", "content": "hi"}], tools=[])
     trajs = []
-    for _ in range(n):
-        p, r = int(torch.randint(3, 12, (1,), generator=g)), int(torch.randint(1, 15, (1,), generator=g))
-        ids = torch.randint(1, vocab, (p + r,), generator=g).tolist()
+    for i in range(n):
+        if i % group == 0:
+            prompt = torch.randint(1, vocab, (int(torch.randint(3, 12, (1,), generator=g)),), generator=g).tolist()
+        p, r = len(prompt), int(torch.randint(1, 15, (1,), generator=g))
+        ids = prompt + torch.randint(1, vocab, (r,), generator=g).tolist()
         mm = (torch.rand(r, generator=g) > 0.4).long().tolist()
         trajs.append(Trajectory(task=task, prompt_ids=ids[:p], response_ids=ids[p:], model_mask=mm, logprobs=[0.0] * r,
                                 turns=[], final_text="", stop_reason="eos", messages=[], group_id=0))
@@ -142,10 +145,12 @@ def test_right_padded_layout_puts_every_row_at_column_zero():
         assert int(plen[i]) == int(batch.attention_mask[i, : batch.prompt_len].sum())
 
 
+@pytest.mark.parametrize("group", [1, 3], ids=["distinct-prompts", "shared-prompts"])
 @pytest.mark.parametrize("build", [qwen2, llama], ids=["qwen2", "llama"])
-def test_fast_training_logprobs_and_gradients_match_the_plain_forward(build):
+def test_fast_training_logprobs_and_gradients_match_the_plain_forward(build, group):
     model = build().train()
-    batch = random_batch(300)
+    batch = random_batch(300, n=9, group=group)
+    assert (shared_prompts(batch) is None) == (group == 1)
     valid = batch.valid_mask.bool()
 
     def run(fast):
@@ -160,3 +165,21 @@ def test_fast_training_logprobs_and_gradients_match_the_plain_forward(build):
     assert float((gf - gp).norm() / gp.norm()) < 1e-4
     with pytest.raises(ValueError, match="model_type None"):
         fast_response_logprobs(torch.nn.Linear(2, 2), batch)
+
+
+def test_shared_prompts_finds_the_rows_of_each_prompt_whatever_the_padding_id():
+    batch = random_batch(300, n=8, group=2)
+    batch.input_ids[:, : batch.prompt_len][batch.attention_mask[:, : batch.prompt_len] == 0] = 7  # odd padding ids
+    first, inv = shared_prompts(batch)
+    assert inv.tolist() == [int(x) for x in inv] and len(first) == 4
+    assert [sorted((inv == inv[r]).nonzero().flatten().tolist()) for r in (0, 2, 4, 6)] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert all(int(inv[f]) == u for u, f in enumerate(first.tolist()))
+
+
+def test_shared_prompt_pass_matches_when_a_group_is_one_row_and_responses_are_one_token():
+    model = qwen2().train()
+    batch = random_batch(300, n=5, group=2)  # groups of 2, 2 and 1
+    batch.valid_mask[:, 1:] = 0
+    batch.model_mask[:, 1:] = 0
+    (lf, lp) = (response_logprobs(model, batch, 1.0, fast=f) for f in (True, False))
+    torch.testing.assert_close(lf[:, 0], lp[:, 0], atol=1e-5, rtol=0)

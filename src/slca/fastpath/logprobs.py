@@ -24,6 +24,7 @@ values within ``1e-5`` and gradients within ``1e-4`` relative (fp32).
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -31,7 +32,7 @@ import torch
 from slca.batching import token_logprobs
 from slca.fastpath.decode import unsupported_reason
 
-__all__ = ["fast_response_logprobs", "right_padded"]
+__all__ = ["fast_response_logprobs", "right_padded", "shared_prompts"]
 
 
 def right_padded(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -55,7 +56,31 @@ def right_padded(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_l
     return input_ids.gather(1, src), src, prompt_len - left
 
 
-def fast_response_logprobs(model: torch.nn.Module, batch: Any, temperature: float = 1.0) -> torch.Tensor:
+def shared_prompts(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Rows of ``batch`` whose prompts are the same token sequence (a GRPO group's rows).
+
+    Args:
+        batch: a :class:`slca.trainer.RolloutBatch`.
+
+    Returns:
+        ``(first, inv)``: (U,) one row index per distinct prompt and (B,) each
+        row's distinct prompt (``0 .. U-1``); None when no two rows share a
+        prompt, or a row has an empty prompt.
+    """
+    P = batch.prompt_len
+    ids, att = batch.input_ids[:, :P], batch.attention_mask[:, :P]
+    if P == 0 or bool((att.sum(dim=1) == 0).any()):
+        return None
+    key = torch.cat([torch.where(att.bool(), ids, -1), att], dim=1)  # padding compares equal whatever its id
+    uniq, inv = torch.unique(key, dim=0, return_inverse=True)
+    if uniq.shape[0] == key.shape[0]:
+        return None
+    rows = torch.arange(key.shape[0], device=key.device)
+    first = torch.full((uniq.shape[0],), key.shape[0], dtype=torch.long, device=key.device)
+    return first.scatter_reduce(0, inv, rows, "amin"), inv
+
+
+def fast_response_logprobs(model: torch.nn.Module, batch: Any, temperature: float = 1.0, share_prompts: bool = True) -> torch.Tensor:
     """``log p(response_t | prefix)`` of every real response token, right-padded and mask-free.
 
     Args:
@@ -63,6 +88,8 @@ def fast_response_logprobs(model: torch.nn.Module, batch: Any, temperature: floa
         batch: a :class:`slca.trainer.RolloutBatch` (``input_ids``,
             ``attention_mask``, ``prompt_len``, ``valid_mask``).
         temperature: logits are divided by it.
+        share_prompts: when rows share a prompt (a group's rollouts), run each
+            distinct prompt once (:func:`_shared_prompt_hidden`).
 
     Returns:
         (B, T) float32; 0 on padding (where ``valid_mask`` is 0).
@@ -71,11 +98,52 @@ def fast_response_logprobs(model: torch.nn.Module, batch: Any, temperature: floa
     if why is not None:
         raise ValueError(f"fast_response_logprobs: {why}")
     P = batch.prompt_len
-    T = batch.input_ids.shape[1] - P
-    ids, _, plen = right_padded(batch.input_ids, batch.attention_mask, P)
-    hidden = model.model(input_ids=ids).last_hidden_state  # (B, S, C): causal, no mask
     valid = batch.valid_mask.bool()  # (B, T)
     b, t = valid.nonzero(as_tuple=True)  # (N,) each
-    h = hidden[b, plen[b] + t - 1]  # (N, C): the state before response token t of row b
+    shared = shared_prompts(batch) if share_prompts else None
+    if shared is not None:
+        h = _shared_prompt_hidden(model, batch, *shared)[b, t]  # (N, C)
+    else:
+        ids, _, plen = right_padded(batch.input_ids, batch.attention_mask, P)
+        hidden = model.model(input_ids=ids).last_hidden_state  # (B, S, C): causal, no mask
+        h = hidden[b, plen[b] + t - 1]  # (N, C): the state before response token t of row b
     lp = token_logprobs(model.lm_head(h), batch.input_ids[b, P + t], temperature)  # (N,)
     return lp.new_zeros(valid.shape).index_put((b, t), lp)
+
+
+def _shared_prompt_hidden(model: torch.nn.Module, batch: Any, first: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
+    """The hidden state before every response column, each distinct prompt run once.
+
+    The U distinct prompts run right-padded with no mask (causal is exact for
+    their real tokens); their KV cache is copied out to the B rows
+    (``reorder_cache``, differentiable: the prompt's gradient sums over the
+    rows that share it) and the B responses run on top of it, with a mask
+    that hides each row's prompt padding. A group of G rollouts thus costs one
+    prompt plus G responses instead of G prompts plus G responses (the
+    "shared-prefix" forward of Prefix Grouper, arXiv 2506.05433); same values
+    as the unshared pass up to float rounding (tested).
+
+    Args:
+        first: (U,) a row of each distinct prompt.
+        inv: (B,) each row's distinct prompt.
+
+    Returns:
+        (B, T, C): at column ``t``, the state that predicts response token ``t``.
+    """
+    P = batch.prompt_len
+    ids, _, plen = right_padded(batch.input_ids[first, :P], batch.attention_mask[first, :P], P)  # (U, Lp), (U,)
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    arg = "cache" if "cache" in inspect.signature(model.model.forward).parameters else "past_key_values"  # transformers < 5.2x
+    hp = model.model(input_ids=ids, use_cache=True, **{arg: cache}).last_hidden_state  # (U, Lp, C)
+    cache.reorder_cache(inv)  # (U, ...) -> (B, ...)
+    resp = batch.input_ids[:, P:]  # (B, T) right-padded: padding follows every real token
+    B, T = resp.shape
+    pl = plen[inv]  # (B,)
+    cols = torch.arange(ids.shape[1], device=ids.device)
+    att = torch.cat([(cols[None, :] < pl[:, None]).long(), torch.ones_like(resp)], dim=1)  # (B, Lp + T)
+    pos = pl[:, None] + torch.arange(T, device=ids.device)[None, :]  # (B, T)
+    hs = model.model(input_ids=resp, attention_mask=att, position_ids=pos, use_cache=True, **{arg: cache}).last_hidden_state  # (B, T, C)
+    h0 = hp[inv, pl - 1]  # (B, C): the prompt's last state predicts response token 0
+    return torch.cat([h0[:, None, :], hs[:, :-1]], dim=1)
