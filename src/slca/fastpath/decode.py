@@ -115,18 +115,24 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
 
 @dataclass
 class _Layer:
-    """One decoder layer's weights, fused where it saves kernels."""
+    """One decoder layer's weights, fused where it saves kernels, stored (in, out) for ``x @ w``."""
 
     ln1: torch.Tensor  # (C,)
-    wqkv: torch.Tensor  # ((H + 2 Hkv) D, C)
+    wqkv: torch.Tensor  # (C, (H + 2 Hkv) D)
     bqkv: torch.Tensor | None  # ((H + 2 Hkv) D,)
-    wo: torch.Tensor  # (C, H D)
+    wo: torch.Tensor  # (H D, C)
     bo: torch.Tensor | None
     ln2: torch.Tensor  # (C,)
-    wgu: torch.Tensor  # (2 I, C)
+    wgu: torch.Tensor  # (C, 2 I)
     bgu: torch.Tensor | None
-    wd: torch.Tensor  # (C, I)
+    wd: torch.Tensor  # (I, C)
     bd: torch.Tensor | None
+
+
+def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """``x @ w + b`` with ``w`` stored (in, out): at decode sizes (32 rows) a contiguous
+    (in, out) weight multiplies ~30% faster than ``F.linear``'s (out, in) one (docs/performance.md)."""
+    return torch.matmul(x, w) if b is None else torch.addmm(b, x.reshape(-1, x.shape[-1]), w).view(*x.shape[:-1], w.shape[1])
 
 
 def _cat_bias(*lins: torch.nn.Linear) -> torch.Tensor | None:
@@ -155,20 +161,21 @@ class FastDecoder:
         self.embed = base.embed_tokens.weight
         self.rotary = base.rotary_emb
         self.norm_w = base.norm.weight
-        self.lm_head = model.lm_head
+        self.lm_w = model.lm_head.weight.t().contiguous()  # (C, V)
+        self.lm_b = model.lm_head.bias
         self.hook = getattr(model, LOGITS_HOOK, None)
         self.layers = []
         for layer in base.layers:
             a, m = layer.self_attn, layer.mlp
             self.layers.append(_Layer(
                 ln1=layer.input_layernorm.weight,
-                wqkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
+                wqkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).t().contiguous(),
                 bqkv=_cat_bias(a.q_proj, a.k_proj, a.v_proj),
-                wo=a.o_proj.weight, bo=a.o_proj.bias,
+                wo=a.o_proj.weight.t().contiguous(), bo=a.o_proj.bias,
                 ln2=layer.post_attention_layernorm.weight,
-                wgu=torch.cat([m.gate_proj.weight, m.up_proj.weight]),
+                wgu=torch.cat([m.gate_proj.weight, m.up_proj.weight]).t().contiguous(),
                 bgu=_cat_bias(m.gate_proj, m.up_proj),
-                wd=m.down_proj.weight, bd=m.down_proj.bias,
+                wd=m.down_proj.weight.t().contiguous(), bd=m.down_proj.bias,
             ))
         self.dtype = self.layers[0].wqkv.dtype
         self.device = self.embed.device
@@ -178,6 +185,22 @@ class FastDecoder:
             return F.rms_norm(x, (x.shape[-1],), w, self.eps)
         # low precision: normalise in fp32 and round before the weight, as transformers' RMSNorm does
         return w * F.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """SDPA of queries (B, W, H, D) over the cache's k, v (B, Hkv, S, D) under mask (B, 1, W, S); (B, W, H, D).
+
+        A one-token step (W = 1) runs the H / Hkv query heads of each KV head
+        as that head's query rows (same mask for all of them): one SDPA over
+        (B, Hkv, H / Hkv, D) queries, 1.5-1.7x faster than ``enable_gqa`` over
+        (B, H, 1, D) at decode sizes (docs/performance.md).
+        """
+        B, W, H, D = q.shape
+        Hkv = k.shape[1]
+        if W == 1 and H != Hkv:
+            out = F.scaled_dot_product_attention(q.reshape(B, Hkv, H // Hkv, D), k, v, attn_mask=mask, scale=self.scale)
+            return out.view(B, 1, H, D)
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=mask, scale=self.scale, enable_gqa=Hkv != H)
+        return out.transpose(1, 2)  # (B, W, H, D)
 
     def forward(
         self, ids: torch.Tensor, pos: torch.Tensor, kv: torch.Tensor, start: int, mask: torch.Tensor, last: torch.Tensor
@@ -204,22 +227,19 @@ class FastDecoder:
         half = D // 2
         for li, L in enumerate(self.layers):
             h = self._rms(x, L.ln1)
-            qkv = F.linear(h, L.wqkv, L.bqkv).view(B, W, H + 2 * Hkv, D)
+            qkv = _linear(h, L.wqkv, L.bqkv).view(B, W, H + 2 * Hkv, D)
             qk = qkv[:, :, : H + Hkv]
             rot = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)
             qk = qk * cos + rot * sin  # RoPE on queries and keys at once: (B, W, H + Hkv, D)
             kv[li, 0, :, :, start:end] = qk[:, :, H:].transpose(1, 2)
             kv[li, 1, :, :, start:end] = qkv[:, :, H + Hkv :].transpose(1, 2)
-            att = F.scaled_dot_product_attention(
-                qk[:, :, :H].transpose(1, 2), kv[li, 0, :, :, :end], kv[li, 1, :, :, :end],
-                attn_mask=mask, scale=self.scale, enable_gqa=Hkv != H,
-            )  # (B, H, W, D)
-            x = x + F.linear(att.transpose(1, 2).reshape(B, W, H * D), L.wo, L.bo)
+            att = self._attend(qk[:, :, :H], kv[li, 0, :, :, :end], kv[li, 1, :, :, :end], mask)  # (B, W, H, D)
+            x = x + _linear(att.reshape(B, W, H * D), L.wo, L.bo)
             h = self._rms(x, L.ln2)
-            g, u = F.linear(h, L.wgu, L.bgu).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(g) * u, L.wd, L.bd)
+            g, u = _linear(h, L.wgu, L.bgu).chunk(2, dim=-1)
+            x = x + _linear(F.silu(g) * u, L.wd, L.bd)
         xl = x[torch.arange(B, device=x.device), last]  # (B, C) each row's last valid column
-        return self.lm_head(self._rms(xl, self.norm_w))
+        return _linear(self._rms(xl, self.norm_w), self.lm_w, self.lm_b)
 
 
 @dataclass
