@@ -9,10 +9,15 @@ and the per-token decode latency.
    (:class:`slca.models.config.ModelSize`, vocabulary 1,536): forward + backward
    of ``slca.trainer.response_logprobs`` and a token-mean surrogate on a batch of
    32 rows x (256 prompt + 256 response) tokens.
-   FLOPs = ``6 * N * tokens + attention``: ``N`` the parameters that do a matmul
-   per token (every linear layer and the tied LM head; the embedding lookup is
-   free), attention ``3 * 4 * layers * S^2 * hidden`` per row (QK^T and AV,
-   forward + 2x backward, the full S x S as SDPA computes it with a mask).
+   FLOPs: the work the pass must do, counted as it runs: ``6 * N_dec * B * S``
+   for the decoder's linear layers over every token, ``6 * N_head * B * T``
+   for the LM head over the response positions only (the fast pass computes
+   no logits elsewhere), and causal attention ``3 * 2 * layers * S^2 * hidden``
+   per row (QK^T and AV over the lower triangle, forward + 2x backward; SDPA's
+   ``is_causal`` skips the upper half). The rows are distinct (no prompt shared),
+   so the shared-prompt pass does not apply and the count is what runs.
+   (Round 1 counted the LM head on every position and the full S x S, i.e.
+   1.25x these FLOPs for the same pass.)
 3. Decode: seconds per generated token of slca's rollout engine at batch 1 and
    32 (128 tokens), against the matmul floor ``2 * N * batch / peak``.
 """
@@ -80,13 +85,15 @@ def main(argv: list[str] | None = None) -> None:
     tok = C.build_tokenizer(vocab)
     model = C.build_model(tok, size)
     N = matmul_params(model)
+    N_head = model.lm_head.weight.numel()
     B, P, T = a.rows, a.prompt, a.response
     S = P + T
     L, H = size.layers, size.hidden
-    flops = 6 * N * B * S + 3 * 4 * L * S * S * H * B
+    attn = 3 * 2 * L * S * S * H * B
+    flops = 6 * (N - N_head) * B * S + 6 * N_head * B * T + attn
     print(f"   model: Qwen2 hidden {H}, {L} layers, {size.heads}/{size.kv_heads} heads, SwiGLU {size.intermediate}, "
           f"vocab {len(tok)}: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, {N / 1e6:.2f}M in matmuls")
-    print(f"   training pass: {B} rows x {S} tokens = {flops / 1e9:.1f} GFLOP (attention {3 * 4 * L * S * S * H * B / flops * 100:.0f}%)")
+    print(f"   training pass: {B} rows x {S} tokens = {flops / 1e9:.1f} GFLOP (attention {attn / flops * 100:.0f}%, causal; LM head on the {T} response positions)")
     model_shapes = [(B * S, H, size.intermediate), (B * S, H, len(tok))]
 
     g = torch.Generator().manual_seed(0)
