@@ -15,6 +15,10 @@ fp32 (TRL's CPU default ``bf16=True`` is turned off), beta 0, one optimisation
 pass over the whole batch (slca ``minibatches=1``; TRL one step per generation
 batch), loss dapo / token_mean, temperature 1, no top-k / top-p. slca's per-segment
 gradient diagnostic (an extra backward) is off (``diag_every=0``).
+
+TRL keeps its ``GRPOConfig`` default ``gradient_checkpointing=True`` (less
+memory, a recomputed forward in the backward); ``--trl-checkpointing off``
+runs TRL without it, so that both sides do the same arithmetic.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ def slca_trainer(tok, size: C.Size, multi: bool, run_dir: str, fast: bool = True
 
 
 def trl_trainer(tok, size: C.Size, multi: bool, out_dir: str, steps: int, callbacks, device: str = "cpu", dtype: str = "fp32",
-                script: list[list[int]] | None = None):
+                script: list[list[int]] | None = None, checkpointing: bool | None = None):
     from datasets import Dataset
     from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -78,6 +82,7 @@ def trl_trainer(tok, size: C.Size, multi: bool, out_dir: str, steps: int, callba
         beta=0.0, loss_type="dapo", num_iterations=1, gradient_accumulation_steps=1, temperature=1.0, top_p=1.0,
         top_k=0, bf16=False, logging_steps=1, report_to="none", use_cpu=device == "cpu", save_strategy="no", seed=0,
         dataloader_num_workers=0, disable_tqdm=True, max_tool_calling_iterations=len(script) if multi else None,
+        **({} if checkpointing is None else {"gradient_checkpointing": checkpointing}),
     )
     tr = GRPOTrainer(
         model=model, processing_class=tok, reward_funcs=[execution_reward, summary_reward], args=args,
@@ -89,7 +94,7 @@ def trl_trainer(tok, size: C.Size, multi: bool, out_dir: str, steps: int, callba
 
 
 def run_pair(tok, size: C.Size, multi: bool, threads: int, repeats: int, warmup: int, plain: bool = True,
-             device: str = "cpu", dtype: str = "fp32") -> dict:
+             device: str = "cpu", dtype: str = "fp32", trl_checkpointing: bool | None = None) -> dict:
     """Interleaved TRL / slca (/ slca with ``fast_paths=False``) steps at ``threads`` threads: a :class:`_common.Clock` per side."""
     from transformers import TrainerCallback
 
@@ -121,7 +126,7 @@ def run_pair(tok, size: C.Size, multi: bool, threads: int, repeats: int, warmup:
                         m = sp.train_step()
                     res["plain_tokens"] = m["rollout/response_tokens"] * m["rollout/policy_token_frac"]
 
-        tr = trl_trainer(tok, size, multi, str(Path(d) / "trl"), warmup + repeats, [Pair()], **dev)
+        tr = trl_trainer(tok, size, multi, str(Path(d) / "trl"), warmup + repeats, [Pair()], **dev, checkpointing=trl_checkpointing)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             tr.train()
@@ -141,6 +146,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default="cpu", help="torch device of both sides ('cuda' in benchmarks/gpu.sh)")
     p.add_argument("--dtype", choices=tuple(DTYPES), default="fp32", help="dtype of the weights on both sides")
     p.add_argument("--no-plain", action="store_true", help="skip the slca fast_paths=False side (a third of the run time)")
+    p.add_argument("--trl-checkpointing", choices=("default", "on", "off"), default="default",
+                   help="TRL's gradient_checkpointing: its GRPOConfig default (on), or forced on / off (slca never checkpoints)")
     a = p.parse_args(argv)
     size = C.TINY if a.tiny else (C.GPU if a.size == "gpu" else C.FULL)
     C.header("bench_step: training-step throughput, slca Trainer vs TRL GRPOTrainer", a)
@@ -153,7 +160,8 @@ def main(argv: list[str] | None = None) -> None:
           f"{'plain cpu s':>12}{'slca/TRL wall':>14}{'slca/TRL cpu':>13}{'fast/plain cpu':>15}{'load':>6}{'policy tok TRL/slca/plain':>27}")
     for w in workloads:
         for th in C.parse_threads(a.threads):
-            r = run_pair(tok, size, w == "multi", th, a.repeats, a.warmup, plain=not a.no_plain, device=a.device, dtype=a.dtype)
+            r = run_pair(tok, size, w == "multi", th, a.repeats, a.warmup, plain=not a.no_plain, device=a.device, dtype=a.dtype,
+                         trl_checkpointing={"default": None, "on": True, "off": False}[a.trl_checkpointing])
             t, s, q = r["trl"], r["slca"], r["plain"]
             print(f"{w:<9}{th:>4}  {C.spread(t.wall):<22}{C.spread(s.wall):<22}{C.med(t.cpu):>10.2f}{C.med(s.cpu):>11.2f}"
                   f"{C.med(q.cpu):>12.2f}{C.med(t.wall) / C.med(s.wall):>13.2f}x{C.med(t.cpu) / C.med(s.cpu):>12.2f}x"

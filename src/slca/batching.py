@@ -123,10 +123,12 @@ def collate(trajs: list[Trajectory], pad_id: int, device: str | torch.device = "
 def response_logprobs(model: torch.nn.Module, batch: RolloutBatch, temperature: float = 1.0, fast: bool = True) -> torch.Tensor:
     """Log-probabilities of the response tokens under ``model`` at ``temperature``.
 
-    ``fast``: supported models (stock Qwen2 / Llama) run right-padded with no
-    mask (:func:`slca.fastpath.logprobs.fast_response_logprobs`: SDPA skips the
-    causal half and shares the KV heads; the LM head sees response positions
-    only); same values within 1e-5 (tested), 0 on padding. Other models, or
+    ``fast``: supported models (stock Qwen2 / Llama) run
+    :func:`slca.fastpath.logprobs.fast_response_logprobs`: rows that share a
+    prompt (a group's rollouts) run it once and continue from its KV cache;
+    otherwise right-padded with no mask (SDPA skips the causal half and shares
+    the KV heads); the LM head sees response positions only. Same values
+    within 1e-5 (tested), 0 on padding. Other models, or
     False, run the plain left-padded forward below.
 
     Returns:
