@@ -54,6 +54,18 @@ def test_bench_step_tiny_same_work_on_both_sides(bench, capsys):
         assert len(ratios) == 3 and all(math.isfinite(x) and x > 0 for x in ratios), out
 
 
+@pytest.mark.parametrize("flag, expected", [(None, True), (False, False), (True, True)])
+def test_bench_step_trl_checkpointing_flag_reaches_trl(bench, tmp_path, flag, expected):
+    """TRL's GRPOConfig default is gradient checkpointing on; --trl-checkpointing off must really turn it off."""
+    pytest.importorskip("trl")
+    pytest.importorskip("datasets")
+    B = bench("bench_step")
+    C = bench("_common")
+    tok = C.build_tokenizer(C.TINY.vocab)
+    tr = B.trl_trainer(tok, C.TINY, False, str(tmp_path), 1, [], checkpointing=flag)
+    assert tr.args.gradient_checkpointing is expected
+
+
 def test_bench_overhead_tiny(bench, capsys):
     bench("bench_overhead").main(["--tiny", "--threads", "1", "--repeats", "1", "--micro", "3"])
     out = capsys.readouterr().out
