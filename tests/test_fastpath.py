@@ -183,3 +183,22 @@ def test_shared_prompt_pass_matches_when_a_group_is_one_row_and_responses_are_on
     batch.model_mask[:, 1:] = 0
     (lf, lp) = (response_logprobs(model, batch, 1.0, fast=f) for f in (True, False))
     torch.testing.assert_close(lf[:, 0], lp[:, 0], atol=1e-5, rtol=0)
+
+
+def test_gradient_checkpointing_takes_the_unshared_pass_and_matches():
+    """transformers drops the KV cache under gradient checkpointing; the shared-prompt pass must not run then.
+
+    ``gradient_checkpointing_enable`` also hooks the embedding (so the plain
+    forward runs anyway); with that hook gone the fast path runs, unshared.
+    """
+    model = qwen2().train()
+    model.gradient_checkpointing_enable()
+    for m in model.modules():
+        m._forward_hooks.clear()
+    assert unsupported_reason(model) is None
+    batch = random_batch(300, n=6, group=3)
+    valid = batch.valid_mask.bool()
+    lf = fast_response_logprobs(model, batch, 1.0)
+    model.gradient_checkpointing_disable()
+    lp = response_logprobs(model, batch, 1.0, fast=False)
+    torch.testing.assert_close(lf[valid], lp[valid], atol=1e-5, rtol=0)

@@ -97,7 +97,8 @@ def fast_response_logprobs(model: torch.nn.Module, batch: Any, temperature: floa
             ``attention_mask``, ``prompt_len``, ``valid_mask``).
         temperature: logits are divided by it.
         share_prompts: when rows share a prompt (a group's rollouts), run each
-            distinct prompt once (:func:`_shared_prompt_hidden`).
+            distinct prompt once (:func:`_shared_prompt_hidden`); not with
+            gradient checkpointing on (transformers then drops the cache).
 
     Returns:
         (B, T) float32; 0 on padding (where ``valid_mask`` is 0).
@@ -108,7 +109,7 @@ def fast_response_logprobs(model: torch.nn.Module, batch: Any, temperature: floa
     P = batch.prompt_len
     valid = batch.valid_mask.bool()  # (B, T)
     b, t = valid.nonzero(as_tuple=True)  # (N,) each
-    shared = shared_prompts(batch) if share_prompts else None
+    shared = shared_prompts(batch) if share_prompts and not _checkpointing(model) else None
     if shared is not None:
         h = _shared_prompt_hidden(model, batch, *shared)[b, t]  # (N, C)
     else:
@@ -117,6 +118,12 @@ def fast_response_logprobs(model: torch.nn.Module, batch: Any, temperature: floa
         h = hidden[b, plen[b] + t - 1]  # (N, C): the state before response token t of row b
     lp = token_logprobs(model.lm_head(h), batch.input_ids[b, P + t], temperature)  # (N,)
     return lp.new_zeros(valid.shape).index_put((b, t), lp)
+
+
+def _checkpointing(model: torch.nn.Module) -> bool:
+    """Whether transformers would checkpoint this forward: it then drops the cache (``cache=None``),
+    which the shared-prompt pass needs, so that pass is skipped."""
+    return model.training and torch.is_grad_enabled() and any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
 
 
 def _shared_prompt_hidden(model: torch.nn.Module, batch: Any, first: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
