@@ -202,3 +202,12 @@ def test_gradient_checkpointing_takes_the_unshared_pass_and_matches():
     model.gradient_checkpointing_disable()
     lp = response_logprobs(model, batch, 1.0, fast=False)
     torch.testing.assert_close(lf[valid], lp[valid], atol=1e-5, rtol=0)
+
+
+def test_position_dependent_rope_is_not_shared():
+    from slca.fastpath.logprobs import _can_share
+
+    model = qwen2()
+    assert _can_share(model)
+    model.model.rotary_emb.rope_type = "dynamic"
+    assert not _can_share(model)

@@ -97,8 +97,8 @@ def fast_response_logprobs(model: torch.nn.Module, batch: Any, temperature: floa
             ``attention_mask``, ``prompt_len``, ``valid_mask``).
         temperature: logits are divided by it.
         share_prompts: when rows share a prompt (a group's rollouts), run each
-            distinct prompt once (:func:`_shared_prompt_hidden`); not with
-            gradient checkpointing on (transformers then drops the cache).
+            distinct prompt once (:func:`_shared_prompt_hidden`), where
+            :func:`_can_share` allows it.
 
     Returns:
         (B, T) float32; 0 on padding (where ``valid_mask`` is 0).
@@ -109,7 +109,7 @@ def fast_response_logprobs(model: torch.nn.Module, batch: Any, temperature: floa
     P = batch.prompt_len
     valid = batch.valid_mask.bool()  # (B, T)
     b, t = valid.nonzero(as_tuple=True)  # (N,) each
-    shared = shared_prompts(batch) if share_prompts and not _checkpointing(model) else None
+    shared = shared_prompts(batch) if share_prompts and _can_share(model) else None
     if shared is not None:
         h = _shared_prompt_hidden(model, batch, *shared)[b, t]  # (N, C)
     else:
@@ -120,10 +120,18 @@ def fast_response_logprobs(model: torch.nn.Module, batch: Any, temperature: floa
     return lp.new_zeros(valid.shape).index_put((b, t), lp)
 
 
-def _checkpointing(model: torch.nn.Module) -> bool:
-    """Whether transformers would checkpoint this forward: it then drops the cache (``cache=None``),
-    which the shared-prompt pass needs, so that pass is skipped."""
-    return model.training and torch.is_grad_enabled() and any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
+def _can_share(model: torch.nn.Module) -> bool:
+    """Whether the shared-prompt pass gives this model's values.
+
+    Not under gradient checkpointing: transformers then drops the cache
+    (``cache=None``) the pass continues from. Not with RoPE types whose
+    frequencies depend on the longest position of a call (``dynamic``,
+    ``longrope``): the prompt's call and the responses' would differ.
+    """
+    if model.training and torch.is_grad_enabled() and any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules()):
+        return False
+    rope = getattr(getattr(model.model, "rotary_emb", None), "rope_type", "default")
+    return rope not in ("dynamic", "longrope")
 
 
 def _shared_prompt_hidden(model: torch.nn.Module, batch: Any, first: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
