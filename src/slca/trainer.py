@@ -28,7 +28,7 @@ import math
 import random
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -244,13 +244,25 @@ class Trainer:
         self.model.train()
         st = UpdateStats()
         for epoch in range(c.ppo_epochs):
-            perm = torch.randperm(batch.model_mask.shape[0], generator=torch.Generator().manual_seed(c.seed + 31 * step + epoch))
-            for k, idx in enumerate(perm.chunk(c.minibatches)):
+            for k, idx in enumerate(self._minibatch_rows(credit.inputs.group_ids, step, epoch)):
                 split = epoch == 0 and k == 0 and bool(c.diag_every) and step % c.diag_every == 0
                 self._minibatch_step(batch.rows(idx), credit.tool_mask[idx], credit.summary_mask[idx], credit.advantages[idx], split, st)
         self.sched.step()
         st.seconds = time.perf_counter() - t0
         return st
+
+    def _minibatch_rows(self, group_ids: Sequence[Any], step: int, epoch: int) -> list[torch.Tensor]:
+        """Row indices of each minibatch of one pass: rows shuffled one by one, or whole groups (``group_minibatches``)."""
+        c = self.cfg
+        gen = torch.Generator().manual_seed(c.seed + 31 * step + epoch)
+        if not c.group_minibatches:
+            return list(torch.randperm(len(group_ids), generator=gen).chunk(c.minibatches))
+        ids = group_ids.tolist() if isinstance(group_ids, torch.Tensor) else list(group_ids)
+        groups = list(dict.fromkeys(ids))  # in batch order
+        rows = {g: [i for i, x in enumerate(ids) if x == g] for g in groups}
+        order = torch.randperm(len(groups), generator=gen)
+        return [torch.tensor([i for j in part.tolist() for i in rows[groups[j]]], dtype=torch.long)
+                for part in order.tensor_split(c.minibatches)]
 
     def _minibatch_step(self, mb: RolloutBatch, tm: torch.Tensor, sm: torch.Tensor, adv: torch.Tensor,
                         split_grads: bool, st: UpdateStats) -> None:
