@@ -73,6 +73,11 @@ def pad_chunk(seqs: Sequence[Sequence[int] | None], pad_id: int) -> tuple[torch.
     return ids, valid
 
 
+def cache_arg(forward: Any) -> str:
+    """The name ``forward`` takes its KV cache under: ``cache`` (transformers >= 5.2x) or ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+
 def chunk_positions(next_pos: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Positions of a chunk's tokens and each row's last valid column.
 
@@ -209,9 +214,7 @@ class CacheBatch:
         self.device = device
         self.attn = torch.zeros(batch_size, 0, dtype=torch.long, device=device)  # (B, S) valid cache slots
         self.next_pos = torch.zeros(batch_size, dtype=torch.long, device=device)  # (B,) tokens so far per row
-        # transformers >= 5.2x names the cache argument `cache`; older versions `past_key_values`
-        params = inspect.signature(model.forward).parameters
-        self.cache_arg = "cache" if "cache" in params else "past_key_values"
+        self.cache_arg = cache_arg(model.forward)
 
     def feed(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """Append a chunk and return each row's logits after its last valid token.

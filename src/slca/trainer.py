@@ -258,8 +258,10 @@ class Trainer:
         if not c.group_minibatches:
             return list(torch.randperm(len(group_ids), generator=gen).chunk(c.minibatches))
         ids = group_ids.tolist() if isinstance(group_ids, torch.Tensor) else list(group_ids)
-        groups = list(dict.fromkeys(ids))  # in batch order
-        rows = {g: [i for i, x in enumerate(ids) if x == g] for g in groups}
+        rows: dict[Any, list[int]] = {}
+        for i, g in enumerate(ids):
+            rows.setdefault(g, []).append(i)
+        groups = list(rows)  # in batch order
         order = torch.randperm(len(groups), generator=gen)
         return [torch.tensor([i for j in part.tolist() for i in rows[groups[j]]], dtype=torch.long)
                 for part in order.tensor_split(c.minibatches)]

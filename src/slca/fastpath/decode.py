@@ -203,7 +203,7 @@ class FastDecoder:
         return out.transpose(1, 2)  # (B, W, H, D)
 
     def forward(
-        self, ids: torch.Tensor, pos: torch.Tensor, kv: torch.Tensor, start: int, mask: torch.Tensor, last: torch.Tensor | None
+        self, ids: torch.Tensor, pos: torch.Tensor, kv: torch.Tensor, start: int, mask: torch.Tensor, last: torch.Tensor
     ) -> torch.Tensor:
         """Feed W columns for B rows; return the logits at each row's column ``last``.
 
@@ -213,7 +213,7 @@ class FastDecoder:
             kv: (layers, 2, B, Hkv, capacity, D) cache; columns ``start .. start+W`` are written.
             start: cache columns already filled.
             mask: (B, 1, W, start + W) bool, True where a query column may attend a cache column.
-            last: (B,) column (0 .. W-1) whose logits are returned; None: the last column.
+            last: (B,) column (0 .. W-1) whose logits are returned.
 
         Returns:
             (B, V) logits in the model's dtype.
@@ -238,7 +238,7 @@ class FastDecoder:
             h = self._rms(x, L.ln2)
             g, u = _linear(h, L.wgu, L.bgu).chunk(2, dim=-1)
             x = x + _linear(F.silu(g) * u, L.wd, L.bd)
-        xl = x[:, -1] if last is None else x[torch.arange(B, device=x.device), last]  # (B, C) each row's last valid column
+        xl = x[torch.arange(B, device=x.device), last]  # (B, C) each row's last valid column
         return _linear(self._rms(xl, self.norm_w), self.lm_w, self.lm_b)
 
 
@@ -302,19 +302,13 @@ class FastBatch:
         self._reserve(W)
         start, end = self.n, self.n + W
         self._attn[:, start:end] = valid
-        if W == 1:  # a decode step: the same positions, mask and logits column as below, in fewer ops
-            pos, last = self.next_pos[:, None], None
-            mask = self._attn[:, :end].clone()
-            mask[:, start] = True
-            mask = mask[:, None, None, :]
-        else:
-            pos, last = chunk_positions(self.next_pos, valid)
-            cols = torch.arange(end, device=ids.device)
-            # a query column sees the valid columns up to itself, and always itself (so a hole's
-            # output stays finite; it is never read)
-            causal = cols[None, :] <= (start + torch.arange(W, device=ids.device))[:, None]  # (W, S)
-            mask = (self._attn[:, None, :end] & causal[None]) | (cols[None, None, :] == start + torch.arange(W, device=ids.device)[None, :, None])
-            mask = mask[:, None]
+        pos, last = chunk_positions(self.next_pos, valid)
+        cols = torch.arange(end, device=ids.device)
+        # a query column sees the valid columns up to itself, and always itself (so a hole's
+        # output stays finite; it is never read)
+        causal = cols[None, :] <= (start + torch.arange(W, device=ids.device))[:, None]  # (W, S)
+        mask = (self._attn[:, None, :end] & causal[None]) | (cols[None, None, :] == start + torch.arange(W, device=ids.device)[None, :, None])
+        mask = mask[:, None]
         logits = self.dec.forward(ids, pos, self.kv, start, mask, last)
         fresh = start == 0
         self.n = end

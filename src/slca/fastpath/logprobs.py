@@ -32,13 +32,13 @@ values within ``1e-5`` and gradients within ``1e-4`` relative (fp32).
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
 
 from slca.batching import token_logprobs
 from slca.fastpath.decode import unsupported_reason
+from slca.kvcache import cache_arg
 
 __all__ = ["fast_response_logprobs", "right_padded", "shared_prompts"]
 
@@ -79,7 +79,7 @@ def shared_prompts(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     ids, att = batch.input_ids[:, :P], batch.attention_mask[:, :P]
     if P == 0 or bool((att.sum(dim=1) == 0).any()):
         return None
-    key = torch.cat([torch.where(att.bool(), ids, -1), att], dim=1)  # padding compares equal whatever its id
+    key = torch.where(att.bool(), ids, -1)  # padding compares equal whatever its id
     uniq, inv = torch.unique(key, dim=0, return_inverse=True)
     if uniq.shape[0] == key.shape[0]:
         return None
@@ -158,7 +158,7 @@ def _shared_prompt_hidden(model: torch.nn.Module, batch: Any, first: torch.Tenso
     from transformers import DynamicCache
 
     cache = DynamicCache()
-    arg = "cache" if "cache" in inspect.signature(model.model.forward).parameters else "past_key_values"  # transformers < 5.2x
+    arg = cache_arg(model.model.forward)
     hp = model.model(input_ids=ids, use_cache=True, **{arg: cache}).last_hidden_state  # (U, Lp, C)
     cache.reorder_cache(inv)  # (U, ...) -> (B, ...)
     resp = batch.input_ids[:, P:]  # (B, T) right-padded: padding follows every real token
