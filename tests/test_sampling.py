@@ -32,6 +32,12 @@ def test_the_bulk_path_is_in_use_on_this_torch():
     assert available()
 
 
+@pytest.fixture(autouse=True)
+def bulk_always(monkeypatch):
+    """Small inputs go to torch.multinomial (faster below ~2,000 entries); the tests exercise the bulk path on all."""
+    monkeypatch.setattr(S, "_MIN_ENTRIES", 1)
+
+
 @pytest.mark.parametrize("shape", [(1, 1), (1, 7), (2, 311), (5, 624), (3, 1000), (32, 1536), (64, 50)])
 @pytest.mark.parametrize("skip", [0, 1, 623, 624, 1000])
 def test_tokens_and_state_equal_torch(shape, skip):
@@ -136,6 +142,16 @@ def test_near_ties_are_decided_by_the_c_librarys_log1p(monkeypatch):
     assert same(g1, g2)
 
 
+def test_small_inputs_go_to_torch(monkeypatch):
+    monkeypatch.setattr(S, "_MIN_ENTRIES", 2048)
+    calls = []
+    monkeypatch.setattr(S, "_sample", lambda *a: calls.append(1))
+    g1, g2 = pair(4)
+    p = probs((2, 1000), 1)
+    assert torch.equal(multinomial_one(p, g2), torch.multinomial(p, 1, generator=g1).squeeze(-1))
+    assert calls == [] and same(g1, g2)
+
+
 def test_a_torch_that_draws_differently_is_detected(monkeypatch):
     """The self-check fails (here: the draws assigned in reverse order) and every call goes to torch.multinomial."""
     real = S._draw_uniforms
@@ -152,9 +168,8 @@ def test_uniforms_are_torchs_doubles():
     """The uniforms behind the draws are torch's: its float64 exponential_ is -log1p(-u) through the C library."""
     g1, g2 = pair(5, 3)
     q = torch.empty(2000, dtype=torch.float64).exponential_(generator=g1).numpy()
-    st, state = S._read(g2)
-    bg = np.random.MT19937(0)
-    bg.state = state
-    u = S._draw_uniforms(bg, 2000)
+    stream = S._Stream()
+    stream.load(g2)
+    u = S._draw_uniforms(stream.bg, 2000)
     assert ((u >= 0) & (u < 1)).all()
     assert np.array_equal(np.array([-math.log1p(-x) for x in u]), q)
