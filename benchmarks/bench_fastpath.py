@@ -10,9 +10,6 @@ in one process, so load drift hits both alike:
   2 tool turns + summary; ``RolloutConfig.fast_decode``);
 * ``rollout single``: 32 x 128 sampled tokens;
 * ``decode B=1`` / ``B=32``: CPU ms per decode step after a 200-token prefill;
-* ``sample B=32``: CPU ms per call of ``slca.rollout.sample_tokens`` on 32 rows of
-  logits (temperature 1): ``torch.multinomial`` (plain) against
-  ``slca.fastpath.sampling.multinomial_one`` (fast), which must draw the same tokens;
 * ``train multi``: forward + backward of ``response_logprobs`` and a token-mean
   surrogate on the multi-turn batch of the first rollout (``fast=``);
 * ``train 32x512``: the same on bench_floor's batch (default model size, 32 rows
@@ -124,23 +121,11 @@ def main(argv: list[str] | None = None) -> None:
                 b.feed(x, v)
             return (time.process_time() - c) / steps
 
-    from slca.rollout import sample_tokens
-
-    B_all = size.prompts * G
-    slogits = torch.randn(B_all, len(tok), generator=torch.Generator().manual_seed(1)) * 2
-
-    def sample(fast, calls=50 if not a.tiny else 4):
-        gen = torch.Generator().manual_seed(0)
-        c = time.process_time()
-        toks = [sample_tokens(slogits, 1.0, 1.0, gen, fast=fast)[0] for _ in range(calls)]
-        return (time.process_time() - c) / calls, torch.stack(toks)
-
     pieces = {
         "rollout multi": lambda fast: rollout(multi_model, mt, mcfg, fast),
         "rollout single": lambda fast: rollout(single_model, st, scfg, fast),
         "decode B=1": lambda fast: decode(1, fast),
-        f"decode B={B_all}": lambda fast: decode(B_all, fast),
-        f"sample B={B_all}": sample,
+        f"decode B={size.prompts * G}": lambda fast: decode(size.prompts * G, fast),
         "train multi": lambda fast: train_pass(multi_model, mbatch, fast),
         f"train {fB}x{fP + fT}": lambda fast: train_pass(fmodel, fbatch, fast),
         "train varied": lambda fast: train_pass(fmodel, vbatch, fast),
@@ -160,24 +145,20 @@ def main(argv: list[str] | None = None) -> None:
                     out[fast] = fn(fast)
                 if name.startswith("decode"):
                     per_step[fast].append(out[fast])
-                elif name.startswith("sample"):
-                    per_step[fast].append(out[fast][0])
         same, dlp = "", ""
         if name.startswith("rollout"):
             same = "yes" if [t.response_ids for t in out[True]] == [t.response_ids for t in out[False]] else "NO"
             dlp = f"{max(max((abs(x - y) for x, y in zip(f.logprobs, q.logprobs)), default=0.0) for f, q in zip(out[True], out[False])):.1e}"
-        elif name.startswith("sample"):
-            same = "yes" if torch.equal(out[True][1], out[False][1]) else "NO"
         elif name.startswith("train"):
             valid = {"train multi": mbatch, "train varied": vbatch}.get(name, fbatch).valid_mask.bool()
             dlp = f"{float((out[True] - out[False])[valid].abs().max()):.1e}"  # padding: the plain path's values are arbitrary
-        if name.startswith(("decode", "sample")):
+        if name.startswith("decode"):
             pl, fa = C.med(per_step[False]) * 1e3, C.med(per_step[True]) * 1e3
             print(f"{name:<16}{pl:>9.2f} ms{fa:>8.2f} ms{pl / fa:>10.2f}x{same:>12}{dlp:>12}{C.load():>6.1f}", flush=True)
         else:
             pl, fa = C.med(clocks[False].cpu), C.med(clocks[True].cpu)
             print(f"{name:<16}{pl:>12.3f}{fa:>11.3f}{pl / fa:>10.2f}x{same:>12}{dlp:>12}{C.load():>6.1f}", flush=True)
-    print("cpu: median process CPU seconds per call (decode: ms per step; sample: ms per call) over the repeats, the two sides alternating. "
+    print("cpu: median process CPU seconds per call (decode: ms per step) over the repeats, the two sides alternating. "
           "plain/fast > 1: the fast path is faster. max |dlogp|: largest log-probability difference between the sides.")
 
 

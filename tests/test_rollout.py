@@ -218,18 +218,6 @@ def test_sample_tokens_top_p_and_greedy():
     assert torch.allclose(lp, torch.log_softmax(logits / 2.0, -1)[0, tok_])
 
 
-@pytest.mark.parametrize("top_p", [1.0, 0.8])
-def test_sample_tokens_fast_draws_equal_torch_multinomial(top_p):
-    """The bulk sampler (fast=True, the default) and torch.multinomial: same tokens, logprobs and generator state."""
-    logits = torch.randn(16, 300, generator=torch.Generator().manual_seed(1)) * 2
-    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
-    for _ in range(5):
-        t1, l1 = sample_tokens(logits, 0.7, top_p, g1, fast=False)
-        t2, l2 = sample_tokens(logits, 0.7, top_p, g2)
-        assert torch.equal(t1, t2) and torch.equal(l1, l2)
-    assert torch.equal(g1.get_state(), g2.get_state())
-
-
 def test_config_validation():
     with pytest.raises(ValueError, match="group_size"):
         RolloutConfig(group_size=0)

@@ -88,9 +88,8 @@ class RolloutConfig:
     """A chat template to use instead of ``tokenizer.chat_template`` (e.g. a prefix-preserving training template)."""
     fast_decode: bool = True
     """Run supported models (stock Qwen2 / Llama) through :mod:`slca.fastpath` (fused projections, one static
-    KV buffer) and draw tokens through :mod:`slca.fastpath.sampling`: same sampled tokens, logprobs within 1e-5
-    of the transformers forward (tested); other models use the transformers forward; False uses it and
-    ``torch.multinomial``."""
+    KV buffer): same sampled tokens, logprobs within 1e-5 of the transformers forward (tested); other models,
+    or False, use the transformers forward."""
 
     def __post_init__(self) -> None:
         for name in ("group_size", "max_turns", "max_new_tokens", "max_total_tokens"):
@@ -140,7 +139,7 @@ class _Row:
 
 
 def sample_tokens(
-    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None, fast: bool = True
+    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row.
 
@@ -149,8 +148,6 @@ def sample_tokens(
         temperature: > 0 samples from ``softmax(logits / temperature)``; 0 is greedy.
         top_p: nucleus mass; the smallest set of most likely tokens whose mass reaches it.
         generator: torch generator on ``logits.device`` (seeded by the caller).
-        fast: draw through :func:`slca.fastpath.sampling.multinomial_one` (on CPU: the same tokens and
-            generator state as ``torch.multinomial``, in about half the time); False calls ``torch.multinomial``.
 
     Returns:
         ``(tokens, logprobs)``, each (B,): the sampled ids and
@@ -169,12 +166,7 @@ def sample_tokens(
         # drop a token when the mass of the more likely ones already reaches top_p
         sp = sp.masked_fill(sp.cumsum(dim=-1) - sp >= top_p, 0.0)
         probs = torch.zeros_like(probs).scatter_(-1, idx, sp)
-    if fast:
-        from slca.fastpath.sampling import multinomial_one
-
-        tok = multinomial_one(probs, generator)
-    else:
-        tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
 
 
@@ -333,10 +325,9 @@ class _Sampler:
     temperature: float
     top_p: float
     generator: torch.Generator
-    fast: bool = True
 
     def __call__(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return sample_tokens(logits, self.temperature, self.top_p, self.generator, self.fast)
+        return sample_tokens(logits, self.temperature, self.top_p, self.generator)
 
 
 def _start_rows(tasks: list[Task], renderers: list[ChatRenderer], group_size: int, max_total_tokens: int) -> list[_Row]:
@@ -404,7 +395,7 @@ def generate_rollouts(
     turns = _Turns(tokenizer, fmt, renderers, [make_env(t) for t in tasks], eot_id, stop_ids,
                    cfg.max_turns, cfg.max_total_tokens)
     rows = _start_rows(tasks, renderers, G, cfg.max_total_tokens)
-    sample = _Sampler(cfg.temperature, cfg.top_p, torch.Generator(device=device).manual_seed(cfg.seed), cfg.fast_decode)
+    sample = _Sampler(cfg.temperature, cfg.top_p, torch.Generator(device=device).manual_seed(cfg.seed))
     stop_t = torch.tensor(stop_ids, device=device)
 
     was_training = model.training
