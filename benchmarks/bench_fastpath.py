@@ -10,6 +10,10 @@ in one process, so load drift hits both alike:
   2 tool turns + summary; ``RolloutConfig.fast_decode``);
 * ``rollout single``: 32 x 128 sampled tokens;
 * ``decode B=1`` / ``B=32``: CPU ms per decode step after a 200-token prefill;
+* ``prompts multi`` / ``prompts multi G=8``: the multi-turn rollouts with the fast
+  path on both sides, the group's prompt (303 tokens) held once per group and
+  attended once for all its rows (fast) or copied into every row's cache
+  (plain; ``slca.fastpath.decode.MIN_SHARED_PROMPT`` set past the prompt);
 * ``train multi``: forward + backward of ``response_logprobs`` and a token-mean
   surrogate on the multi-turn batch of the first rollout (``fast=``);
 * ``train 32x512``: the same on bench_floor's batch (default model size, 32 rows
@@ -121,9 +125,20 @@ def main(argv: list[str] | None = None) -> None:
                 b.feed(x, v)
             return (time.process_time() - c) / steps
 
+    from slca.fastpath import decode as fdecode
+
+    def shared_prompts(share, group_size):
+        keep, fdecode.MIN_SHARED_PROMPT = fdecode.MIN_SHARED_PROMPT, fdecode.MIN_SHARED_PROMPT if share else 10**9
+        try:
+            return rollout(multi_model, mt, {**mcfg, "group_size": group_size}, True)
+        finally:
+            fdecode.MIN_SHARED_PROMPT = keep
+
     pieces = {
         "rollout multi": lambda fast: rollout(multi_model, mt, mcfg, fast),
         "rollout single": lambda fast: rollout(single_model, st, scfg, fast),
+        "prompts multi": lambda fast: shared_prompts(fast, G),
+        f"prompts multi G={2 * G}": lambda fast: shared_prompts(fast, 2 * G),
         "decode B=1": lambda fast: decode(1, fast),
         f"decode B={size.prompts * G}": lambda fast: decode(size.prompts * G, fast),
         "train multi": lambda fast: train_pass(multi_model, mbatch, fast),
@@ -146,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
                 if name.startswith("decode"):
                     per_step[fast].append(out[fast])
         same, dlp = "", ""
-        if name.startswith("rollout"):
+        if name.startswith(("rollout", "prompts")):
             same = "yes" if [t.response_ids for t in out[True]] == [t.response_ids for t in out[False]] else "NO"
             dlp = f"{max(max((abs(x - y) for x, y in zip(f.logprobs, q.logprobs)), default=0.0) for f, q in zip(out[True], out[False])):.1e}"
         elif name.startswith("train"):

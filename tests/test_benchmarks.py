@@ -131,12 +131,12 @@ def test_gpu_sh_skips_cleanly_without_cuda():
 def test_bench_fastpath_tiny_same_tokens(bench, capsys):
     bench("bench_fastpath").main(["--tiny", "--repeats", "1"])
     out = capsys.readouterr().out
-    table = [ln.split() for ln in out.splitlines() if ln.startswith(("rollout", "decode", "train"))]
-    assert len(table) == 7, out
+    table = [ln.split() for ln in out.splitlines() if ln.startswith(("rollout", "prompts", "decode", "train"))]
+    assert len(table) == 9, out
     for r in table:
         ratio = [c for c in r if c.endswith("x")]
         assert len(ratio) == 1 and float(ratio[0].rstrip("x")) > 0, out
-    assert all("yes" in r for r in table if r[0] == "rollout"), out  # both sides sampled the same tokens
+    assert all("yes" in r for r in table if r[0] in ("rollout", "prompts")), out  # both sides sampled the same tokens
 
 
 def test_bench_scaling_tiny_one_point(bench, capsys):

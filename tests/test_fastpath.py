@@ -17,6 +17,7 @@ pytest.importorskip("trl")  # the chat templates of test_rollout's tokenizer com
 
 from test_rollout import AddEnv, make_task, scripted, tok  # noqa: E402,F401  (module fixtures)
 
+import slca.fastpath.decode as decode  # noqa: E402
 from slca.fastpath import FastBatch, make_batch, unsupported_reason  # noqa: E402
 from slca.fastpath.logprobs import fast_response_logprobs, right_padded, shared_prompts  # noqa: E402
 from slca.kvcache import CacheBatch  # noqa: E402
@@ -48,13 +49,15 @@ def close(a, b, ok):
     return float(((a - b).abs().amax(dim=1) * ok).max())
 
 
+@pytest.mark.parametrize("share", [True, False], ids=["shared_prompts", "row_copies"])
 @pytest.mark.parametrize("build", [qwen2, llama], ids=["qwen2", "llama"])
 @torch.no_grad()
-def test_fast_batch_matches_the_transformers_batch_feed_by_feed(build):
+def test_fast_batch_matches_the_transformers_batch_feed_by_feed(build, share, monkeypatch):
+    monkeypatch.setattr(decode, "MIN_SHARED_PROMPT", 1)  # these prompts are short
     model = build()
     assert unsupported_reason(model) is None
     cpu = torch.device("cpu")
-    ref, fast = CacheBatch(model, 3, 0, cpu), FastBatch(model, 3, 0, cpu, capacity=8)  # capacity 8: it must grow
+    ref, fast = CacheBatch(model, 3, 0, cpu), FastBatch(model, 3, 0, cpu, capacity=8, share_prompts=share)  # capacity 8: it must grow
     g = torch.Generator().manual_seed(0)
 
     def both(fn):
@@ -64,6 +67,8 @@ def test_fast_batch_matches_the_transformers_batch_feed_by_feed(build):
     a, b = both(lambda x: x.feed_lists(prompts))
     assert close(a, b, torch.ones(3)) < 1e-4
     both(lambda x: x.expand(2))  # 6 rows
+    assert (fast.P, fast.group is not None) == ((4, True) if share else (0, False))  # the prompts are held once per group
+    assert torch.equal(ref.attn, fast.attn)
     for step in range(12):  # decode with holes: some rows skip some steps
         ids = torch.randint(1, 300, (6, 1), generator=g)
         valid = torch.rand(6, 1, generator=g) > 0.3
@@ -75,6 +80,8 @@ def test_fast_batch_matches_the_transformers_batch_feed_by_feed(build):
     both(lambda x: x.keep([0, 2, 3, 5]))  # finished rollouts leave
     keep = torch.tensor([True, False, True, False])
     pa, pb = both(lambda x: x.park(keep))  # rows 1 and 3 wait out the turn
+    if share:  # the rows left are in groups 0 and 1: group 2's prompt is left out of attention, and kept
+        assert fast._layout().kv.shape[2] == 2 and fast._prompts.kv.shape[2] == 3
     for step in range(3):
         ids = torch.randint(1, 300, (2, 1), generator=g)
         a, b = ref.feed(ids, torch.ones(2, 1, dtype=torch.bool)), fast.feed(ids, torch.ones(2, 1, dtype=torch.bool))
@@ -84,6 +91,42 @@ def test_fast_batch_matches_the_transformers_batch_feed_by_feed(build):
     assert torch.equal(ref.attn, fast.attn) and torch.equal(ref.next_pos, fast.next_pos)
     a, b = both(lambda x: x.feed_lists([[1, 2], [3], [4, 5, 6], [7]]))
     assert close(a, b, torch.ones(4)) < 1e-4
+
+
+@torch.no_grad()
+def test_shared_prompts_with_uneven_groups_match_row_copies(monkeypatch):
+    """Groups of 4, 1 and 3 rows (finished rows gone, the last group partial), rows in and out of group order."""
+    monkeypatch.setattr(decode, "MIN_SHARED_PROMPT", 1)
+    model = qwen2()
+    cpu = torch.device("cpu")
+    g = torch.Generator().manual_seed(3)
+    share, copies = FastBatch(model, 3, 0, cpu, share_prompts=True), FastBatch(model, 3, 0, cpu, share_prompts=False)
+    for b in (share, copies):
+        b.feed_lists([[5, 6, 7, 8, 9], [9, 10], [11, 12, 13]])
+        b.expand(4)  # 12 rows
+        b.keep([0, 1, 2, 3, 6, 9, 10, 11])  # 4 + 1 + 3 rows
+    assert share._layout().gather is not None and share._layout().slots == 4
+    for step in range(4):
+        ids = torch.randint(1, 300, (8, 1), generator=g)
+        assert close(share.feed(ids, torch.ones(8, 1, dtype=torch.bool)), copies.feed(ids, torch.ones(8, 1, dtype=torch.bool)), torch.ones(8)) < 1e-5
+    for b in (share, copies):
+        b.keep([0, 1, 2, 3, 5, 6])  # 4 + 2 rows in group order: the slots of a full grid, less the last group's two
+    assert share._layout().slots == 4
+    ids = torch.randint(1, 300, (6, 3), generator=g)
+    assert close(share.feed(ids, torch.ones(6, 3, dtype=torch.bool)), copies.feed(ids, torch.ones(6, 3, dtype=torch.bool)), torch.ones(6)) < 1e-5
+    for b in (share, copies):
+        b.keep([0, 1, 2, 3])  # one full group: the grid is the batch itself
+    assert share._layout().gather is None
+    ids = torch.randint(1, 300, (4, 1), generator=g)
+    assert close(share.feed(ids, torch.ones(4, 1, dtype=torch.bool)), copies.feed(ids, torch.ones(4, 1, dtype=torch.bool)), torch.ones(4)) < 1e-5
+    assert torch.equal(share.attn, copies.attn)
+
+
+def test_short_prompts_are_copied_per_row():
+    b = FastBatch(qwen2(), 2, 0, torch.device("cpu"))
+    b.feed_lists([[5] * (decode.MIN_SHARED_PROMPT - 1), [6, 7]])
+    b.expand(3)
+    assert b.P == 0 and b.group is None and b.kv.shape[2] == 6
 
 
 def test_unsupported_models_fall_back_to_the_transformers_forward(tok):
@@ -106,8 +149,11 @@ def test_unsupported_models_fall_back_to_the_transformers_forward(tok):
     assert all(tr.response_ids == [0] * 4 for tr in res.trajectories)  # the override was honoured
 
 
-def test_multi_turn_rollouts_same_tokens_and_logprobs(tok, scripted):
+@pytest.mark.parametrize("min_shared", [1, None], ids=["shared_prompts", "row_copies"])
+def test_multi_turn_rollouts_same_tokens_and_logprobs(tok, scripted, min_shared, monkeypatch):
     """Sampled multi-turn rollouts (parking, holes, finished rows leaving) with and without the fast path."""
+    if min_shared is not None:  # the test prompts are short: share them anyway
+        monkeypatch.setattr(decode, "MIN_SHARED_PROMPT", min_shared)
     assert unsupported_reason(scripted) is None
     tasks = [make_task(n) for n in ("single", "parallel", "broken", "loop")]
     for temperature, top_p in ((1.0, 1.0), (0.7, 0.9), (0.0, 1.0)):

@@ -16,7 +16,12 @@ but it does not call the model's ``forward``. It runs the decoder itself:
   ``enable_gqa`` (the KV heads are never copied up to the query heads), one
   boolean mask per forward shared by all layers;
 * the final norm and the LM head only at each row's last valid column (a
-  prefill or environment chunk of W tokens computes one row of logits, not W).
+  prefill or environment chunk of W tokens computes one row of logits, not W);
+* **shared prompts** (CPU, prompts of at least :data:`MIN_SHARED_PROMPT`
+  columns): the G rollouts of a task keep its prompt's keys and values once,
+  not G times, and each layer attends them in one call for all G rows, merged
+  exactly with the attention over each row's own columns through their
+  log-sum-exps (:meth:`FastDecoder._attend_shared`; Hydragen, arXiv 2402.05099).
 
 The per-step Python is one loop over the layers (a handful of ops each); the
 transformers module stack, mask building and cache bookkeeping are gone.
@@ -141,6 +146,37 @@ def _cat_bias(*lins: torch.nn.Linear) -> torch.Tensor | None:
     return torch.cat([lin.bias if lin.bias is not None else lin.weight.new_zeros(lin.out_features) for lin in lins])
 
 
+_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)  # (out, logsumexp)
+MIN_SHARED_PROMPT = 256
+"""Prompt columns from which :meth:`FastBatch.expand` shares them (below, the second attention call and the
+merge cost more than the copies' reads save: docs/performance.md)."""
+
+
+@dataclass
+class SharedPrompt:
+    """The prompt columns the rows of each group share, stored once per group, and where each row's queries go.
+
+    Built by :meth:`FastBatch.expand` (a group is the G rollouts of one task)
+    and re-laid when rows leave or come back. ``gather`` / ``flat`` place the
+    rows' queries in a (groups, slots) grid, so that one attention call per
+    layer reads each group's prompt once for all its rows.
+    """
+
+    kv: torch.Tensor  # (layers, 2, groups, Hkv, P, D)
+    bias: torch.Tensor  # (groups, 1, 1, P) additive mask in the model's dtype: 0 at a prompt token, -inf at a hole
+    gather: torch.Tensor | None  # (groups, slots) long: the batch row in each slot (B: an empty slot); None: row b
+    # is slot b (rows in group order, every group full: the grid is the batch itself)
+    flat: torch.Tensor | None  # (B,) long: each row's slot, as group * slots + slot (None with gather)
+    slots: int
+
+
+def _merge(o1: torch.Tensor, l1: torch.Tensor, o2: torch.Tensor, l2: torch.Tensor) -> torch.Tensor:
+    """Attention over two disjoint column sets, from each part's output (..., D) and log-sum-exp (...):
+    ``(e^l1 o1 + e^l2 o2) / (e^l1 + e^l2) = o2 + (o1 - o2) sigmoid(l1 - l2)``."""
+    w = torch.sigmoid(l1 - l2)[..., None]
+    return (o2 + (o1 - o2) * w.to(o1.dtype)) if o1.dtype == torch.float32 else (o2.float() + (o1.float() - o2.float()) * w).to(o1.dtype)
+
+
 class FastDecoder:
     """The decoder of a supported model as a few fused ops per layer (weights read at construction)."""
 
@@ -202,8 +238,38 @@ class FastDecoder:
         out = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=mask, scale=self.scale, enable_gqa=Hkv != H)
         return out.transpose(1, 2)  # (B, W, H, D)
 
+    def _attend_shared(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
+                       kp: torch.Tensor, vp: torch.Tensor, shared: SharedPrompt) -> torch.Tensor:
+        """Attention of queries (B, W, H, D) over their group's prompt ``kp, vp`` (groups, Hkv, P, D) and
+        their own columns ``k, v`` (B, Hkv, S, D) under the additive ``bias`` (B, 1, W, S); (B, W, H, D).
+
+        Each part runs as one CPU flash-attention call that also returns its
+        log-sum-exp, and the two are merged exactly (:func:`_merge`): the
+        prompt part reads each group's prompt once, with all its rows' queries
+        as query rows, where a per-row cache reads one copy per row (Hydragen's
+        shared-prefix attention, arXiv 2402.05099). Query rows are ordered
+        (column, query head) within each KV head.
+        """
+        B, W, H, D = q.shape
+        Hkv, S = k.shape[1], k.shape[2]
+        r, n_g, slots = H // Hkv, kp.shape[0], shared.slots
+        qs = q.view(B, W, Hkv, r, D).permute(0, 2, 1, 3, 4).reshape(B, Hkv, W * r, D)
+        if W > 1:  # one mask row per query row
+            bias = bias[:, :, :, None, :].expand(B, 1, W, r, S).reshape(B, 1, W * r, S)
+        o2, l2 = _FLASH(qs, k, v, attn_mask=bias, scale=self.scale)  # (B, Hkv, W r, D), (B, Hkv, W r)
+        qg = qs if shared.gather is None else torch.cat([qs, qs.new_zeros(1, Hkv, W * r, D)])[shared.gather.view(-1)]
+        qg = qg.view(n_g, slots, Hkv, W * r, D).transpose(1, 2).reshape(n_g, Hkv, slots * W * r, D)
+        o1, l1 = _FLASH(qg, kp, vp, attn_mask=shared.bias, scale=self.scale)
+        o1 = o1.view(n_g, Hkv, slots, W * r, D).transpose(1, 2).reshape(n_g * slots, Hkv, W * r, D)
+        l1 = l1.view(n_g, Hkv, slots, W * r).transpose(1, 2).reshape(n_g * slots, Hkv, W * r)
+        if shared.flat is not None:
+            o1, l1 = o1[shared.flat], l1[shared.flat]
+        out = _merge(o1, l1, o2, l2)  # (B, Hkv, W r, D)
+        return out.view(B, Hkv, W, r, D).permute(0, 2, 1, 3, 4).reshape(B, W, H, D)
+
     def forward(
-        self, ids: torch.Tensor, pos: torch.Tensor, kv: torch.Tensor, start: int, mask: torch.Tensor, last: torch.Tensor
+        self, ids: torch.Tensor, pos: torch.Tensor, kv: torch.Tensor, start: int, mask: torch.Tensor, last: torch.Tensor,
+        shared: SharedPrompt | None = None,
     ) -> torch.Tensor:
         """Feed W columns for B rows; return the logits at each row's column ``last``.
 
@@ -213,6 +279,7 @@ class FastDecoder:
             kv: (layers, 2, B, Hkv, capacity, D) cache; columns ``start .. start+W`` are written.
             start: cache columns already filled.
             mask: (B, 1, W, start + W) bool, True where a query column may attend a cache column.
+            shared: the group prompts the rows also attend (before all of ``kv``'s columns), or None.
             last: (B,) column (0 .. W-1) whose logits are returned.
 
         Returns:
@@ -225,6 +292,8 @@ class FastDecoder:
         cos, sin = self.rotary(x, pos)  # (B, W, D) each
         cos, sin = cos[:, :, None, :], sin[:, :, None, :]
         half = D // 2
+        if shared is not None:
+            mask = torch.zeros(mask.shape, dtype=self.dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
         for li, L in enumerate(self.layers):
             h = self._rms(x, L.ln1)
             qkv = _linear(h, L.wqkv, L.bqkv).view(B, W, H + 2 * Hkv, D)
@@ -233,7 +302,11 @@ class FastDecoder:
             qk = qk * cos + rot * sin  # RoPE on queries and keys at once: (B, W, H + Hkv, D)
             kv[li, 0, :, :, start:end] = qk[:, :, H:].transpose(1, 2)
             kv[li, 1, :, :, start:end] = qkv[:, :, H + Hkv :].transpose(1, 2)
-            att = self._attend(qk[:, :, :H], kv[li, 0, :, :, :end], kv[li, 1, :, :, :end], mask)  # (B, W, H, D)
+            if shared is None:
+                att = self._attend(qk[:, :, :H], kv[li, 0, :, :, :end], kv[li, 1, :, :, :end], mask)  # (B, W, H, D)
+            else:
+                att = self._attend_shared(qk[:, :, :H], kv[li, 0, :, :, :end], kv[li, 1, :, :, :end], mask,
+                                          shared.kv[li, 0], shared.kv[li, 1], shared)
             x = x + _linear(att.reshape(B, W, H * D), L.wo, L.bo)
             h = self._rms(x, L.ln2)
             g, u = _linear(h, L.wgu, L.bgu).chunk(2, dim=-1)
@@ -246,9 +319,19 @@ class FastDecoder:
 class FastParked:
     """Cache, validity and positions of rows taken out of the batch for the rest of a turn."""
 
-    kv: torch.Tensor  # (layers, 2, B_p, Hkv, S_p, D)
+    kv: torch.Tensor  # (layers, 2, B_p, Hkv, S_p, D): the rows' own columns
     attn: torch.Tensor  # (B_p, S_p) bool
     next_pos: torch.Tensor  # (B_p,)
+    group: torch.Tensor | None = None  # (B_p,): each row's shared prompt, when the batch shares them
+
+
+@dataclass
+class _Prompts:
+    """Every group's prompt columns, stored once (:meth:`FastBatch.expand`)."""
+
+    kv: torch.Tensor  # (layers, 2, groups, Hkv, P, D)
+    attn: torch.Tensor  # (groups, P) bool
+    bias: torch.Tensor  # (groups, 1, 1, P): 0 at a prompt token, -inf at a hole
 
 
 class FastBatch:
@@ -257,10 +340,17 @@ class FastBatch:
     Column ``j`` of the cache holds, for every row, the token fed in that
     column; ``attn[b, j]`` says whether it is one of row ``b``'s tokens (a
     hole otherwise). ``next_pos[b]`` counts row ``b``'s tokens so far.
+
+    **Shared prompts** (``share_prompts``, CPU): when :meth:`expand` repeats
+    each prefilled prompt G times and the prompts fill at least
+    :data:`MIN_SHARED_PROMPT` columns, the prompt's columns are kept once per
+    group instead of G times (``self.P`` columns, :class:`_Prompts`), rows
+    keep only the columns fed after it, and attention reads each group's
+    prompt once for all its rows (:meth:`FastDecoder._attend_shared`).
     """
 
     def __init__(self, model: torch.nn.Module, batch_size: int, pad_id: int, device: torch.device,
-                 decoder: FastDecoder | None = None, capacity: int = 256):
+                 decoder: FastDecoder | None = None, capacity: int = 256, share_prompts: bool = True):
         self.dec = decoder or FastDecoder(model)
         self.model = model
         self.pad_id = pad_id
@@ -268,24 +358,55 @@ class FastBatch:
         d = self.dec
         self.kv = torch.zeros(len(d.layers), 2, batch_size, d.Hkv, capacity, d.D, dtype=d.dtype, device=device)
         self._attn = torch.zeros(batch_size, capacity, dtype=torch.bool, device=device)
-        self.n = 0  # cache columns filled
+        self.n = 0  # cache columns filled, the shared prompt's included
         self.next_pos = torch.zeros(batch_size, dtype=torch.long, device=device)
+        self.share_prompts = share_prompts and _FLASH is not None and torch.device(device).type == "cpu"
+        self.P = 0  # columns held once per group (0: none); a row's own column j is cache column P + j
+        self.group: torch.Tensor | None = None  # (B,) each row's group in self._prompts
+        self._prompts: _Prompts | None = None
+        self._shared: SharedPrompt | None = None  # the rows' layout over the prompts (None: to rebuild)
 
     @property
     def attn(self) -> torch.Tensor:
         """(B, S) long: 1 on each row's valid cache columns."""
-        return self._attn[:, : self.n].long()
+        own = self._attn[:, : self.n - self.P]
+        if self.group is None:
+            return own.long()
+        return torch.cat([self._prompts.attn[self.group], own], dim=1).long()
 
     def _reserve(self, extra: int) -> None:
-        cap = self.kv.shape[-2]
-        if self.n + extra <= cap:
+        m, cap = self.n - self.P, self.kv.shape[-2]
+        if m + extra <= cap:
             return
-        new = max(2 * cap, self.n + extra + 64)
+        new = max(2 * cap, m + extra + 64)
         kv = self.kv.new_zeros(*self.kv.shape[:-2], new, self.kv.shape[-1])
-        kv[..., : self.n, :] = self.kv[..., : self.n, :]
+        kv[..., :m, :] = self.kv[..., :m, :]
         at = self._attn.new_zeros(self._attn.shape[0], new)
-        at[:, : self.n] = self._attn[:, : self.n]
+        at[:, :m] = self._attn[:, :m]
         self.kv, self._attn = kv, at
+
+    def _layout(self) -> SharedPrompt | None:
+        """The rows' queries laid out by group (rebuilt after rows leave, come back or repeat)."""
+        if self.group is None or self._shared is not None:
+            return self._shared
+        g = self.group
+        groups, ag = torch.unique(g, return_inverse=True)  # the groups with a row here
+        counts = torch.bincount(ag, minlength=len(groups))
+        slots = int(counts.max())
+        order = torch.argsort(ag, stable=True)
+        rank = torch.empty_like(ag)
+        rank[order] = torch.arange(len(g), device=g.device) - (counts.cumsum(0) - counts)[ag[order]]
+        flat = ag * slots + rank
+        gather = torch.full((len(groups) * slots,), len(g), dtype=torch.long, device=g.device)
+        gather[flat] = torch.arange(len(g), device=g.device)
+        kv, bias = self._prompts.kv, self._prompts.bias
+        if len(groups) < kv.shape[2]:  # groups without a row here (finished or parked) are left out
+            kv, bias = kv[:, :, groups], bias[groups]
+        if len(groups) * slots == len(g) and torch.equal(flat, torch.arange(len(g), device=g.device)):
+            self._shared = SharedPrompt(kv, bias, None, None, slots)
+        else:
+            self._shared = SharedPrompt(kv, bias, gather.view(len(groups), slots), flat, slots)
+        return self._shared
 
     @torch.no_grad()
     def feed(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -300,18 +421,18 @@ class FastBatch:
         v = valid.long()
         ids = torch.where(valid, ids, torch.full_like(ids, self.pad_id))
         self._reserve(W)
-        start, end = self.n, self.n + W
+        start, end = self.n - self.P, self.n - self.P + W  # in the rows' own columns
         self._attn[:, start:end] = valid
         pos, last = chunk_positions(self.next_pos, valid)
         cols = torch.arange(end, device=ids.device)
         # a query column sees the valid columns up to itself, and always itself (so a hole's
-        # output stays finite; it is never read)
+        # output stays finite; it is never read); a shared prompt's columns it sees all (they come first)
         causal = cols[None, :] <= (start + torch.arange(W, device=ids.device))[:, None]  # (W, S)
         mask = (self._attn[:, None, :end] & causal[None]) | (cols[None, None, :] == start + torch.arange(W, device=ids.device)[None, :, None])
         mask = mask[:, None]
-        logits = self.dec.forward(ids, pos, self.kv, start, mask, last)
-        fresh = start == 0
-        self.n = end
+        logits = self.dec.forward(ids, pos, self.kv, start, mask, last, self._layout())
+        fresh = self.n == 0
+        self.n += W
         self.next_pos = self.next_pos + v.sum(dim=1)
         if self.dec.hook is not None:
             logits = self.dec.hook(logits, ids, valid, pos, fresh)
@@ -323,17 +444,34 @@ class FastBatch:
         return self.feed(ids.to(self.device), valid.to(self.device))
 
     def _select(self, idx: torch.Tensor) -> None:
-        n = self.n
+        m = self.n - self.P
         kv = self.kv.new_zeros(*self.kv.shape[:2], len(idx), *self.kv.shape[3:])
-        kv[..., :n, :] = self.kv[:, :, idx, :, :n]
+        kv[..., :m, :] = self.kv[:, :, idx, :, :m]
         at = self._attn.new_zeros(len(idx), self._attn.shape[1])
-        at[:, :n] = self._attn[idx, :n]
+        at[:, :m] = self._attn[idx, :m]
         self.kv, self._attn, self.next_pos = kv, at, self.next_pos[idx]
+        if self.group is not None:
+            self.group, self._shared = self.group[idx], None
 
     def expand(self, repeats: int) -> None:
-        """Repeat every row ``repeats`` times in place (row ``i`` becomes rows ``i*repeats .. i*repeats+repeats-1``)."""
+        """Repeat every row ``repeats`` times in place (row ``i`` becomes rows ``i*repeats .. i*repeats+repeats-1``).
+
+        With ``share_prompts``, the first expansion of a filled cache moves its
+        columns into the per-group prompt store instead of copying them.
+        """
         B = self.next_pos.shape[0]
-        self._select(torch.arange(B, device=self.device).repeat_interleave(repeats))
+        if not (repeats > 1 and self.share_prompts and self.group is None and self.n >= MIN_SHARED_PROMPT):
+            self._select(torch.arange(B, device=self.device).repeat_interleave(repeats))
+            return
+        n = self.n
+        attn = self._attn[:, :n].clone()
+        bias = torch.zeros(B, 1, 1, n, dtype=self.kv.dtype, device=self.device).masked_fill_(~attn[:, None, None, :], float("-inf"))
+        self._prompts = _Prompts(self.kv[..., :n, :].clone(), attn, bias)
+        self.P = n
+        self.group, self._shared = torch.arange(B, device=self.device).repeat_interleave(repeats), None
+        self.kv = self.kv.new_zeros(*self.kv.shape[:2], B * repeats, *self.kv.shape[3:])
+        self._attn = self._attn.new_zeros(B * repeats, self._attn.shape[1])
+        self.next_pos = self.next_pos.repeat_interleave(repeats)
 
     def keep(self, index: Sequence[int]) -> None:
         """Keep only these rows (batch positions), dropping finished rollouts from every later forward."""
@@ -346,8 +484,9 @@ class FastBatch:
             keep: (B,) bool over the current batch rows.
         """
         out_idx = (~keep).nonzero().squeeze(-1)
-        n = self.n
-        parked = FastParked(self.kv[:, :, out_idx, :, :n].clone(), self._attn[out_idx, :n].clone(), self.next_pos[out_idx])
+        m = self.n - self.P
+        parked = FastParked(self.kv[:, :, out_idx, :, :m].clone(), self._attn[out_idx, :m].clone(), self.next_pos[out_idx],
+                            None if self.group is None else self.group[out_idx])
         self._select(keep.nonzero().squeeze(-1))
         return parked
 
@@ -369,6 +508,10 @@ class FastBatch:
         next_pos = self.next_pos.new_zeros(len(ids))
         next_pos[p_here], next_pos[p_there] = self.next_pos, parked.next_pos
         self.kv, self._attn, self.next_pos = kv, at, next_pos
+        if self.group is not None:
+            group = self.group.new_zeros(len(ids))
+            group[p_here], group[p_there] = self.group, parked.group
+            self.group, self._shared = group, None
         return ids
 
 
