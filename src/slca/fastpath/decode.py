@@ -173,8 +173,9 @@ class SharedPrompt:
 def _merge(o1: torch.Tensor, l1: torch.Tensor, o2: torch.Tensor, l2: torch.Tensor) -> torch.Tensor:
     """Attention over two disjoint column sets, from each part's output (..., D) and log-sum-exp (...):
     ``(e^l1 o1 + e^l2 o2) / (e^l1 + e^l2) = o2 + (o1 - o2) sigmoid(l1 - l2)``."""
-    w = torch.sigmoid(l1 - l2)[..., None]
-    return (o2 + (o1 - o2) * w.to(o1.dtype)) if o1.dtype == torch.float32 else (o2.float() + (o1.float() - o2.float()) * w).to(o1.dtype)
+    w = torch.sigmoid(l1 - l2)[..., None]  # the log-sum-exps are float32
+    a, b = o1.float(), o2.float()  # no copies in fp32; low precision merges in fp32
+    return (b + (a - b) * w).to(o1.dtype)
 
 
 class FastDecoder:
@@ -279,8 +280,8 @@ class FastDecoder:
             kv: (layers, 2, B, Hkv, capacity, D) cache; columns ``start .. start+W`` are written.
             start: cache columns already filled.
             mask: (B, 1, W, start + W) bool, True where a query column may attend a cache column.
-            shared: the group prompts the rows also attend (before all of ``kv``'s columns), or None.
             last: (B,) column (0 .. W-1) whose logits are returned.
+            shared: the group prompts the rows also attend (before all of ``kv``'s columns), or None.
 
         Returns:
             (B, V) logits in the model's dtype.
