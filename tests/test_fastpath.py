@@ -122,6 +122,24 @@ def test_shared_prompts_with_uneven_groups_match_row_copies(monkeypatch):
     assert torch.equal(share.attn, copies.attn)
 
 
+@torch.no_grad()
+def test_shared_prompts_in_bf16_match_row_copies(monkeypatch):
+    monkeypatch.setattr(decode, "MIN_SHARED_PROMPT", 1)
+    model = qwen2().to(torch.bfloat16)
+    cpu = torch.device("cpu")
+    g = torch.Generator().manual_seed(4)
+    share, copies = FastBatch(model, 2, 0, cpu, share_prompts=True), FastBatch(model, 2, 0, cpu, share_prompts=False)
+    for b in (share, copies):
+        b.feed_lists([[5, 6, 7, 8, 9, 10], [11, 12, 13]])
+        b.expand(3)
+    assert share.P == 6 and share.kv.dtype == torch.bfloat16
+    for _ in range(5):
+        ids = torch.randint(1, 300, (6, 1), generator=g)
+        a = share.feed(ids, torch.ones(6, 1, dtype=torch.bool))
+        b = copies.feed(ids, torch.ones(6, 1, dtype=torch.bool))
+        assert a.dtype == torch.float32 and close(a, b, torch.ones(6)) < 0.02  # bf16 rounding (observed 0.004 on logits of ~0.55)
+
+
 def test_short_prompts_are_copied_per_row():
     b = FastBatch(qwen2(), 2, 0, torch.device("cpu"))
     b.feed_lists([[5] * (decode.MIN_SHARED_PROMPT - 1), [6, 7]])
