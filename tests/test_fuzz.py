@@ -436,6 +436,46 @@ def test_python_tool_time_limit_main_thread_and_other_threads():
     assert PythonSimulator([_tool("slow", {})], {"slow": slow}, timeout=None).call("slow", {}).ok
 
 
+UNEVALUATED_CASES = [  # (schema, instances): BoundedValidator must agree with jsonschema's own keyword
+    ({"type": "object", "properties": {"a": {}}, "unevaluatedProperties": False}, [{"a": 1}, {"a": 1, "b": 2}, {}]),
+    ({"patternProperties": {"^x": {"type": "integer"}}, "unevaluatedProperties": False}, [{"x1": 1}, {"x1": "s"}, {"y": 1}]),
+    ({"allOf": [{"properties": {"a": {}}}], "unevaluatedProperties": {"type": "string"}}, [{"a": 1, "b": "s"}, {"a": 1, "b": 2}]),
+    ({"anyOf": [{"properties": {"a": {"const": 1}}, "required": ["a"]}, {"properties": {"b": {}}}], "unevaluatedProperties": False},
+     [{"a": 1}, {"a": 2}, {"b": 0}, {"a": 1, "b": 0, "c": 0}]),
+    ({"if": {"properties": {"k": {"const": "p"}}, "required": ["k"]}, "then": {"properties": {"p": {}}},
+      "else": {"properties": {"q": {}}}, "properties": {"k": {}}, "unevaluatedProperties": False},
+     [{"k": "p", "p": 1}, {"k": "p", "q": 1}, {"k": "z", "q": 1}, {"k": "z", "p": 1}]),
+    ({"$defs": {"base": {"properties": {"a": {}}}}, "$ref": "#/$defs/base", "unevaluatedProperties": False}, [{"a": 1}, {"a": 1, "b": 1}]),
+    ({"dependentSchemas": {"a": {"properties": {"b": {}}}}, "properties": {"a": {}}, "unevaluatedProperties": False},
+     [{"a": 1, "b": 1}, {"b": 1}, {"a": 1, "c": 1}]),
+    ({"additionalProperties": {"type": "integer"}, "unevaluatedProperties": False}, [{"z": 1}, {"z": "s"}]),
+]
+
+
+@pytest.mark.parametrize("schema,instances", UNEVALUATED_CASES)
+def test_unevaluated_properties_agree_with_jsonschema(schema, instances):
+    from jsonschema import Draft202012Validator
+
+    from slca._limits import BoundedValidator
+
+    ours, theirs = BoundedValidator(schema), Draft202012Validator(schema)
+    for inst in instances:
+        assert ours.is_valid(inst) == theirs.is_valid(inst), inst
+        assert [e.message for e in ours.iter_errors(inst)] == [e.message for e in theirs.iter_errors(inst)], inst
+
+
+def test_unevaluated_properties_match_keys_under_the_time_limit():
+    """jsonschema's unevaluatedProperties re-matches patternProperties with an unbounded re.search."""
+    from slca._limits import BoundedValidator
+
+    v = BoundedValidator({"type": "object", "patternProperties": {"^(a|aa)+$": {"type": "integer"}}, "unevaluatedProperties": False})
+    t0 = time.process_time()
+    errs = list(v.iter_errors({"a" * 5000 + "!": 1}))  # exponential in `re`
+    assert time.process_time() - t0 < 2.0
+    assert len(errs) == 1 and "Unevaluated properties are not allowed" in errs[0].message
+    assert v.is_valid({"aaaa": 1}) and not v.is_valid({"aaaa": "x"}) and not v.is_valid({"b": 1})
+
+
 def test_schema_simulator_hostile_schemas_and_arguments():
     sim = SchemaSimulator(HOSTILE_TOOLS)
     t0 = time.process_time()

@@ -16,7 +16,8 @@ linear in the input:
   surrogate, nesting past the limit), with the path to it.
 * :func:`pattern_search` and :data:`BoundedValidator` -- ``re.search`` with a
   time limit (the ``regex`` module's ``timeout``), and the JSON Schema 2020-12
-  validator whose ``pattern`` / ``patternProperties`` keywords use it.
+  validator whose ``pattern`` / ``patternProperties`` / ``additionalProperties`` /
+  ``unevaluatedProperties`` keywords use it.
 """
 
 from __future__ import annotations
@@ -304,9 +305,63 @@ def _additional_properties(validator: Any, aP: Any, instance: Any, schema: dict)
         yield ValidationError(f"{', '.join(map(repr, extras))} {verb} not match any of the regexes: {', '.join(map(repr, sorted(pats)))}")
 
 
+def _evaluated_keys(validator: Any, instance: dict, schema: Any) -> set[str]:
+    """The instance keys a schema evaluates, as ``unevaluatedProperties`` needs them, with
+    ``patternProperties`` matched under the time limit (:func:`_matches_key`).
+
+    jsonschema 4's ``find_evaluated_property_keys_by_schema`` (same keywords, same
+    order), which calls ``re.search`` unbounded on every pattern and key.
+    """
+    if validator.is_type(schema, "boolean"):
+        return set()
+    keys: set[str] = set()
+    for ref_kw in ("$ref", "$dynamicRef"):
+        if (ref := schema.get(ref_kw)) is not None:
+            resolved = validator._resolver.lookup(ref)
+            keys |= _evaluated_keys(validator.evolve(schema=resolved.contents, _resolver=resolved.resolver),
+                                    instance, resolved.contents)
+    props = schema.get("properties")
+    if validator.is_type(props, "object"):
+        keys |= props.keys() & instance.keys()
+    for kw in ("additionalProperties", "unevaluatedProperties"):
+        if (sub := schema.get(kw)) is not None:
+            keys |= {k for k, v in instance.items() if next(validator.descend(v, sub), None) is None}
+    for patrn in schema.get("patternProperties", {}):
+        keys |= {k for k in instance if _matches_key(patrn, k)}
+    for prop, sub in schema.get("dependentSchemas", {}).items():
+        if prop in instance:
+            keys |= _evaluated_keys(validator, instance, sub)
+    for kw in ("allOf", "oneOf", "anyOf"):
+        for sub in schema.get(kw, []):
+            if next(validator.descend(instance, sub), None) is None:
+                keys |= _evaluated_keys(validator, instance, sub)
+    if "if" in schema:
+        if validator.evolve(schema=schema["if"]).is_valid(instance):
+            keys |= _evaluated_keys(validator, instance, schema["if"])
+            if "then" in schema:
+                keys |= _evaluated_keys(validator, instance, schema["then"])
+        elif "else" in schema:
+            keys |= _evaluated_keys(validator, instance, schema["else"])
+    return keys
+
+
+def _unevaluated_properties(validator: Any, uP: Any, instance: Any, schema: dict) -> Any:
+    if not validator.is_type(instance, "object"):
+        return
+    seen = _evaluated_keys(validator, instance, schema)
+    bad = [k for k in instance if k not in seen and next(validator.descend(instance[k], uP, path=k, schema_path=k), None) is not None]
+    if bad:  # jsonschema's messages
+        verb = "was" if len(bad) == 1 else "were"
+        if uP is False:
+            yield ValidationError(f"Unevaluated properties are not allowed ({', '.join(map(repr, sorted(bad, key=str)))} {verb} unexpected)")
+        else:
+            yield ValidationError(f"Unevaluated properties are not valid under the given schema ({', '.join(map(repr, bad))} {verb} unevaluated and invalid)")
+
+
 BoundedValidator = validators.extend(
     Draft202012Validator,
-    {"pattern": _pattern, "patternProperties": _pattern_properties, "additionalProperties": _additional_properties},
+    {"pattern": _pattern, "patternProperties": _pattern_properties, "additionalProperties": _additional_properties,
+     "unevaluatedProperties": _unevaluated_properties},
 )
 """Draft 2020-12 validator whose regex keywords run under :data:`PATTERN_TIMEOUT`."""
 BoundedValidator.__module__, BoundedValidator.__qualname__ = __name__, "BoundedValidator"  # picklable by name
