@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from slca._checks import group_index
 from slca.advantages import AdvantageInputs, compute_advantages, fill_inputs, get_estimator, list_estimators
 from slca.batching import RolloutBatch, collate, response_logprobs, token_logprobs
 from slca.config import TrainConfig, to_dict, validate
@@ -257,14 +258,9 @@ class Trainer:
         gen = torch.Generator().manual_seed(c.seed + 31 * step + epoch)
         if not c.group_minibatches:
             return list(torch.randperm(len(group_ids), generator=gen).chunk(c.minibatches))
-        ids = group_ids.tolist() if isinstance(group_ids, torch.Tensor) else list(group_ids)
-        rows: dict[Any, list[int]] = {}
-        for i, g in enumerate(ids):
-            rows.setdefault(g, []).append(i)
-        groups = list(rows)  # in batch order
-        order = torch.randperm(len(groups), generator=gen)
-        return [torch.tensor([i for j in part.tolist() for i in rows[groups[j]]], dtype=torch.long)
-                for part in order.tensor_split(c.minibatches)]
+        idx, G = group_index(group_ids, len(group_ids))  # (B,) dense group of each row
+        order = torch.randperm(G, generator=gen)
+        return [torch.isin(idx, part).nonzero().squeeze(-1) for part in order.tensor_split(c.minibatches)]
 
     def _minibatch_step(self, mb: RolloutBatch, tm: torch.Tensor, sm: torch.Tensor, adv: torch.Tensor,
                         split_grads: bool, st: UpdateStats) -> None:
