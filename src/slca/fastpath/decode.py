@@ -178,6 +178,14 @@ def _merge(o1: torch.Tensor, l1: torch.Tensor, o2: torch.Tensor, l2: torch.Tenso
     return (b + (a - b) * w).to(o1.dtype)
 
 
+def _query_row_bias(mask: torch.Tensor, r: int, dtype: torch.dtype) -> torch.Tensor:
+    """A (B, 1, W, S) bool mask as the additive mask of :meth:`FastDecoder._attend_shared`'s query rows,
+    ordered (column, query head) within each KV head: (B, 1, W r, S), or (B, 1, 1, S) when W = 1."""
+    B, _, W, S = mask.shape
+    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+    return bias if W == 1 else bias[:, :, :, None, :].expand(B, 1, W, r, S).reshape(B, 1, W * r, S)
+
+
 class FastDecoder:
     """The decoder of a supported model as a few fused ops per layer (weights read at construction)."""
 
@@ -242,7 +250,8 @@ class FastDecoder:
     def _attend_shared(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
                        kp: torch.Tensor, vp: torch.Tensor, shared: SharedPrompt) -> torch.Tensor:
         """Attention of queries (B, W, H, D) over their group's prompt ``kp, vp`` (groups, Hkv, P, D) and
-        their own columns ``k, v`` (B, Hkv, S, D) under the additive ``bias`` (B, 1, W, S); (B, W, H, D).
+        their own columns ``k, v`` (B, Hkv, S, D) under the additive ``bias`` (B, 1, W x H / Hkv or 1, S),
+        one row per query row (:func:`_query_row_bias`); (B, W, H, D).
 
         Each part runs as one CPU flash-attention call that also returns its
         log-sum-exp, and the two are merged exactly (:func:`_merge`): the
@@ -252,11 +261,9 @@ class FastDecoder:
         (column, query head) within each KV head.
         """
         B, W, H, D = q.shape
-        Hkv, S = k.shape[1], k.shape[2]
+        Hkv = k.shape[1]
         r, n_g, slots = H // Hkv, kp.shape[0], shared.slots
         qs = q.view(B, W, Hkv, r, D).permute(0, 2, 1, 3, 4).reshape(B, Hkv, W * r, D)
-        if W > 1:  # one mask row per query row
-            bias = bias[:, :, :, None, :].expand(B, 1, W, r, S).reshape(B, 1, W * r, S)
         o2, l2 = _FLASH(qs, k, v, attn_mask=bias, scale=self.scale)  # (B, Hkv, W r, D), (B, Hkv, W r)
         qg = qs if shared.gather is None else torch.cat([qs, qs.new_zeros(1, Hkv, W * r, D)])[shared.gather.view(-1)]
         qg = qg.view(n_g, slots, Hkv, W * r, D).transpose(1, 2).reshape(n_g, Hkv, slots * W * r, D)
@@ -293,8 +300,8 @@ class FastDecoder:
         cos, sin = self.rotary(x, pos)  # (B, W, D) each
         cos, sin = cos[:, :, None, :], sin[:, :, None, :]
         half = D // 2
-        if shared is not None:
-            mask = torch.zeros(mask.shape, dtype=self.dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+        if shared is not None:  # once for all layers
+            mask = _query_row_bias(mask, H // Hkv, self.dtype)
         for li, L in enumerate(self.layers):
             h = self._rms(x, L.ln1)
             qkv = _linear(h, L.wqkv, L.bqkv).view(B, W, H + 2 * Hkv, D)
