@@ -102,3 +102,27 @@ def test_a_stale_shipped_fingerprint_is_not_loaded(tmp_path, monkeypatch):
 
     path, missing = resolve_default_dir(tmp_path, TINY)
     assert missing and path == default_model_dir(tmp_path, TINY)
+
+
+def test_fingerprint_follows_generated_data_not_source_bytes():
+    """The cache key is what decides the weights (config, recipe version, chat template, the generated data), so a
+    change to what toolworld generates names a new model, and an edit that generates the same data (a comment) does not."""
+    import dataclasses
+
+    from slca.env import toolworld
+    from slca.models import default as dm
+
+    cfg = BuildConfig()
+    dm._data_digest.cache_clear()
+    before = dm._data_digest(cfg)
+    dm._data_digest.cache_clear()
+    assert dm._data_digest(cfg) == before  # deterministic
+    weather = toolworld._TYPES[0]
+    changed = dataclasses.replace(weather, templates=tuple(t.replace("weather", "forecast") for t in weather.templates))
+    toolworld._TYPES[0] = changed
+    dm._data_digest.cache_clear()
+    try:
+        assert dm._data_digest(cfg) != before
+    finally:
+        toolworld._TYPES[0] = weather
+        dm._data_digest.cache_clear()

@@ -70,6 +70,7 @@ def _wants_state(fn: Callable[..., Any]) -> bool:
     return sig is not None and "state" in sig.parameters
 
 
+@functools.lru_cache(maxsize=1024)  # inspect.signature is slow; toolworld's generator builds a simulator per task
 def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
     try:
         return inspect.signature(fn)

@@ -15,8 +15,9 @@ project from nothing (no hub download):
    ``<root>/default-model/<fingerprint[:16]>``, where ``<root>`` is
    ``$SLCA_CACHE`` or ``~/.cache/slca``; later calls load it with
    ``AutoModelForCausalLM`` / ``AutoTokenizer``. The fingerprint covers the
-   build config, the recipe version, the chat template and the toolworld
-   source, so a change to any of them builds a new model.
+   build config, the recipe version, the chat template and a digest of the data
+   the recipe generates (:func:`_data_digest`), so a change to any of them builds
+   a new model, and an edit that changes none of them (a comment) does not.
 
 The default build takes longer than a demo should wait, so its result ships
 with the package (:func:`shipped_model_dir`, a ``save_pretrained`` folder of
@@ -29,6 +30,7 @@ change cannot silently keep stale weights.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -105,16 +107,30 @@ def default_cache_root() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "slca"
 
 
-def _source_digest() -> str:
-    # What else decides the built model: the chat template, the task suite's code and
-    # the recipe's own code (demonstrations, entity synthesis, tokenizer, SFT).
+_DIGEST_SAMPLE = 256
+"""Demonstrations (and drills) generated for :func:`_data_digest`: enough to hold every task type and every flaw."""
+
+
+@functools.lru_cache(maxsize=8)
+def _data_digest(cfg: BuildConfig) -> str:
+    """What decides the built model besides its config: the chat template and the data the recipe generates.
+
+    A digest of the chat template and of the first :data:`_DIGEST_SAMPLE`
+    demonstrations (messages and tools) and copy drills that ``cfg``'s recipe
+    generates (about a second): a change to toolworld, the demonstrations, the
+    entity synthesis or the drills that changes what they produce changes the
+    fingerprint; a comment or a refactoring that changes no output does not.
+    Changes to the SFT or tokenizer *code* bump :data:`~slca.models.config.RECIPE_VERSION`.
+    """
+    from slca.models.demos import make_demonstrations
+
     h = hashlib.sha256(chat_template().encode())
-    env = resources.files("slca.env")
-    for name in sorted(p.name for p in env.iterdir() if p.name.startswith("toolworld") and p.name.endswith(".py")):
-        h.update(env.joinpath(name).read_bytes())
-    models = resources.files("slca.models")
-    for name in ("augment.py", "demos.py", "drills.py", "sft.py", "tokenizer.py"):
-        h.update(models.joinpath(name).read_bytes())
+    for d in make_demonstrations(min(cfg.n_tasks, _DIGEST_SAMPLE), cfg.mix, seed=cfg.data_seed, synthetic=cfg.synthetic_entities):
+        h.update(json.dumps([d.messages, d.tools], sort_keys=True, default=str).encode())
+    if cfg.drills:
+        from slca.models.drills import make_drills
+
+        h.update(json.dumps(make_drills(min(cfg.drills, _DIGEST_SAMPLE), seed=cfg.data_seed), sort_keys=True, default=str).encode())
     return h.hexdigest()
 
 
@@ -126,7 +142,7 @@ def default_model_dir(cache_dir: str | Path | None = None, config: BuildConfig |
     """
     cfg = config or BuildConfig()
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root() / "default-model"
-    return root / cfg.fingerprint(_source_digest())[:16]
+    return root / cfg.fingerprint(_data_digest(cfg))[:16]
 
 
 def shipped_model_dir() -> Path:
