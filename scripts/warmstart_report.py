@@ -31,7 +31,7 @@ def _mean(xs):
 
 def rollout_rates(trajs) -> dict[str, float]:
     """Per-rollout indicators, averaged. Keys are documented in docs/warmstart.md."""
-    from slca.rewards import execution_reward, in_domain_metrics, summary_reward
+    from slca.rewards import execution_reward, in_domain_metrics, parallel_split, summary_reward
 
     rows = defaultdict(list)
     for t in trajs:
@@ -53,8 +53,7 @@ def rollout_rates(trajs) -> dict[str, float]:
         rows["summary_reward"].append(sm.total)
         for k, v in sm.components.items():
             rows[f"summary.{k}"].append(v)
-        if t.task.kind == "parallel":
-            rows["parallel_tasks_split_over_turns"].append(float(len(tool_turns) > len(t.task.gold)))
+        rows["parallel_tasks_split_over_turns"].append(parallel_split(t.task, t.turns))
         calls = [c.key() for u in tool_turns for c in u.parsed.calls]
         if needs_tools:
             rows["redundant_call_rate"].append(float(len(calls) != len(set(calls))))

@@ -174,3 +174,61 @@ def test_kinds_filter():
         tw.make_tasks("heldout_tools", kinds=["chain"])
     with pytest.raises(ValueError, match="kinds"):
         tw.make_tasks("train", kinds="parallel")
+
+
+# ------------------------------------------------ held-out splits of the training distribution and the diagnostic cells
+
+
+@pytest.fixture(scope="module")
+def train_heldout():
+    return tw.make_tasks("train_heldout", seed=0)
+
+
+def _requests(tasks):
+    return [t.messages[0]["content"] for t in tasks]
+
+
+def test_train_heldout_is_new_requests_of_the_training_distribution(train, train_heldout):
+    """Train entities and phrasings, no request of the warm start's demonstrations or of seed 0's RL pool, none twice."""
+    n_demo, demo_seed = tw.WARMSTART_DEMOS
+    seen = set(_requests(tw.make_tasks("train", n=n_demo, seed=demo_seed))) | set(_requests(tw.make_tasks("train", seed=0)))
+    held = _requests(train_heldout)
+    assert len(held) == 600 and len(set(held)) == len(held) and not set(held) & seen
+    train_ents, train_tpl = set().union(*map(_slot_values, train)), {t.meta["template"] for t in train}
+    assert set().union(*map(_slot_values, train_heldout)) <= train_ents
+    assert {t.meta["template"] for t in train_heldout} <= train_tpl
+    kinds = Counter(t.kind for t in train_heldout)
+    assert sum(bool(t.gold) for t in train_heldout) >= 300  # the study's 300 tool-needing tasks are there
+    assert kinds.most_common(1)[0][0] == "parallel" and {"single", "chain", "no_tool"} <= set(kinds)
+    # usual proportions among the kinds that are not exhausted (single 0.25, parallel 0.35, chain 0.2 of the draws)
+    tool = kinds["single"] + kinds["parallel"] + kinds["chain"]
+    assert abs(kinds["parallel"] / tool - 0.35 / 0.8) < 0.06 and abs(kinds["single"] / tool - 0.25 / 0.8) < 0.06
+    assert _requests(tw.make_tasks("train_heldout", n=50, seed=0)) == held[:50]  # deterministic, n is a prefix
+
+
+def test_train_heldout_excludes_the_rl_pool_of_its_own_seed():
+    pool = set(_requests(tw.make_tasks("train", seed=7)))
+    held = tw.make_tasks("train_heldout", n=300, seed=7)
+    assert not set(_requests(held)) & pool and all(t.meta["split"] == "train_heldout" for t in held)
+
+
+def test_warmstart_demos_constant_matches_the_build_config():
+    import json as _json
+    from importlib import resources
+
+    from slca.models.config import BuildConfig
+
+    assert (BuildConfig().n_tasks, BuildConfig().data_seed) == tw.WARMSTART_DEMOS
+    shipped = _json.loads((resources.files("slca.models") / "shipped" / "slca_build.json").read_text())
+    cfg = shipped.get("config", shipped)
+    assert (cfg["n_tasks"], cfg["data_seed"]) == tw.WARMSTART_DEMOS
+
+
+def test_diagnostic_cells_cross_the_two_axes(train, test):
+    ents = {s: set().union(*map(_slot_values, ts)) for s, ts in (("train", train), ("test", test))}
+    tpls = {s: {t.meta["template"] for t in ts} for s, ts in (("train", train), ("test", test))}
+    for split, (e, p) in {"test_entities": ("test", "train"), "test_phrasings": ("train", "test")}.items():
+        tasks = tw.make_tasks(split, n=300, seed=0)
+        assert set().union(*map(_slot_values, tasks)) <= ents[e] and {t.meta["template"] for t in tasks} <= tpls[p], split
+        assert not set(_requests(tasks)) & set(_requests(train)), split
+        assert {t.kind for t in tasks} >= {"single", "parallel", "chain"}

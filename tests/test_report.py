@@ -97,7 +97,7 @@ def test_report_cli_labels_colliding_folders_and_prints_whole_table(tmp_path):
     assert "| x/run | 0.300" in text and "| y/run | 0.600" in text  # neither run dropped
     # stdout is a pipe here (as in logs and CI): the table is not cut at 80 columns
     assert "…" not in r.stdout
-    for word in ("estimator", "arg_match", "reward_summary", "contamination", "grad cos", "x/run", "y/run"):
+    for word in ("estimator", "arg_match", "summary reward", "parallel split", "contamination", "grad cos", "x/run", "y/run"):
         assert word in r.stdout, r.stdout
     assert max(len(ln) for ln in r.stdout.splitlines()) > 80
 

@@ -19,15 +19,19 @@ FIX = Path(__file__).parent / "fixtures" / "env"
 
 def test_held_out_tasks(tmp_path, caplog):
     path = save_tasks(toolworld.make_tasks("train", n=20, seed=0), tmp_path / "mine.jsonl")
-    tr, held, env = load_suites(str(path), 0, eval_fraction=0.25)
+    tr, held, ood, env = load_suites(str(path), 0, eval_fraction=0.25, ood_splits=["test"])
+    assert ood == {}  # toolworld's splits are not evaluated for a file suite
     assert len(tr) == 15 and len(held) == 5 and not {t.id for t in tr} & {t.id for t in held}
-    tr2, held2, _ = load_suites(str(path), 0, eval_suite=str(FIX / "verl_small.jsonl"))
+    tr2, held2, _, _ = load_suites(str(path), 0, eval_suite=str(FIX / "verl_small.jsonl"))
     assert len(tr2) == 20 and [t.id for t in held2] == ["0", "1", "2", "3"]
     with caplog.at_level(logging.WARNING, logger="slca.env"):
-        _, none, _ = load_suites(str(path), 0)
-    assert none == [] and "has no held-out evaluation" in caplog.text
-    _, tw_test, _ = load_suites("toolworld", 0)
-    assert tw_test and all(t.meta.get("split", "test") == "test" for t in tw_test[:3])
+        _, none, _, _ = load_suites(str(path), 0, ood_splits=["test"])
+    assert none == [] and "has no held-out evaluation" in caplog.text and "not evaluated for suite" in caplog.text
+    _, tw_held, tw_ood, _ = load_suites("toolworld", 0, ood_splits=["test", "heldout_tools"])
+    assert tw_held and all(t.meta["split"] == "train_heldout" for t in tw_held)  # the default: in distribution
+    assert {s: {t.meta["split"] for t in ts} for s, ts in tw_ood.items()} == {"test": {"test"}, "heldout_tools": {"heldout_tools"}}
+    _, tw_test, _, _ = load_suites("toolworld", 0, eval_split="test")
+    assert tw_test and all(t.meta["split"] == "test" for t in tw_test)
     with pytest.raises(ValueError, match="not both"):
         load_suites(str(path), 0, eval_suite=str(path), eval_fraction=0.1)
     with pytest.raises(ValueError, match="eval_fraction is for a file suite"):
@@ -42,13 +46,13 @@ def test_prompt_budget_applies_to_loaded_tasks(caplog):
 
     tok = make_qwen_tokenizer()
     suite = str(FIX / "toucan_small.parquet")
-    tr, held, _ = load_suites(suite, 0, eval_fraction=0.3)
+    tr, held, _, _ = load_suites(suite, 0, eval_fraction=0.3)
     with caplog.at_level(logging.WARNING, logger="slca.env"):
         tr2, held2 = fit_suites(tr, held, tok, 1500, suite=suite)
     assert 0 < len(tr2) + len(held2) < 6 and "have a prompt of max_total_tokens=1500 tokens or more" in caplog.text
     with pytest.raises(ValueError, match="none is left"):
         fit_suites(tr, held, tok, 50, suite=suite)
-    tw_train, tw_test, _ = load_suites("toolworld", 0)
+    tw_train, tw_test, _, _ = load_suites("toolworld", 0)
     assert fit_suites(tw_train[:5], tw_test[:5], tok, 50, suite="toolworld") == (tw_train[:5], tw_test[:5])  # toolworld is not checked
 
 

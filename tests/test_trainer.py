@@ -119,3 +119,42 @@ def test_collate_and_logprobs_align(tiny):
 def test_trainer_refuses_bad_config_before_work(tmp_path):
     with pytest.raises(ValueError, match="estimator"):
         Trainer(TrainConfig(run_dir=str(tmp_path), estimator="nope"))
+
+
+def test_toolworld_run_evaluates_in_distribution_and_out_of_distribution(tmp_path, tiny):
+    """A toolworld run loads its own held-out sets: eval/* on train_heldout (new requests of the training
+    distribution), eval_<split>/* on each ood split, every metric in its range, parallel_split among them."""
+    tok = tiny[0]
+    cfg = _cfg(tmp_path, eval_tasks=6, ood_splits=["test", "heldout_tools"], ood_eval_tasks=3, max_turns=1, max_new_tokens=8)
+    tr = Trainer(cfg, model=make_model(TINY, tok, seed=0), tokenizer=tok)
+    assert [t.meta["split"] for t in tr.eval_tasks] == ["train_heldout"] * 6
+    assert {s: [t.meta["split"] for t in ts] for s, ts in tr.ood_tasks.items()} == {"test": ["test"] * 3, "heldout_tools": ["heldout_tools"] * 3}
+    train_requests = {t.messages[0]["content"] for t in tr.train_tasks}
+    assert not {t.messages[0]["content"] for t in tr.eval_tasks} & train_requests
+    m = tr.evaluate()
+    for prefix in ("eval", "eval_test", "eval_heldout_tools"):
+        for k in ("success", "arg_match", "reward_tool", "reward_summary", "parse_ok"):
+            assert 0.0 <= m[f"{prefix}/{k}"] <= 1.0, (prefix, k, m)
+    split = [v for k, v in m.items() if k.endswith("/parallel_split")]
+    assert split and all(math.isnan(v) or 0.0 <= v <= 1.0 for v in split)
+    none = Trainer(_cfg(tmp_path / "b", eval_tasks=2, ood_splits=["none"]), model=make_model(TINY, tok, seed=0), tokenizer=tok)
+    assert none.ood_tasks == {} and not any(k.startswith("eval_") for k in none.evaluate())
+
+
+def test_parallel_split_counts_turns_on_parallel_tasks():
+    from slca.chat import get_format
+    from slca.rewards import parallel_split
+    from slca.types import Turn
+
+    fmt = get_format("hermes")
+    par = next(t for t in toolworld.make_tasks("train", n=50, seed=0) if t.kind == "parallel")
+    single = next(t for t in toolworld.make_tasks("train", n=50, seed=0) if t.kind == "single")
+
+    def turn(calls):
+        text = fmt.render(calls)
+        return Turn(text=text, parsed=fmt.parse(text))
+
+    step = par.gold[0]
+    assert parallel_split(par, [turn(step), Turn(text="done", parsed=fmt.parse("done"))]) == 0.0
+    assert parallel_split(par, [turn(step[:1]), turn(step[1:])]) == 1.0
+    assert math.isnan(parallel_split(single, [turn(single.gold[0])]))

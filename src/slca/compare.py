@@ -185,8 +185,22 @@ def _steps_to(rows: list[dict[str, Any]], key: str, level: float, k: int = 5) ->
     return float("nan")
 
 
-SUMMARY_KEYS = ["eval/success", "eval/name_f1", "eval/arg_match", "eval/process", "eval/reward_tool", "eval/reward_summary"]
+SUMMARY_KEYS = ["auc/eval/tool_tasks/success", "eval/tool_tasks/success", "eval/success", "eval/arg_match", "eval/parallel_split",
+                "eval/reward_summary", "eval_test/tool_tasks/success"]
+"""Per-run numbers of the comparison: the area under the held-out tool-task Success curve (``auc/``, see
+:func:`curve_auc`), final held-out metrics (``eval/``: in distribution for toolworld) and the final tool-task
+Success on toolworld's out-of-distribution test split (``eval_test/``)."""
 DIAG_KEYS = ["grad/volatility", "grad/cosine_tool_summary", "adv/contamination", "grad/tool_norm", "grad/summary_norm"]
+
+
+def curve_auc(rows: list[dict[str, Any]], key: str) -> float:
+    """Normalised area under a metric's curve: the trapezoid area over the evaluated steps divided by
+    their span (the curve's mean height, in the metric's units); NaN with fewer than two points."""
+    pts = sorted((float(r["step"]), float(r[key])) for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key]))
+    if len(pts) < 2 or pts[-1][0] == pts[0][0]:
+        return float("nan")
+    area = sum((x1 - x0) * (y0 + y1) / 2 for (x0, y0), (x1, y1) in zip(pts, pts[1:]))
+    return area / (pts[-1][0] - pts[0][0])
 
 
 def summarize(specs: list[RunSpec], level: float) -> dict[str, Any]:
@@ -196,7 +210,8 @@ def summarize(specs: list[RunSpec], level: float) -> dict[str, Any]:
         rows = read_metrics(sp.run_dir)
         ev = final_eval(rows)
         rec: dict[str, Any] = {"estimator": sp.estimator, "seed": sp.seed}
-        rec.update({k: ev.get(k, float("nan")) for k in SUMMARY_KEYS})
+        ev.update(final_eval(rows, "eval_test"))
+        rec.update({k: curve_auc(rows, k[len("auc/"):]) if k.startswith("auc/") else ev.get(k, float("nan")) for k in SUMMARY_KEYS})
         rec.update({k: v for k, v in ev.items() if k.startswith("eval/kind/")})
         probes = [r for r in rows if "probe/parallel_pref" in r]
         if probes:
@@ -296,9 +311,11 @@ def band(key: str, mu: list[float], hw: list[float]) -> tuple[list[float], list[
     return [max(lo, m - h) for m, h in zip(mu, hw)], [min(hi, m + h) for m, h in zip(mu, hw)]
 
 
-PANELS = [("eval/success", "held-out Success"), ("reward/tool", "execution reward (train)"), ("reward/summary", "summary reward (train)"),
+PANELS = [("eval/tool_tasks/success", "held-out tool-task Success (eval/)"), ("eval/parallel_split", "held-out parallel steps split over turns"),
+          ("eval_test/tool_tasks/success", "tool-task Success, toolworld test split (OOD)"),
+          ("reward/tool", "execution reward (train)"), ("reward/summary", "summary reward (train)"),
           ("probe/parallel_pref", "log p(parallel turn) - log p(first call alone)"), ("grad/volatility", "grad-norm volatility"),
-          ("grad/cosine_tool_summary", "cosine(tool grad, summary grad)")]
+          ("grad/cosine_tool_summary", "cosine(tool grad, summary grad)"), ("adv/contamination", "advantage contamination")]
 """(metric, title) of each panel of ``curves_compare.png``: one line per estimator with its band."""
 
 
@@ -311,7 +328,9 @@ def write_compare_report(specs: list[RunSpec], out: Path, *, level: float, comma
     _plot_curves(specs, ests, out / "curves_compare.png")
     by_est = {e: [r for r in summary["runs"] if r["estimator"] == e] for e in ests}
     L = [f"# {title}", "", f"Command: `{command}`", "", f"Estimators: {', '.join(ests)}; seeds: {seeds}; wall time {wall_s / 60:.1f} min.", "",
-         "Means over seeds with 95% Student-t intervals (± half-width). Held-out metrics are from the final evaluation.", ""]
+          "Means over seeds with 95% Student-t intervals (± half-width). Held-out metrics are from the final evaluation; "
+         "`auc` is the area under the held-out curve over all evaluations divided by their span (`slca.compare.curve_auc`); "
+         "`test:` columns are toolworld's out-of-distribution test split.", ""]
     L += _heldout_md(by_est)
     L += _paired_md(by_est, seeds)
     L += _mean_table_md("Diagnostics (mean over training steps)", by_est, DIAG_KEYS, DIAG_KEYS)
@@ -336,7 +355,7 @@ def _plot_curves(specs: list[RunSpec], ests: list[str], png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 3, figsize=(16, 8))
+    fig, axes = plt.subplots(3, 3, figsize=(16, 12))
     for ax, (key, ttl) in zip(axes.flat, PANELS):
         for est in ests:
             xs, mu, hw = _curve(specs, est, key)
@@ -366,7 +385,11 @@ def _interval(xs: list[float]) -> str:
 
 
 def _short(key: str) -> str:
-    return key.split("/", 1)[1]
+    """A column name: ``success``, ``tool_tasks/success``, ``auc tool_tasks/success``, ``test: tool_tasks/success``."""
+    if key.startswith("auc/"):
+        return "auc " + _short(key[len("auc/"):])
+    prefix, rest = key.split("/", 1)
+    return rest if prefix == "eval" else f"{prefix[len('eval_'):]}: {rest}"
 
 
 def _heldout_md(by_est: dict[str, list[dict[str, Any]]]) -> list[str]:

@@ -66,7 +66,7 @@ class TrainConfig:
     suite: str = "toolworld"
     """Task suite: 'toolworld' (built in), or a JSONL / JSON / parquet file or a datasets save_to_disk folder of tasks (slca.env.load_tasks)."""
     eval_suite: str = ""
-    """Held-out tasks to evaluate on during training, loaded like suite ('' = none; toolworld uses its own test split)."""
+    """Held-out tasks to evaluate on during training, loaded like suite ('' = none; toolworld uses its own eval_split)."""
     eval_fraction: float = 0.0
     """Share of a file suite held out for evaluation during training (0 = none; slca.env.loaders.split_tasks, seeded by seed)."""
     tasks_per_step: int = 8
@@ -150,7 +150,21 @@ class TrainConfig:
     eval_on_start: bool = False
     """Also evaluate before any update (logged at step 0), so every held-out curve starts at the baseline."""
     eval_tasks: int = 32
-    """Held-out tasks per evaluation (toolworld test split)."""
+    """Held-out tasks per evaluation (logged as eval/*)."""
+    eval_split: str = "train_heldout"
+    """Toolworld split evaluated as eval/*: 'train_heldout' (new requests of the training distribution, the primary
+    endpoint), or an out-of-distribution one: 'test' (unseen entities and phrasings), 'test_entities', 'test_phrasings',
+    'heldout_tools' (slca.env.toolworld). Not used with eval_suite or eval_fraction."""
+    ood_splits: list[str] = field(default_factory=lambda: ["test"])
+    """Toolworld splits also evaluated at every evaluation, each logged as eval_<split>/* (e.g. eval_test/success);
+    'none' or [] for none. Toolworld only (a file suite warns and skips them)."""
+    ood_eval_tasks: int = 0
+    """Tasks per out-of-distribution evaluation (0 = eval_tasks)."""
+
+    @property
+    def ood_eval_splits(self) -> list[str]:
+        """``ood_splits`` with ``'none'`` read as no split."""
+        return [] if self.ood_splits == ["none"] else list(self.ood_splits)
     eval_temperature: float = 0.0
     """Evaluation sampling temperature (0 = greedy)."""
     save_every: int = 10
@@ -268,6 +282,23 @@ def _eval_suite(v: str) -> str | None:
     return None if v == "" else _suite(v)
 
 
+_EVAL_SPLITS = ("train_heldout", "test", "test_entities", "test_phrasings", "heldout_tools")
+
+
+def _eval_split(v: str) -> str | None:
+    if v == "train":
+        return "'train' is what the run trains on; its held-out twin is 'train_heldout'"
+    return None if v in _EVAL_SPLITS else f"{v!r} is not a held-out toolworld split (one of {', '.join(_EVAL_SPLITS)})"
+
+
+def _ood_splits(v: list[str]) -> str | None:
+    if v == ["none"]:
+        return None
+    if len(set(v)) != len(v):
+        return f"{v!r} names a split twice"
+    return next((f"{s!r}: {e}" for s in v if (e := _eval_split(s))), None)
+
+
 def _device(v: str) -> str | None:
     import torch
 
@@ -353,6 +384,9 @@ CHECKS: dict[str, Check] = {
     "eval_every": _ge(0),
     "eval_on_start": _any,
     "eval_tasks": _gt(0),
+    "eval_split": _eval_split,
+    "ood_splits": _ood_splits,
+    "ood_eval_tasks": _ge(0),
     "eval_temperature": _ge(0),
     "save_every": _ge(0),
     "keep_checkpoints": _keep_checkpoints,
@@ -371,7 +405,9 @@ def _cross_checks(cfg: TrainConfig) -> Iterator[tuple[str, str]]:
     if cfg.eval_fraction and cfg.eval_suite:
         yield "eval_fraction", "give eval_suite or eval_fraction, not both"
     if cfg.eval_fraction and cfg.suite == "toolworld":
-        yield "eval_fraction", "is for a file suite; toolworld evaluates on its own test split"
+        yield "eval_fraction", "is for a file suite; toolworld evaluates on its own held-out splits (eval_split)"
+    if cfg.eval_split in cfg.ood_eval_splits:
+        yield "ood_splits", f"{cfg.eval_split!r} is already eval_split (logged as eval/*)"
     if cfg.dtype == "float16" and cfg.lora_r == 0:
         yield "dtype", "float16 full fine-tuning needs loss scaling, which slca does not do; use bfloat16, or float16 with lora_r > 0 (adapters train in float32)"
     if cfg.lora_r > 0:

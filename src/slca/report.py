@@ -11,14 +11,16 @@ from typing import Any
 
 from slca.samples import SampleGroup, SampleRollout, is_finite_number, samples_from_json
 
-__all__ = ["read_metrics", "read_config", "write_report", "write_token_html", "md_row", "md_header", "final_eval", "mean_of", "run_labels", "provenance", "metric_range", "smoothed", "PLOTS", "SMOOTH_K"]
+__all__ = ["read_metrics", "read_config", "write_report", "write_token_html", "md_row", "md_header", "final_eval", "eval_prefixes", "mean_of", "run_labels", "provenance", "metric_range", "smoothed", "PLOTS", "SMOOTH_K"]
 
 # (metric, title) pairs; each becomes one panel, one line per run
 PLOTS = [
     ("reward/tool", "execution reward (train)"),
     ("reward/summary", "summary reward (train)"),
-    ("eval/success", "held-out Success"),
-    ("eval/reward_tool", "held-out execution reward"),
+    ("eval/tool_tasks/success", "held-out tool-task Success\n(eval/: in distribution for toolworld)"),
+    ("eval/parallel_split", "held-out parallel steps split over turns\n(the paper's diagnostic case; lower is better)"),
+    ("eval/reward_summary", "held-out summary reward"),
+    ("eval_test/tool_tasks/success", "tool-task Success, toolworld test split\n(unseen entities and phrasings: out of distribution)"),
     ("grad/cosine_tool_summary", "cosine(tool grad, summary grad)"),
     ("grad/volatility", "grad-norm volatility (rolling CV)"),
     ("adv/contamination", "advantage contamination"),
@@ -37,7 +39,7 @@ def smoothed(key: str) -> bool:
 def metric_range(key: str) -> tuple[float, float]:
     """The values a metric can take: (lo, hi), infinite where unbounded. Bands are clipped to it."""
     inf = math.inf
-    if key.startswith("eval/") or key in ("reward/tool", "reward/summary", "reward/turn") or key.startswith(("reward/exec/", "reward/summ")):
+    if key.split("/")[0].startswith("eval") or key in ("reward/tool", "reward/summary", "reward/turn") or key.startswith(("reward/exec/", "reward/summ")):
         return 0.0, 1.0
     if key.startswith("grad/cos"):
         return -1.0, 1.0
@@ -134,10 +136,16 @@ def _smooth(y: list[float], k: int = SMOOTH_K) -> list[float]:
     return out
 
 
-def final_eval(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """The last record's eval/* metrics."""
+def eval_prefixes(rows: list[dict[str, Any]]) -> list[str]:
+    """The evaluation sets of a run, in order: ``eval`` (the held-out set) first, then ``eval_<split>`` (out of distribution)."""
+    found = {k.split("/")[0] for r in rows for k in r if k.split("/")[0] == "eval" or k.startswith("eval_")}
+    return sorted(found, key=lambda p: (p != "eval", p))
+
+
+def final_eval(rows: list[dict[str, Any]], prefix: str = "eval") -> dict[str, float]:
+    """The last record's ``<prefix>/*`` metrics (default the held-out set's, ``eval/*``)."""
     for r in reversed(rows):
-        ev = {k: v for k, v in r.items() if k.startswith("eval/")}
+        ev = {k: v for k, v in r.items() if k.startswith(prefix + "/")}
         if ev:
             return ev
     return {}
@@ -203,7 +211,7 @@ def write_report(runs: dict[str, str | Path], out_dir: str | Path, title: str = 
     out.mkdir(parents=True, exist_ok=True)
     data = {label: read_metrics(d) for label, d in runs.items()}
     configs = {label: read_config(d) for label, d in runs.items()}
-    fig, axes = plt.subplots(2, 4, figsize=(18, 7))
+    fig, axes = plt.subplots(2, 5, figsize=(23, 7.5))
     for ax, (key, ttl) in zip(axes.flat, PLOTS):
         for label, rows in data.items():
             xs, ys = _series(rows, key)
@@ -214,21 +222,27 @@ def write_report(runs: dict[str, str | Path], out_dir: str | Path, title: str = 
         ax.set_xlabel("step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-    axes.flat[0].legend()
+    legend_ax = next((ax for ax in axes.flat if ax.lines), None)
+    if legend_ax is not None:
+        legend_ax.legend()
     fig.tight_layout()
     png = out / "curves.png"
     fig.savefig(png, dpi=90)
     plt.close(fig)
 
     prov = provenance()
-    keys = ["eval/success", "eval/name_f1", "eval/arg_match", "eval/process", "eval/reward_tool", "eval/reward_summary", "eval/parse_ok"]
-    lines = [f"# {title}", "", f"Written by slca {prov['slca_version']}, commit `{prov['git_commit']}`.", "",
-             "## Final held-out metrics", "", *md_header(["run", *(k.split("/")[1] for k in keys)])]
-    for label, rows in data.items():
-        ev = final_eval(rows)
-        lines.append(md_row([_md_cell(label), *(f"{ev.get(k, float('nan')):.3f}" for k in keys)]))
+    keys = ["success", "tool_tasks/success", "name_f1", "arg_match", "process", "parallel_split", "reward_tool", "reward_summary", "parse_ok"]
+    lines = [f"# {title}", "", f"Written by slca {prov['slca_version']}, commit `{prov['git_commit']}`.", ""]
+    prefixes = list(dict.fromkeys(p for rows in data.values() for p in eval_prefixes(rows)))
+    for prefix in prefixes or ["eval"]:
+        what = "held-out set (eval/*)" if prefix == "eval" else f"out of distribution: toolworld split {prefix[len('eval_'):]} ({prefix}/*)"
+        lines += [f"## Final metrics, {what}", "", *md_header(["run", *keys])]
+        for label, rows in data.items():
+            ev = final_eval(rows, prefix)
+            lines.append(md_row([_md_cell(label), *(f"{ev.get(f'{prefix}/{k}', float('nan')):.3f}" for k in keys)]))
+        lines.append("")
     diag = ["grad/cosine_tool_summary", "grad/volatility", "adv/contamination", "perf/gen_tokens_per_s", "perf/train_tokens_per_s"]
-    lines += ["", "## Diagnostics (mean over steps)", "", *md_header(["run", *diag])]
+    lines += ["## Diagnostics (mean over steps)", "", *md_header(["run", *diag])]
     for label, rows in data.items():
         lines.append(md_row([_md_cell(label), *(f"{mean_of(rows, k):.3f}" for k in diag)]))
     lines += ["", "![curves](curves.png)", "",

@@ -124,6 +124,7 @@ class Trainer:
         tokenizer: Any = None,
         train_tasks: list[Task] | None = None,
         eval_tasks: list[Task] | None = None,
+        ood_tasks: dict[str, list[Task]] | None = None,
         make_env: Callable[[Task], Any] | None = None,
         log: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
@@ -135,8 +136,10 @@ class Trainer:
         np.random.seed(cfg.seed)
         fit = train_tasks is None
         if train_tasks is None:  # tasks before the model: a bad task file is refused before a model loads
-            train_tasks, held_out, make_env = load_suites(cfg.suite, cfg.seed, eval_suite=cfg.eval_suite, eval_fraction=cfg.eval_fraction)
+            train_tasks, held_out, ood, make_env = load_suites(cfg.suite, cfg.seed, eval_suite=cfg.eval_suite, eval_fraction=cfg.eval_fraction,
+                                                               eval_split=cfg.eval_split, ood_splits=cfg.ood_eval_splits)
             eval_tasks = held_out if eval_tasks is None else eval_tasks
+            ood_tasks = ood if ood_tasks is None else ood_tasks
         if make_env is None:
             raise ValueError("Trainer: pass make_env together with train_tasks")
         if not train_tasks:
@@ -152,6 +155,7 @@ class Trainer:
             train_tasks, eval_tasks = fit_suites(train_tasks, eval_tasks or [], tokenizer, cfg.max_total_tokens, suite=cfg.suite, eval_suite=cfg.eval_suite)
         self.train_tasks, self.make_env = train_tasks, make_env
         self.eval_tasks = (eval_tasks or [])[: cfg.eval_tasks]
+        self.ood_tasks = {s: ts[: cfg.ood_eval_tasks or cfg.eval_tasks] for s, ts in (ood_tasks or {}).items() if ts}
         self.ref = None  # with LoRA the reference is the base model: the adapters switched off
         if cfg.kl_coef > 0 and not cfg.lora_r:
             self.ref = copy.deepcopy(self.model).eval().requires_grad_(False)
@@ -358,29 +362,38 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Held-out metrics: in-domain metrics, both reward tiers, parse rate."""
-        from slca.rewards import in_domain_metrics
+        """Held-out metrics (``eval/*``), the out-of-distribution sets (``eval_<split>/*``) and the parallel probe."""
+        m = self.evaluate_on(self.eval_tasks, "eval") if self.eval_tasks else {}
+        if not m:
+            return {}
+        for split, tasks in self.ood_tasks.items():
+            m.update(self.evaluate_on(tasks, f"eval_{split}"))
+        m.update(self.parallel_probe())
+        return m
+
+    @torch.no_grad()
+    def evaluate_on(self, tasks: list[Task], prefix: str) -> dict[str, float]:
+        """One greedy rollout per task: in-domain metrics, both reward tiers, parse rate, parallel steps split over turns."""
+        from slca.rewards import in_domain_metrics, parallel_split
         from slca.rollout import generate_rollouts
 
-        if not self.eval_tasks:
-            return {}
         self.model.eval()
-        res = generate_rollouts(self.model, self.tok, self.eval_tasks, self.make_env, self.rollout_config(self.step, eval_mode=True))
+        res = generate_rollouts(self.model, self.tok, tasks, self.make_env, self.rollout_config(self.step, eval_mode=True))
         sb = score_batch(res.trajectories)
         out: dict[str, list[float]] = {}
         for t, rs in zip(res.trajectories, sb.summary.tolist()):
             metrics = in_domain_metrics(t.task, t.turns)
             metrics["parse_ok"] = float(sum(len(x.parsed.errors) for x in t.turns) == 0)
+            metrics["parallel_split"] = parallel_split(t.task, t.turns)
             for k, v in metrics.items():
                 out.setdefault(k, []).append(float(v))
             out.setdefault(f"kind/{t.task.kind}/success", []).append(float(metrics["success"]))
             out.setdefault(f"kind/{t.task.kind}/reward_summary", []).append(rs)
             if t.task.gold:  # tasks that need at least one call: what tool use is judged on
                 out.setdefault("tool_tasks/success", []).append(float(metrics["success"]))
-        m = {f"eval/{k}": nanmean(v) for k, v in out.items()}
-        m["eval/reward_tool"] = nanmean(sb.tool)
-        m["eval/reward_summary"] = nanmean(sb.summary)
-        m.update(self.parallel_probe())
+        m = {f"{prefix}/{k}": nanmean(v) for k, v in out.items()}
+        m[f"{prefix}/reward_tool"] = nanmean(sb.tool)
+        m[f"{prefix}/reward_summary"] = nanmean(sb.summary)
         return m
 
     @torch.no_grad()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ def load_suite(suite: str, split: str, seed: int) -> tuple[list[Task], Callable[
     from slca.env import load_tasks, toolworld
 
     if suite == "toolworld":
-        tasks = toolworld.make_tasks(split, seed=seed)
+        tasks = toolworld.make_tasks(split, seed=seed)  # the split's default size
     else:
         p = Path(suite)
         if not p.exists():
@@ -35,12 +35,17 @@ def load_suite(suite: str, split: str, seed: int) -> tuple[list[Task], Callable[
     return tasks, lambda task: toolworld.make_env(task, seed=seed)
 
 
-def load_suites(suite: str, seed: int, *, eval_suite: str = "", eval_fraction: float = 0.0) -> tuple[list[Task], list[Task], Callable[[Task], Any]]:
-    """Training tasks, held-out evaluation tasks and the simulator factory of a run.
+def load_suites(suite: str, seed: int, *, eval_suite: str = "", eval_fraction: float = 0.0, eval_split: str = "train_heldout",
+                ood_splits: Sequence[str] = ()) -> tuple[list[Task], list[Task], dict[str, list[Task]], Callable[[Task], Any]]:
+    """Training tasks, held-out evaluation tasks, out-of-distribution sets and the simulator factory of a run.
 
-    Held-out tasks: ``eval_suite`` (loaded like ``suite``) if given, else an
-    ``eval_fraction`` share of a file suite (:func:`slca.env.loaders.split_tasks`),
-    else toolworld's test split for toolworld, else none (a warning says so).
+    Held-out tasks (logged as ``eval/*``): ``eval_suite`` (loaded like ``suite``)
+    if given, else an ``eval_fraction`` share of a file suite
+    (:func:`slca.env.loaders.split_tasks`), else toolworld's ``eval_split``
+    (default ``train_heldout``: new requests of the training distribution) for
+    toolworld, else none (a warning says so). ``ood_splits``: toolworld splits
+    evaluated beside it (``{split: tasks}``, logged as ``eval_<split>/*``); for a
+    file suite they are not evaluated (a warning says so).
     """
     from slca.env.loaders import split_tasks
 
@@ -51,14 +56,19 @@ def load_suites(suite: str, seed: int, *, eval_suite: str = "", eval_fraction: f
         held = load_suite(eval_suite, "test", seed)[0]
     elif eval_fraction:
         if suite == "toolworld":
-            raise ValueError("eval_fraction is for a file suite; toolworld evaluates on its own test split")
+            raise ValueError("eval_fraction is for a file suite; toolworld evaluates on its own held-out splits (eval_split)")
         train, held = split_tasks(train, eval_fraction, seed)
     elif suite == "toolworld":
-        held = load_suite(suite, "test", seed)[0]
+        held = load_suite(suite, eval_split, seed)[0]
     else:
         held = []
         log.warning("suite %s has no held-out evaluation (set eval_suite or eval_fraction): eval metrics will be missing", suite)
-    return train, held, make_env
+    ood: dict[str, list[Task]] = {}
+    if suite == "toolworld":
+        ood = {s: load_suite(suite, s, seed)[0] for s in ood_splits}
+    elif ood_splits:
+        log.warning("ood_splits %s are toolworld splits: not evaluated for suite %s", list(ood_splits), suite)
+    return train, held, ood, make_env
 
 
 def fit_suites(train: list[Task], held: list[Task], tokenizer: Any, max_total_tokens: int, *, suite: str,

@@ -10,9 +10,26 @@ ISO dates, tickers, small numbers, ids), small JSON results and short answers.
   share one turn -- the paper's diagnostic case, the most common kind),
   ``chain`` (a result feeds the next call), ``no_tool`` and ``unservable``
   (the request cannot be served with the offered tools).
-* Splits: ``train`` and ``test`` are disjoint in entities (cities, tickers,
-  people, event titles) and in request phrasing (templates); ``heldout_tools``
-  uses only the held-out tools with test entities.
+* Splits (:data:`SPLITS`):
+
+  - ``train``: train entities (cities, tickers, people, event titles, teams)
+    and train phrasings (the first four request templates of each task type).
+  - ``train_heldout``: held-out tasks *of the training distribution* (train
+    entities and train phrasings) whose request text appears neither in the
+    warm start's demonstrations (:data:`WARMSTART_DEMOS`) nor in the RL task
+    pool of a run with the same seed (``make_tasks("train", seed=seed)``), nor
+    twice in the split. This is the in-distribution held-out set (the paper's
+    in-domain figure). Kinds are drawn in their usual proportions; a kind whose
+    unseen requests run out (the training distribution has only a few hundred
+    refusal requests, nearly all in the demonstrations) is left out from then on,
+    so ``unservable`` and ``no_tool`` are rarer here than in ``train``.
+  - ``test``: test entities and test phrasings (the last two templates):
+    out of distribution on both axes.
+  - ``test_entities``: test entities, train phrasings; ``test_phrasings``: train
+    entities, test phrasings (the two diagnostic cells between ``train`` and ``test``),
+    deduplicated like ``train_heldout`` (requests with no entity, such as "Play some
+    music.", would otherwise repeat train's).
+  - ``heldout_tools``: only the held-out tools (never offered elsewhere), test entities.
 
 The world is deterministic: every tool's answer is a pure function of its
 arguments (plus the episode's state for the stateful tools), so each task's
@@ -24,6 +41,7 @@ stating those facts (for warm-start data).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 from collections.abc import Callable, Sequence
@@ -34,12 +52,17 @@ from slca.env.schema import ToolBox
 from slca.env.simulators import PythonSimulator, SchemaSimulator, Simulator, ToolError
 from slca.types import Task, ToolCall
 
-__all__ = ["TOOLS", "HELDOUT_TOOLS", "FUNCTIONS", "SPLITS", "KINDS", "make_tasks", "make_env", "tool", "run_gold"]
+__all__ = ["TOOLS", "HELDOUT_TOOLS", "FUNCTIONS", "SPLITS", "KINDS", "WARMSTART_DEMOS", "make_tasks", "make_env", "tool", "run_gold"]
 
-SPLITS = ("train", "test", "heldout_tools")
+SPLITS = ("train", "train_heldout", "test", "test_entities", "test_phrasings", "heldout_tools")
 KINDS = ("single", "parallel", "chain", "no_tool", "unservable")
 _KIND_WEIGHTS = {"single": 0.25, "parallel": 0.35, "chain": 0.2, "no_tool": 0.1, "unservable": 0.1}
-_DEFAULT_N = {"train": 2000, "test": 300, "heldout_tools": 200}
+_DEFAULT_N = {"train": 2000, "train_heldout": 600, "test": 300, "test_entities": 300, "test_phrasings": 300, "heldout_tools": 200}
+WARMSTART_DEMOS = (12000, 0)
+"""``(n_tasks, data_seed)`` of the shipped warm start's demonstrations
+(:class:`slca.models.config.BuildConfig`; a test keeps the two equal): their
+requests are ``make_tasks("train", n_tasks, data_seed)``, which ``train_heldout`` excludes."""
+_MAX_DRAWS = 64  # draws per held-out task before its kind counts as exhausted
 
 
 def _h(*parts: Any) -> int:
@@ -618,10 +641,25 @@ _TRAIN_TOOL_NAMES = [t["function"]["name"] for t in TOOLS]
 _HELDOUT_TOOL_NAMES = [t["function"]["name"] for t in HELDOUT_TOOLS]
 
 
+_TRAIN_PHRASING = ("train", "train_heldout", "test_entities")
+_TRAIN_ENTITIES = ("train", "train_heldout", "test_phrasings")
+_DEDUPED = ("train_heldout", "test_entities", "test_phrasings")
+
+
 def _templates(tt: _TaskType, split: str) -> tuple[str, ...]:
     if tt.heldout:
         return tt.templates
-    return tt.templates[:4] if split == "train" else tt.templates[4:]
+    return tt.templates[:4] if split in _TRAIN_PHRASING else tt.templates[4:]
+
+
+@functools.lru_cache(maxsize=4)
+def _seen_requests(seed: int) -> frozenset[str]:
+    """Request texts ``train_heldout`` leaves out: the warm start's demonstrations and the RL pool of ``seed``."""
+    n_demo, demo_seed = WARMSTART_DEMOS
+    tasks = make_tasks("train", n=n_demo, seed=demo_seed)
+    if seed != demo_seed:  # the pool of the demonstrations' seed is their prefix (same stream)
+        tasks += make_tasks("train", seed=seed)
+    return frozenset(t.messages[0]["content"] for t in tasks)
 
 
 def _offered_tools(rng: random.Random, gold: list[list[ToolCall]], pool: list[str], n_distract: int) -> list[dict[str, Any]]:
@@ -636,8 +674,10 @@ def make_tasks(split: str = "train", n: int | None = None, seed: int = 0, *, kin
     """Generate ``n`` toolworld tasks of ``split`` deterministically from ``seed``.
 
     Args:
-        split: ``"train"``, ``"test"`` or ``"heldout_tools"``.
-        n: number of tasks (default 2000 / 300 / 200 by split).
+        split: one of :data:`SPLITS` (see the module docstring).
+        n: number of tasks (default 2000 train, 600 train_heldout, 300 for the test
+            splits, 200 heldout_tools). ``train_heldout`` may return fewer when every
+            kind's unseen requests run out (it has several thousand).
         seed: generator seed; the same (split, n, seed, kinds) gives the same tasks.
         kinds: only these task kinds (e.g. ``["parallel"]`` for the diagnostic
             case), in their usual proportions; default all kinds of the split.
@@ -653,7 +693,7 @@ def make_tasks(split: str = "train", n: int | None = None, seed: int = 0, *, kin
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be a non-negative int, got {n!r}")
     rng = random.Random(_h("toolworld", split, seed))
-    E = _entities("train" if split == "train" else "test")
+    E = _entities("train" if split in _TRAIN_ENTITIES else "test")
     heldout = split == "heldout_tools"
     types = [t for t in _TYPES if t.heldout == heldout]
     by_kind: dict[str, list[_TaskType]] = {}
@@ -664,19 +704,31 @@ def make_tasks(split: str = "train", n: int | None = None, seed: int = 0, *, kin
             raise ValueError(f"kinds must be a non-empty list drawn from {sorted(by_kind)} for split {split!r}, got {kinds!r}")
         by_kind = {k: v for k, v in by_kind.items() if k in kinds}
     kind_names = list(by_kind)
-    weights = [_KIND_WEIGHTS[k] for k in kind_names]
     pool = _HELDOUT_TOOL_NAMES if heldout else _TRAIN_TOOL_NAMES
+    # a request already seen (demonstrations, RL pool, this split) is drawn again; the two diagnostic
+    # splits share train's entities or phrasings, so requests with no entity would repeat train's
+    seen = set(_seen_requests(seed)) if split in _DEDUPED and n else None
     tasks: list[Task] = []
-    for i in range(n):
-        kind = rng.choices(kind_names, weights)[0]
-        tt = rng.choice(by_kind[kind])
-        template = rng.choice(_templates(tt, split))
-        probe = PythonSimulator(_all_tools_box(), FUNCTIONS)
-        slots, gold, answer, facts, ents = tt.build(rng, E, probe)
+    while len(tasks) < n and kind_names:
+        i = len(tasks)
+        kind = rng.choices(kind_names, [_KIND_WEIGHTS[k] for k in kind_names])[0]
+        for _ in range(_MAX_DRAWS if seen is not None else 1):
+            tt = rng.choice(by_kind[kind])
+            template = rng.choice(_templates(tt, split))
+            probe = PythonSimulator(_all_tools_box(), FUNCTIONS)  # a fresh world per draw: stateful tools start empty
+            slots, gold, answer, facts, ents = tt.build(rng, E, probe)
+            request = template.format(**slots)
+            if seen is None or request not in seen:
+                break
+        else:  # no unseen request of this kind in _MAX_DRAWS draws: exhausted
+            kind_names.remove(kind)
+            continue
+        if seen is not None:
+            seen.add(request)
         tools = _offered_tools(rng, gold, pool, 1 if gold else 2)
         task = Task(
             id=f"toolworld-{split}-{seed}-{i:05d}",
-            messages=[{"role": "user", "content": template.format(**slots)}],
+            messages=[{"role": "user", "content": request}],
             tools=tools,
             gold=gold,
             kind=kind,

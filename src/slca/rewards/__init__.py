@@ -8,7 +8,7 @@ A rollout that cannot be scored gets a NaN total with its reason (logged on the
 from __future__ import annotations
 
 from slca.rewards.batch import RewardComponents, ScoredBatch, score_batch
-from slca.rewards.execution import EXECUTION_WEIGHTS, Unscorable, execution_reward, in_domain_metrics
+from slca.rewards.execution import EXECUTION_WEIGHTS, Unscorable, execution_reward, in_domain_metrics, parallel_split
 from slca.rewards.judges import Judge, OpenAIJudge, RewardModelJudge
 from slca.rewards.messages import turns_from_messages
 from slca.rewards.summary import REFUSAL_MARKERS, SUMMARY_WEIGHTS, summary_reward
@@ -27,6 +27,7 @@ __all__ = [
     "execution_reward",
     "hierarchical_rewards",
     "in_domain_metrics",
+    "parallel_split",
     "score_batch",
     "summary_reward",
     "turns_from_messages",

@@ -40,7 +40,7 @@ from slca.rewards.common import Unscorable, collect_calls, gold_calls, pair_scor
 from slca.rewards.values import normalize, normalized_call_key
 from slca.types import RewardBreakdown, Task, ToolCall, Turn
 
-__all__ = ["EXECUTION_WEIGHTS", "execution_reward", "in_domain_metrics", "Unscorable"]
+__all__ = ["EXECUTION_WEIGHTS", "execution_reward", "in_domain_metrics", "parallel_split", "Unscorable"]
 
 log = logging.getLogger("slca.rewards")
 
@@ -185,3 +185,17 @@ def in_domain_metrics(task: Task, turns: list[Turn]) -> dict[str, float]:
         "process": _process(pred, task),
         "success": float(same and all(r.ok for r in ro.results)),
     }
+
+
+def parallel_split(task: Task, turns: list[Turn]) -> float:
+    """The paper's diagnostic case: did a rollout split a parallel step over turns?
+
+    For a task with a gold step of two or more independent calls: 1.0 when the
+    rollout made more tool-calling turns than the task has gold steps (e.g. the
+    calls of one parallel step sent one per turn), else 0.0. NaN for any other
+    task (nothing to split). Averaged over rollouts it is the share of parallel
+    tasks split over turns.
+    """
+    if not any(len(step) > 1 for step in task.gold):
+        return math.nan
+    return float(sum(t.parsed.is_tool_turn for t in turns) > len(task.gold))
