@@ -204,7 +204,10 @@ def _slca(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Complet
 def test_train_cli_refuses_a_bad_path_in_one_line_before_a_run_folder(tmp_path):
     site = tmp_path / "site"
     pkg = write_user_package(site, "v")
-    for ref, why in [("vpkg.missing:fn", "estimator: no module named 'vpkg.missing'"),
+    documented = next(ln for ln in (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text().splitlines()
+                      if ln.startswith("error: estimator: no module named"))
+    for ref, why in [("my_estimators:slca_call_cost", documented[len("error: "):]),  # docs/training.md's line, exactly
+                     ("vpkg.missing:fn", "estimator: no module named 'vpkg.missing'"),
                      ("vpkg.estimators:helper", "estimator: vpkg.estimators.helper is not a registered estimator"),
                      ("vpkg.duplicate:mine", "estimator: importing module 'vpkg.duplicate' failed: ValueError: an estimator named 'slca'")]:
         r = _slca(["train", "--set", f"estimator={ref}", "--set", f"run_dir={tmp_path / 'run'}"], _env(site), tmp_path)
