@@ -202,6 +202,60 @@ def test_entry_point_registers_in_a_fresh_process():
     assert r.returncode != 0 and "Unknown advantage estimator" in r.stderr
 
 
+USER_ESTIMATOR_IN_VERL = """
+import os, sys
+import numpy as np, torch
+import verl                                       # loads slca's plugin: warns now about the bad SLCA_ESTIMATOR
+from verl import DataProto
+from verl.trainer.config import AlgoConfig
+from verl.trainer.ppo.ray_trainer import compute_advantage
+import slca
+from slca.integrations import verl as sv
+
+assert "upkg.estimators" not in sys.modules       # nothing registered the user's estimators in this process
+mask = torch.tensor([[1, 1, 0, 0, 1, 1], [1, 1, 1, 1, 0, 0], [1, 0, 0, 1, 1, 1], [1, 1, 0, 1, 1, 0]])
+rt, rs = torch.tensor([1.0, 0.0, 0.5, 0.25]), torch.tensor([0.0, 1.0, 0.2, 0.9])
+uids = np.array(["a", "a", "b", "b"], dtype=object)
+data = DataProto.from_dict(tensors={"token_level_rewards": sv.pack_token_rewards(rt, rs, mask, torch.tensor([6, 4, 6, 5])),
+                                    "response_mask": mask}, non_tensors={"uid": uids})
+
+def run():
+    return compute_advantage(data, adv_estimator="slca", config=AlgoConfig(adv_estimator="slca")).batch["advantages"]
+
+try:
+    run()
+    raise SystemExit("an unresolvable SLCA_ESTIMATOR computed advantages")
+except ValueError as e:
+    print("RAISED", e)
+tool, summ = slca.segment_masks(mask)
+os.environ["SLCA_ESTIMATOR"] = "upkg.estimators:half_slca"                  # an import path
+torch.testing.assert_close(run(), 0.5 * slca.slca_advantages(rt, rs, list(uids), tool, summ))
+os.environ["SLCA_ESTIMATOR"] = "u_ep"                                       # an entry point
+torch.testing.assert_close(run(), 2 * slca.grpo_advantages(rt + rs, list(uids), mask))
+print("OK")
+"""
+
+
+def test_a_user_estimator_reaches_verls_dispatch_by_import_path_and_entry_point(tmp_path):
+    """A fresh verl process that never ran the user's registration: SLCA_ESTIMATOR resolves an import path and a
+    slca.estimators entry point through verl's own compute_advantage; an unresolvable one is a warning at
+    ``import verl`` (before any model) and the same one-line error on the first batch."""
+    from pathlib import Path
+
+    from test_estimator_paths import SRC, write_user_package
+
+    site = tmp_path / "site"
+    write_user_package(site, "u", {"u_ep": "upkg.estimators:_double_grpo"})
+    log = tmp_path / "calls.txt"
+    r = _fresh(USER_ESTIMATOR_IN_VERL, SLCA_ESTIMATOR="nowhere_mod:fn", USER_EST_LOG=str(log),
+               PYTHONPATH=os.pathsep.join([str(SRC), str(site)]))
+    assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stdout[-2000:] + r.stderr[-3000:]
+    why = "SLCA_ESTIMATOR='nowhere_mod:fn': estimator 'nowhere_mod:fn': no module named 'nowhere_mod'"
+    assert f"RAISED {why} (install its package" in r.stdout
+    assert f"{why} (install its package, or put the folder that holds it on PYTHONPATH) (adv_estimator=slca will raise this on the first batch)" in r.stderr
+    assert [ln.split()[0] for ln in Path(log).read_text().splitlines()] == ["u_half_slca", "u_double_grpo"]
+
+
 def test_agent_loop_output_writes_both_tiers_and_dispatch_reads_them():
     from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics
 

@@ -41,6 +41,8 @@ __all__ = [
     "get_estimator",
     "get_input",
     "list_estimators",
+    "resolve_estimator",
+    "ENTRY_POINT_GROUP",
     "compute_advantages",
     "fill_inputs",
 ]
@@ -549,6 +551,11 @@ def register_estimator(
             if isinstance(n, InputSpec):
                 register_input(n)
         _REGISTRY[name] = spec
+        if not isinstance(f, EstimatorSpec):
+            try:  # lets resolve_estimator("module:function") find the spec from the function itself
+                f.__slca_estimator__ = spec  # type: ignore[union-attr]
+            except (AttributeError, TypeError):
+                pass
         return f
 
     return deco(fn) if fn is not None else deco
@@ -566,11 +573,151 @@ def _make_spec(name, f, needs, options, doc, reference, trajectory) -> Estimator
 
 
 def get_estimator(name: str) -> EstimatorSpec:
-    """The estimator spec registered under ``name`` (callable: ``spec(inputs, **options)``); ValueError listing the known ones otherwise."""
+    """The estimator spec ``name`` refers to (callable: ``spec(inputs, **options)``).
+
+    ``name`` is a registered name, an import path ``"package.module:function"`` or
+    the name of a ``slca.estimators`` entry point (see :func:`resolve_estimator`);
+    ValueError, one line, saying what is wrong otherwise (listing the known ones).
+    """
+    spec = _REGISTRY.get(name) if isinstance(name, str) else None
+    return spec if spec is not None else resolve_estimator(name)
+
+
+ENTRY_POINT_GROUP = "slca.estimators"
+"""Entry-point group an installed package declares its estimators in (``[project.entry-points."slca.estimators"]``)."""
+
+_ALIASES: dict[str, EstimatorSpec] = {}  # an import path or entry-point name already resolved -> its spec
+
+
+def resolve_estimator(ref: str) -> EstimatorSpec:
+    """The estimator ``ref`` refers to, importing the user code that registers it; works in any process.
+
+    ``ref`` is one of:
+
+    * a registered name (``"slca"``, or one registered in this process);
+    * an import path ``"package.module:function"``: the module is imported (which
+      runs its ``@register_estimator(...)``) and ``function`` is a function it
+      registered (or an :class:`EstimatorSpec`, or the registered *name* of an
+      estimator the module registered). A process that never saw the
+      registration (``slca train``, ``slca compare``'s runs, a TRL or verl worker)
+      resolves the same path to the same function;
+    * the name of an entry point in the group :data:`ENTRY_POINT_GROUP`
+      (``slca.estimators``) of an installed package, e.g.
+      ``[project.entry-points."slca.estimators"] my_est = "my_pkg.module:fn"``;
+      its value is resolved as an import path.
+
+    A resolved reference is remembered (the module is imported once).
+
+    Raises:
+        ValueError: one line naming the reference and what is wrong: unknown
+            name, module not found, the module failed to import (e.g. it
+            registers a name another estimator holds), attribute missing, not a
+            registered estimator, an entry-point name two packages declare.
+    """
+    if not isinstance(ref, str) or not ref.strip():
+        raise ValueError(f"estimator must be a non-empty string (a registered name or 'package.module:function'), got {ref!r}")
+    if ref in _REGISTRY:
+        return _REGISTRY[ref]
+    known = _ALIASES.get(ref)
+    if known is not None and _REGISTRY.get(known.name) is known:
+        return known
+    if ":" in ref:
+        spec = _from_import_path(ref, ref)
+    else:
+        eps = _entry_points()
+        if ref not in eps:
+            installed = f"; installed ({ENTRY_POINT_GROUP} entry points): {sorted(eps)}" if eps else ""
+            raise ValueError(f"unknown estimator {ref!r}; registered: {sorted(_REGISTRY)}{installed}; "
+                             "user code: give its import path 'package.module:function'")
+        spec = _from_entry_point(ref, eps[ref])
+    _ALIASES[ref] = spec
+    return spec
+
+
+def _entry_points() -> dict[str, Any]:
+    """The ``slca.estimators`` entry points by name; ValueError if two packages declare one name differently."""
+    from importlib.metadata import entry_points
+
+    out: dict[str, Any] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        old = out.get(ep.name)
+        if old is not None and old.value != ep.value:
+            raise ValueError(f"estimator entry point {ep.name!r} ({ENTRY_POINT_GROUP}) is declared twice: "
+                             f"{_dist_name(old)} -> {old.value!r}, {_dist_name(ep)} -> {ep.value!r}; uninstall one or "
+                             "give the import path instead")
+        out.setdefault(ep.name, ep)
+    return out
+
+
+def _dist_name(ep: Any) -> str:
+    dist = getattr(ep, "dist", None)
+    return getattr(dist, "name", None) or "a package"
+
+
+def _from_entry_point(name: str, ep: Any) -> EstimatorSpec:
+    where = f"estimator {name!r} (entry point {ep.value!r} of {_dist_name(ep)})"
+    if ":" in ep.value:
+        return _from_import_path(ep.value, where)
+    _import(ep.value.strip(), where)  # a module: importing it registers `name`
+    if name not in _REGISTRY:
+        raise ValueError(f"{where}: importing {ep.value!r} registered no estimator named {name!r}; "
+                         f"it registered: {_registered_by(ep.value.strip())}")
+    return _REGISTRY[name]
+
+
+def _import(module: str, where: str) -> Any:
     try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown estimator {name!r}; registered: {sorted(_REGISTRY)}") from None
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name and (module == e.name or module.startswith(e.name + ".")):
+            raise ValueError(f"{where}: no module named {e.name!r} (install its package, or put the folder that "
+                             "holds it on PYTHONPATH)") from None
+        raise ValueError(f"{where}: importing module {module!r} failed: {e}") from None
+    except Exception as e:  # the module's own error (a duplicate name, a syntax error, ...), reported in one line
+        raise ValueError(f"{where}: importing module {module!r} failed: {type(e).__name__}: {e}") from None
+
+
+def _registered_by(module: str) -> list[str]:
+    return sorted(n for n, s in _REGISTRY.items() if getattr(s.fn, "__module__", None) == module)
+
+
+def _from_import_path(path: str, where: str) -> EstimatorSpec:
+    """The estimator at ``"package.module:attr"``; ``where`` starts every error message."""
+    if where == path:
+        where = f"estimator {path!r}"
+    module, _, attr = (x.strip() for x in path.partition(":"))
+    if not module or not attr or not all(p.isidentifier() for p in (*module.split("."), *attr.split("."))):
+        raise ValueError(f"{where}: an import path must look like 'package.module:function'")
+    obj: Any = _import(module, where)
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            if attr in _REGISTRY and getattr(_REGISTRY[attr].fn, "__module__", None) == module:
+                return _REGISTRY[attr]  # "module:NAME", NAME the name the module registered
+            raise ValueError(f"{where}: module {module!r} has no attribute {attr!r}; "
+                             f"estimators it registered: {_registered_by(module)}")
+        obj = getattr(obj, part)
+    return _spec_of(obj, f"{where}: {module}.{attr}")
+
+
+def _spec_of(obj: Any, where: str) -> EstimatorSpec:
+    """The registered spec of ``obj`` (an EstimatorSpec, or a function registered as an estimator)."""
+    if isinstance(obj, EstimatorSpec):
+        try:
+            register_estimator(obj.name, obj)  # a no-op if it is there; ValueError if another function holds the name
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+        return _REGISTRY[obj.name]
+    if callable(obj):
+        for spec in _REGISTRY.values():
+            if spec.fn is obj:
+                return spec
+        own = getattr(obj, "__slca_estimator__", None)
+        if isinstance(own, EstimatorSpec) and own.fn is obj:  # registered at import, since dropped from the registry
+            register_estimator(own.name, own)
+            return own
+        raise ValueError(f"{where} is not a registered estimator: decorate it with @slca.register_estimator(\"NAME\") "
+                         "in its module (the import path then finds it)")
+    raise ValueError(f"{where} is a {type(obj).__name__}, not an estimator function")
 
 
 def list_estimators(*, reference: bool | None = None) -> list[str]:

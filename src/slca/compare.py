@@ -97,12 +97,9 @@ def check_runs(estimators: list[str], seeds: list[int], out: Path, overrides: li
     Every run's config is validated, and a run folder already in ``out`` that
     was trained with a different config is refused unless ``overwrite``.
     """
-    from slca.advantages import list_estimators
     from slca.config import load_config
 
-    for e in estimators:
-        if e not in list_estimators():
-            raise ValueError(f"--estimators: unknown estimator {e!r}; registered: {list_estimators()}")
+    check_estimators(estimators)
     if any(k.split("=", 1)[0].strip() in ("estimator", "seed", "run_dir") for k in overrides):
         raise ValueError("--set: may not change estimator, seed or run_dir (compare sets them per run)")
     base = load_config(None, overrides)
@@ -117,11 +114,72 @@ def check_runs(estimators: list[str], seeds: list[int], out: Path, overrides: li
     return base
 
 
+def check_estimators(estimators: list[str]) -> None:
+    """Refuse, before any run starts, an estimator the runs' own processes could not resolve.
+
+    Each run is a fresh ``slca train`` process: it finds slca's estimators, an
+    import path ``package.module:function`` and a ``slca.estimators`` entry point,
+    but not a name registered only in this process (by a script or a notebook).
+    Also refused: two references to one estimator, and two whose run folders
+    would share a name.
+    """
+    from slca.advantages import _entry_points, resolve_estimator
+
+    done: list[tuple[str, Any]] = []
+    for e in estimators:
+        try:
+            spec = resolve_estimator(e)
+        except ValueError as err:
+            raise ValueError(f"--estimators: {err}") from None
+        mod = getattr(spec.fn, "__module__", None) or "?"
+        if ":" not in e and mod != "slca" and not mod.startswith("slca.") and e not in _entry_points():
+            qual = getattr(spec.fn, "__qualname__", "")
+            path = (f"'{mod}:{qual}'" if mod != "__main__" and qual.isidentifier()
+                    else "'package.module:function' (define it at the top level of a module, not in a script or a function)")
+            raise ValueError(f"--estimators: {e!r} is registered in this process only (by {mod}); each run trains in a fresh "
+                             f"`slca train` process, which cannot see it: pass its import path {path}, or declare it in the "
+                             f"slca.estimators entry points of its package")
+        for other, o_spec in done:
+            if o_spec is spec:
+                raise ValueError(f"--estimators: {other!r} and {e!r} are the same estimator {spec.name!r}")
+            if _label(other) == _label(e):
+                raise ValueError(f"--estimators: {other!r} and {e!r} would share the run folders {_label(e)}-seed*")
+        done.append((e, spec))
+
+
+def _label(estimator: str) -> str:
+    """The run folders' name for ``estimator``: itself, or for an import path the name it is registered under."""
+    if ":" not in estimator:
+        return estimator
+    from slca.advantages import resolve_estimator
+
+    return resolve_estimator(estimator).name
+
+
 def _specs(estimators: list[str], seeds: list[int], out: Path) -> list[RunSpec]:
-    return [RunSpec(e, s, out / f"{e}-seed{s}") for s in seeds for e in estimators]
+    return [RunSpec(e, s, out / f"{_label(e)}-seed{s}") for s in seeds for e in estimators]
 
 
-def _run_one(spec: RunSpec, overrides: list[str], log_dir: Path, flag: str | None) -> tuple[RunSpec, int, float]:
+def _import_roots(estimators: list[str]) -> list[str]:
+    """Folders this process imported the estimators' import-path modules from, outside the Python installation
+    (a folder added to ``sys.path`` in a script or notebook): the runs get them on PYTHONPATH, so they import the same file."""
+    roots = []
+    prefixes = [Path(p).resolve() for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}]
+    for e in estimators:
+        name = e.split(":", 1)[0].split(".")[0].strip()
+        if ":" not in e or name == "slca":  # slca itself: the run imports it anyway
+            continue
+        top = sys.modules.get(name)
+        f = getattr(top, "__file__", None)
+        where = [Path(f).parent] if f else [Path(p) for p in getattr(top, "__path__", [])][:1]  # a namespace package: __path__
+        for d in where:
+            root = (d.parent if f is None or Path(f).name == "__init__.py" else d).resolve()
+            if not any(root == p or p in root.parents for p in prefixes) and str(root) not in roots:
+                roots.append(str(root))
+    return roots
+
+
+def _run_one(spec: RunSpec, overrides: list[str], log_dir: Path, flag: str | None, roots: list[str] = ()) -> tuple[RunSpec, int, float]:
     cmd = [sys.executable, "-m", "slca.cli", "train", "--set", f"estimator={spec.estimator}", "--set", f"seed={spec.seed}",
            "--set", f"run_dir={spec.run_dir}"]
     for o in overrides:
@@ -129,8 +187,10 @@ def _run_one(spec: RunSpec, overrides: list[str], log_dir: Path, flag: str | Non
     if flag:
         cmd.append(flag)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    if roots:  # appended: the run's own path (its slca, its packages) comes first
+        env["PYTHONPATH"] = os.pathsep.join([p for p in (env.get("PYTHONPATH") or "").split(os.pathsep) if p] + list(roots))
     t0 = time.time()
-    with open(log_dir / f"{spec.estimator}-seed{spec.seed}.log", "w") as f:
+    with open(log_dir / f"{spec.run_dir.name}.log", "w") as f:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
     return spec, rc, time.time() - t0
 
@@ -157,8 +217,9 @@ def run_compare(estimators: list[str], seeds: list[int], out: Path, overrides: l
             todo.append((sp, _FLAGS[status]))
     t0 = time.time()
     failed = []
+    roots = _import_roots(estimators)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
-        for spec, rc, secs in ex.map(lambda item: _run_one(item[0], overrides, out / "logs", item[1]), todo):
+        for spec, rc, secs in ex.map(lambda item: _run_one(item[0], overrides, out / "logs", item[1], roots), todo):
             if progress:
                 progress(spec, rc, secs)
             if rc != 0:

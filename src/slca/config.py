@@ -91,7 +91,7 @@ class TrainConfig:
 
     # ---- advantages
     estimator: str = "slca"
-    """Name in the estimator registry (slca.list_estimators()): 'grpo', 'slca', 'gdpo', 'slca_cond', 'slca_turn', or one you registered."""
+    """Estimator: a name in the registry (slca.list_estimators()): 'grpo', 'slca', 'gdpo', 'slca_cond', 'slca_turn'; your own as an import path 'my_pkg.module:function' (the module is imported, which registers it) or the name of a 'slca.estimators' entry point of an installed package (docs/training.md)."""
     scale: str = "group"
     """Advantage normalisation: 'group' (GRPO), 'batch' (TRL scale_rewards='batch'), 'none' (Dr. GRPO)."""
     eps: float = 1e-6
@@ -219,9 +219,13 @@ def _any(v: Any) -> str | None:
 
 
 def _estimator(v: str) -> str | None:
-    from slca.advantages import list_estimators
+    from slca.advantages import resolve_estimator
 
-    return None if v in list_estimators() else f"must be a registered estimator {list_estimators()}, got {v!r}"
+    try:
+        resolve_estimator(v)  # a registered name, 'package.module:function' (imported here) or an entry point
+    except ValueError as e:
+        return str(e).removeprefix(f"estimator {v!r}: ")  # "estimator: no module named 'my_pkg' (...)"
+    return None
 
 
 def _tool_format(v: str) -> str | None:

@@ -54,7 +54,7 @@ from typing import Any
 
 import torch
 
-from slca.advantages import EMPTY_TOOL_MODES, AdvantageInputs, get_estimator
+from slca.advantages import EMPTY_TOOL_MODES, AdvantageInputs, get_estimator, resolve_estimator
 from slca.segments import segment_masks
 from slca.types import Task
 
@@ -131,7 +131,9 @@ class SLCAGRPOConfig(GRPOConfig):
     advantage_estimator: str = field(
         default="slca",
         metadata={"help": "Name in slca's estimator registry: 'slca' (segment-locked), 'grpo' (one scalar "
-                  "on every token, the matched baseline), 'gdpo' (decoupled normalisation, no locking)."},
+                  "on every token, the matched baseline), 'gdpo' (decoupled normalisation, no locking), ...; your own "
+                  "as an import path 'my_pkg.module:function' (imported in every process) or a 'slca.estimators' "
+                  "entry point. Checked when the config is made, before any model loads."},
     )
     reward_tiers: list[str] | None = field(
         default=None,
@@ -147,6 +149,10 @@ class SLCAGRPOConfig(GRPOConfig):
         default=1e-4,
         metadata={"help": "eps added to the group std; 1e-4 is the constant TRL's own normalisation uses."},
     )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        resolve_estimator(self.advantage_estimator)  # one-line ValueError (unknown, module not found, ...) before any model loads
 
 
 def tier_rewards(

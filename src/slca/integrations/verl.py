@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from slca.advantages import EMPTY_TOOL_MODES, AdvantageInputs, get_estimator
+from slca.advantages import EMPTY_TOOL_MODES, AdvantageInputs, EstimatorSpec, resolve_estimator
 from slca.segments import segment_masks
 
 __all__ = [
@@ -63,11 +63,13 @@ __all__ = [
     "pack_token_rewards",
     "unpack_token_rewards",
     "compute_slca_outcome_advantage",
+    "selected_estimator",
     "register",
     "compute_score",
 ]
 
 ESTIMATOR_NAME = "slca"
+ESTIMATOR_ENV = "SLCA_ESTIMATOR"
 TOOL_KEY = "tool_reward"
 NOT_EXECUTED = "not executed: the rollout ended before the environment answered"
 SUMMARY_KEY = "summary_reward"
@@ -202,7 +204,8 @@ def compute_slca_outcome_advantage(
     """verl estimator ``slca``: :func:`slca.slca_advantages` (or any registered estimator) through slca's registry.
 
     The estimator is ``slca`` unless the environment variable ``SLCA_ESTIMATOR``
-    names another registered one (``gdpo``, ``slca_cond``, one you registered);
+    names another (:func:`selected_estimator`: ``gdpo``, ``slca_cond``, or yours as
+    ``my_pkg.module:function`` or a ``slca.estimators`` entry point);
     the optional inputs it needs (its spec's ``needs``) are read from
     ``non_tensor_batch`` under the same names.
 
@@ -251,14 +254,37 @@ def compute_slca_outcome_advantage(
         summary_mask=summary_seg,
     )
     # any registered estimator (SLCA_ESTIMATOR, default slca); the inputs it needs come from reward_extra_info
-    spec = get_estimator(os.environ.get("SLCA_ESTIMATOR", ESTIMATOR_NAME))
+    spec = selected_estimator()
     missing = [n for n in spec.needs if non_tensor_batch is None or n not in non_tensor_batch]
     if missing:
-        raise ValueError(f"SLCA_ESTIMATOR={spec.name!r} needs {missing} in the batch's reward_extra_info (non_tensor_batch)")
+        ref = os.environ.get(ESTIMATOR_ENV, ESTIMATOR_NAME)
+        raise ValueError(f"{ESTIMATOR_ENV}={ref!r} needs {missing} in the batch's reward_extra_info (non_tensor_batch)")
     inputs = inputs.with_inputs({n: _as_input(non_tensor_batch[n]) for n in spec.needs})
     adv = spec(inputs, **spec.pick({"scale": scale, "eps": epsilon, "empty_tool": empty_tool}))
     adv = adv.to(device=mask.device, dtype=torch.as_tensor(token_level_rewards).dtype)
     return adv, adv
+
+
+def selected_estimator() -> EstimatorSpec:
+    """The slca estimator that verl's ``algorithm.adv_estimator=slca`` runs in this process.
+
+    ``SLCA_ESTIMATOR`` (default ``slca``): a registered name, an import path
+    ``my_pkg.module:function`` (the module is imported here, which registers it:
+    verl's workers need no registration code of their own, only the package on
+    their path) or the name of a ``slca.estimators`` entry point
+    (:func:`slca.advantages.resolve_estimator`). verl looks ``adv_estimator`` up in
+    its own registry, where this module registers ``slca`` alone, so the choice
+    among slca's estimators travels in the environment. Check a node before a run
+    with ``python -c "from slca.integrations.verl import selected_estimator as s; print(s().name)"``.
+
+    Raises:
+        ValueError: one line, ``SLCA_ESTIMATOR='...': <what is wrong>``.
+    """
+    ref = os.environ.get(ESTIMATOR_ENV, ESTIMATOR_NAME)
+    try:
+        return resolve_estimator(ref)
+    except ValueError as e:
+        raise ValueError(f"{ESTIMATOR_ENV}={ref!r}: {e}") from None
 
 
 def register() -> None:
@@ -396,4 +422,19 @@ def compute_score(
     return out
 
 
+def _warn_if_unresolvable() -> None:
+    """At ``import verl`` (this plugin's import, before any model loads): a ``SLCA_ESTIMATOR`` that cannot be
+    resolved is logged as a warning now. verl ignores a plugin that raises, so the error itself is raised
+    where the estimator runs (:func:`selected_estimator`)."""
+    if ESTIMATOR_ENV not in os.environ:
+        return
+    try:
+        selected_estimator()
+    except ValueError as e:
+        import logging
+
+        logging.getLogger(__name__).warning("%s (adv_estimator=slca will raise this on the first batch)", e)
+
+
 register()
+_warn_if_unresolvable()
