@@ -86,9 +86,20 @@ def run_status(spec: RunSpec, overrides: list[str]) -> tuple[str, list[str]]:
     if diff:
         return "differs", diff
     ckpt = newest_intact_checkpoint(spec.run_dir / "checkpoints")[0]
-    if ckpt is not None and checkpoint_step(ckpt) == cfg.steps and (spec.run_dir / "samples.json").exists():
+    if (spec.run_dir / "samples.json").exists() and ((ckpt is not None and checkpoint_step(ckpt) == cfg.steps) or _records_finished(spec.run_dir, cfg.steps)):
         return "done", []
     return "resume", []
+
+
+def _records_finished(run_dir: Path, steps: int) -> bool:
+    """Whether a run's records are complete without its checkpoints (a study's committed records):
+    ``metrics.jsonl`` ends with the record of step ``steps``, which holds its final evaluation."""
+    try:
+        rows = read_metrics(run_dir)
+    except ValueError:
+        return False
+    last = rows[-1] if rows else {}
+    return last.get("step") == steps and any(k.startswith("eval") for k in last)
 
 
 def check_runs(estimators: list[str], seeds: list[int], out: Path, overrides: list[str], *, overwrite: bool = False) -> Any:
