@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import assume, given, settings
@@ -339,7 +340,6 @@ def test_registry_accepts_new_estimator():
     [
         (lambda: group_normalize(torch.tensor([1.0, 2.0]), [0]), "group_ids has length 1, expected 2"),
         (lambda: group_normalize(torch.tensor([[1.0]]), [0]), "rewards must be a \\(B,\\)"),
-        (lambda: group_normalize(torch.tensor([]), []), "empty batch"),
         (lambda: group_normalize(torch.tensor([1.0]), [0], scale="std"), "scale must be one of"),
         (lambda: group_normalize(torch.tensor([1.0]), torch.tensor([0.5])), "group_ids as a tensor must be integer"),
         (lambda: group_normalize(torch.tensor([1.0]), [[0]]), "group_ids must be hashable"),
@@ -362,3 +362,67 @@ def test_registry_accepts_new_estimator():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# ----------------------------------------------------------------- one input contract, empty shapes
+
+BUILTIN = list_estimators()  # before any test registers its own
+
+
+def _batch(B: int = 6, T: int = 7, K: int = 2, seed: int = 0) -> dict:
+    """Every input any built-in estimator reads, as torch tensors (two groups, calls and no-call rows)."""
+    g = torch.Generator().manual_seed(seed)
+    model = torch.ones(B, T, dtype=torch.long)
+    if T >= 5:
+        model[::2, 2] = 0  # a tool response in every other row
+        model[:, -1] = 0  # padding
+    tm, sm = segment_masks(model)
+    return dict(
+        tool_rewards=torch.rand(B, generator=g), summary_rewards=torch.rand(B, generator=g),
+        group_ids=[i // 3 for i in range(B)], model_mask=model, tool_mask=tm, summary_mask=sm,
+        tool_signatures=[i % 2 for i in range(B)], turn_rewards=torch.rand(B, K, generator=g),
+    )
+
+
+def _as(kind: str, x):
+    if kind == "torch" or not isinstance(x, torch.Tensor):
+        return x
+    return x.numpy() if kind == "numpy" else x.tolist()
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+@pytest.mark.parametrize("kind", ["numpy", "list"])
+def test_every_estimator_takes_torch_numpy_and_list_inputs_alike(name, kind):
+    """One input contract (AdvantageInputs converts once): numpy arrays and lists give the torch result."""
+    b = _batch()
+    want = compute_advantages(name, AdvantageInputs(**b))
+    got = compute_advantages(name, AdvantageInputs(**{k: _as(kind, v) for k, v in b.items()}))
+    assert isinstance(got, torch.Tensor) and got.shape == want.shape == (6, 7)
+    torch.testing.assert_close(got.float(), want.float(), atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(got).all() and got.abs().sum() > 0
+
+
+def test_numpy_float64_rewards_reach_grpo_as_tensors():
+    b = _batch()
+    inp = AdvantageInputs(**{**b, "tool_rewards": b["tool_rewards"].double().numpy(), "summary_rewards": [0.0] * 6})
+    assert isinstance(inp.tool_rewards, torch.Tensor) and isinstance(inp.summary_rewards, torch.Tensor)
+    torch.testing.assert_close(
+        compute_advantages("grpo", inp), grpo_advantages(b["tool_rewards"], b["group_ids"], b["model_mask"]),
+        atol=1e-5, rtol=1e-5,
+    )
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+@pytest.mark.parametrize("B, T", [(0, 7), (0, 0), (6, 0)])
+def test_every_estimator_defines_empty_batches_and_empty_responses(name, B, T):
+    """B = 0 (no rollout) and T = 0 (no response token): an empty (B, T) result, not an error."""
+    b = _batch(B=B, T=T)
+    for kind in ("torch", "numpy", "list"):
+        adv = compute_advantages(name, AdvantageInputs(**{k: _as(kind, v) for k, v in b.items()}))
+        want = (0, 0) if kind == "list" and B == 0 else (B, T)  # a list [] has no column count: (0, 0)
+        assert tuple(adv.shape) == want and adv.dtype == torch.float32
+
+
+def test_group_normalize_of_an_empty_batch_is_empty():
+    assert group_normalize(torch.tensor([]), []).shape == (0,)
+    assert grpo_advantages([], [], torch.zeros(0, 3)).shape == (0, 3)

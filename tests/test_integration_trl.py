@@ -31,6 +31,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM 
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from trl.chat_template_utils import qwen2_5_chat_template  # noqa: E402
 
+from slca.advantages import get_estimator, list_estimators  # noqa: E402
 from slca.integrations.trl import (  # noqa: E402
     SLCAGRPOConfig,
     SLCAGRPOTrainer,
@@ -38,6 +39,8 @@ from slca.integrations.trl import (  # noqa: E402
     tier_rewards,
     trl_batch_advantages,
 )
+
+BUILTIN_ESTIMATORS = list_estimators()  # before any test registers its own
 
 CALL = '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
 ANSWER = "It is sunny in Paris."
@@ -392,6 +395,30 @@ t.train()
 rec = Trainer.recorded[0]
 torch.save({{k: rec[k] for k in ("completion_ids", "completion_mask", "tool_mask", "advantages")}},
            {out!r} + f"/rank{{t.accelerator.process_index}}.pt")
+
+# an estimator's own inputs are computed per process and gathered in row order (ragged tensors padded with NaN)
+import os
+import slca.advantages as A
+seen = {{}}
+
+@A.register_estimator("gather_probe", needs=(A.InputSpec("probe_rows", "(B, K)"), A.InputSpec("probe_ids", "ids")))
+def gather_probe(inputs, *, scale="group", eps=1e-6):
+    seen.update(rows=inputs.get("probe_rows").cpu(), ids=list(inputs.get("probe_ids")))
+    return A.compute_advantages("slca", inputs, scale=scale, eps=eps)
+
+rank = int(os.environ["RANK"])
+def probe_rows(completion_ids, **_):  # K = 1 on rank 0, 2 on rank 1
+    return torch.tensor([[100.0 * rank + i] * (1 + rank) for i in range(len(completion_ids))])
+def probe_ids(completion_ids, **_):
+    return [f"{{rank}}:{{i}}" for i in range(len(completion_ids))]
+
+t2 = SLCAGRPOTrainer(model=build_policy(tok), processing_class=tok, reward_funcs=[tool_r, sum_r],
+                     args=base_args({out!r}, per_device_train_batch_size=2, num_generations=4, shuffle_dataset=False,
+                                    advantage_estimator="gather_probe"),
+                     train_dataset=dataset(4), rollout_func=rollout_func,
+                     estimator_inputs={{"probe_rows": probe_rows, "probe_ids": probe_ids}})
+t2.train()
+torch.save(seen, {out!r} + f"/probe{{rank}}.pt")
 """
 
 
@@ -432,6 +459,12 @@ def test_two_processes_normalise_a_group_split_across_them(tmp_path):
                 expect[model_tok & (pos > b)] = float(a_sum[row])
             torch.testing.assert_close(adv, expect, atol=1e-5, rtol=1e-5)
             row += 1
+    nan = float("nan")
+    for k in (0, 1):  # every process sees the whole batch's inputs, in row order
+        seen = torch.load(tmp_path / f"probe{k}.pt")
+        torch.testing.assert_close(seen["rows"], torch.tensor([[0.0, nan], [1.0, nan], [100.0, 100.0], [101.0, 101.0]]),
+                                   equal_nan=True)
+        assert seen["ids"] == ["0:0", "0:1", "1:0", "1:1"]
 
 
 def test_simulator_environment_exposes_task_tools_and_answers_from_slca():
@@ -572,8 +605,195 @@ def test_none_rows_are_summed_like_trl_for_grpo_and_left_out_per_tier_for_slca()
     torch.testing.assert_close(adv[:, 0], torch.tensor((a_t + a_s) / 2, dtype=torch.float32), atol=1e-5, rtol=1e-5)
 
 
-def test_multi_objective_aggregation_other_than_default_is_refused(tmp_path):
+@pytest.mark.parametrize("name", BUILTIN_ESTIMATORS)
+def test_normalize_then_sum_is_taken_by_grpo_and_refused_with_the_reason_by_tiered_estimators(tmp_path, name):
     tok = build_tokenizer()
-    with pytest.raises(ValueError, match="multi_objective_aggregation"):
-        SLCAGRPOTrainer(model=build_policy(tok), processing_class=tok, reward_funcs=[execution_reward, summary_reward],
-                        args=base_args(tmp_path, multi_objective_aggregation="normalize_then_sum"), train_dataset=dataset(8))
+    kw = dict(model=build_policy(tok), processing_class=tok, reward_funcs=[execution_reward, summary_reward],
+              args=base_args(tmp_path, advantage_estimator=name, multi_objective_aggregation="normalize_then_sum"),
+              train_dataset=dataset(8), estimator_inputs={n: (lambda **_: None) for n in get_estimator(name).needs})
+    if get_estimator(name).trajectory:
+        assert SLCAGRPOTrainer(**kw).slca_aggregation == "normalize_then_sum"
+    else:
+        with pytest.raises(ValueError, match=f"normalize_then_sum' with advantage_estimator='{name}'.*nothing to route"):
+            SLCAGRPOTrainer(**kw)
+
+
+# ----------------------------------------------------------------- every registered estimator through the trainer
+
+OPTIONS = {"slca_turn": {"turn_lambda": 0.5}, "slca_cond": {"cond_std": "subgroup"}, "call_count_bonus": {"weight": 0.5}}
+
+
+def flaky_weather():
+    """A ``get_weather`` tool that fails every other call, so tool outcomes (and turn scores) differ between rollouts."""
+    import itertools
+
+    calls = itertools.count()
+
+    def get_weather(city: str) -> str:
+        """Get the current weather of a city.
+
+        Args:
+            city: The city name.
+        """
+        if next(calls) % 2:
+            return '{"error": "service unavailable"}'
+        return f'{{"city": "{city}", "condition": "sunny", "temperature": 21}}'
+
+    return get_weather
+
+
+def weather_task(tool):
+    from transformers.utils import get_json_schema
+
+    from slca.types import Task, ToolCall
+
+    return Task(id="weather", messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[get_json_schema(tool)],
+                gold=[[ToolCall("get_weather", {"city": "Paris"})]], answer_facts=["sunny"])
+
+
+def register_call_count_bonus(monkeypatch):
+    """A user's estimator with an input of its own (computed from slca trajectories): SLCA plus the group-normalised
+    number of calls on the tool tokens."""
+    import slca.advantages as adv_mod
+
+    monkeypatch.setattr(adv_mod, "_REGISTRY", dict(adv_mod._REGISTRY))
+    monkeypatch.setattr(adv_mod, "_INPUTS", dict(adv_mod._INPUTS))
+    counts = adv_mod.InputSpec("call_counts", "(B,) number of tool calls of each rollout",
+                               lambda trajs: torch.tensor([float(sum(len(c) for c in t.calls)) for t in trajs]))
+
+    @adv_mod.register_estimator("call_count_bonus", needs=(counts,))
+    def call_count_bonus(inputs, *, scale="group", eps=1e-6, weight=1.0):
+        base = adv_mod.compute_advantages("slca", inputs, scale=scale, eps=eps)
+        bonus = adv_mod.group_normalize(inputs.get("call_counts"), inputs.group_ids, scale=scale, eps=eps)
+        return base + weight * bonus.unsqueeze(1) * inputs.tool_mask.float()
+
+
+def hand_inputs(texts):
+    """Rewards and needed inputs recomputed by hand from the decoded completions (every call is get_weather(Paris))."""
+    n_calls = np.array([t.count("<tool_call>") for t in texts])
+    bodies = [[r.split("</tool_response>")[0] for r in t.split("<tool_response>")[1:]] for t in texts]
+    oks = [["error" not in b for b in bs] for bs in bodies]
+    answered = np.array(["sunny in Paris" in t.split("</tool_response>")[-1] for t in texts])
+    r_tool = np.where(n_calls > 0, 1.0 / np.maximum(n_calls, 1), 0.0)
+    r_sum = np.where(answered, np.where([len(b) > 0 for b in bodies], 1.0, 0.5), 0.0)
+    K = max(int(n_calls.max()), 1)
+    turns = np.full((len(texts), K), np.nan)  # gold is one call: the first successful call scores 1, any other 0
+    for i, ok in enumerate(oks):
+        done = False
+        for k in range(n_calls[i]):
+            if k < len(ok):  # an unanswered call (the loop's last) scores NaN
+                turns[i, k] = 1.0 if ok[k] and not done else 0.0
+                done = done or ok[k]
+    signatures = [tuple(sorted(ok)) for ok in oks]  # every call has one key: the multiset of outcomes
+    return r_tool, r_sum, n_calls, signatures, turns
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", BUILTIN_ESTIMATORS + ["call_count_bonus"])
+def test_every_registered_estimator_takes_a_trainer_step_with_its_inputs(tmp_path, monkeypatch, name):
+    """Each estimator of the registry (and a user's, with an input of its own) through TRL's tool loop for one
+    step: the inputs it needs are computed from the completions, its options come from SLCAGRPOConfig, the
+    policy moves, and the advantages equal the estimator's on inputs recomputed here by hand."""
+    from slca import AdvantageInputs, compute_advantages, segment_masks
+
+    if name == "call_count_bonus":
+        register_call_count_bonus(monkeypatch)
+    tool = flaky_weather()
+    task = weather_task(tool)
+    tok = build_tokenizer()
+    model = build_policy(tok)
+    before = params(model)
+    Trainer = recording(SLCAGRPOTrainer)
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": f"Weather in Paris? ({i})"}], "task_id": "weather"}
+                            for i in range(16)])
+    trainer = Trainer(
+        model=model, processing_class=tok, reward_funcs=[execution_reward, summary_reward],
+        args=base_args(tmp_path, advantage_estimator=name, estimator_options=OPTIONS.get(name),
+                       max_tool_calling_iterations=3, per_device_train_batch_size=16),
+        train_dataset=ds, tools=[tool], tasks={"weather": task},
+    )
+    trainer.train()
+    after = params(trainer.model)
+    assert any(not torch.equal(before[n], after[n]) for n in before), "the optimizer step did not move the policy"
+
+    out = Trainer.recorded[0]
+    ids, cm, tm, adv = out["completion_ids"], out["completion_mask"], out["tool_mask"], out["advantages"]
+    texts = [tok.decode(r[m.bool()]) for r, m in zip(ids, cm)]
+    r_tool, r_sum, n_calls, signatures, turns = hand_inputs(texts)
+    assert len(set(signatures)) > 1 and (n_calls == 0).any(), texts  # outcomes differ (seeded)
+    model_tok = cm * tm
+    tool_seg, sum_seg = segment_masks(model_tok, cm)
+    inputs = AdvantageInputs(
+        torch.tensor(r_tool), torch.tensor(r_sum), torch.arange(16) // 4, model_tok, tool_seg, sum_seg,
+        tool_signatures=signatures, turn_rewards=torch.tensor(turns), extra={"call_counts": torch.tensor(n_calls)},
+    )
+    host = get_estimator(name).pick({"scale": "group", "eps": EPS, "empty_tool": "response"})
+    expect = compute_advantages(name, inputs, **host, **OPTIONS.get(name, {}))
+    assert torch.isfinite(adv).all()
+    torch.testing.assert_close(adv, expect, atol=1e-5, rtol=1e-5)
+    assert torch.all(adv[(cm * (1 - tm)).bool()] == 0) and torch.all(adv[~cm.bool()] == 0)  # tool responses, padding
+    if name in OPTIONS:  # the estimator's own option and input changed something: not plain SLCA
+        plain = compute_advantages("slca", inputs, scale="group", eps=EPS)
+        assert not torch.allclose(adv, plain, atol=1e-4)
+
+
+def test_needed_inputs_and_options_are_checked_when_the_trainer_is_built(tmp_path):
+    tok = build_tokenizer()
+    kw = dict(model=build_policy(tok), processing_class=tok, reward_funcs=[execution_reward, summary_reward],
+              train_dataset=dataset(8))
+    with pytest.raises(ValueError, match=r"needs the input 'turn_rewards'.*pass tasks="):
+        SLCAGRPOTrainer(args=base_args(tmp_path, advantage_estimator="slca_turn"), **kw)
+    with pytest.raises(ValueError, match="estimator 'slca_turn' has no option 'lambda'"):
+        SLCAGRPOTrainer(args=base_args(tmp_path, advantage_estimator="slca_turn", estimator_options={"lambda": 1.0}),
+                        estimator_inputs={"turn_rewards": lambda **_: None}, **kw)
+    with pytest.raises(ValueError, match="option 'turn_lambda' must be float"):
+        SLCAGRPOTrainer(args=base_args(tmp_path, advantage_estimator="slca_turn", estimator_options={"turn_lambda": "x"}),
+                        estimator_inputs={"turn_rewards": lambda **_: None}, **kw)
+    with pytest.raises(ValueError, match="may not set 'scale': it comes from SLCAGRPOConfig.scale_rewards"):
+        SLCAGRPOTrainer(args=base_args(tmp_path, estimator_options={"scale": "none"}), **kw)
+    with pytest.raises(ValueError, match="are not inputs advantage_estimator='slca' needs"):
+        SLCAGRPOTrainer(args=base_args(tmp_path), estimator_inputs={"turn_rewards": lambda **_: None}, **kw)
+
+
+def test_estimator_options_parse_from_the_command_line():
+    from trl import TrlParser
+
+    (args,) = TrlParser((SLCAGRPOConfig,)).parse_args_and_config(
+        args=["--output_dir", "x", "--advantage_estimator", "slca_turn", "--estimator_options", '{"turn_lambda": 0.25}',
+              "--use_cpu", "--bf16", "false"])
+    assert args.advantage_estimator == "slca_turn" and args.estimator_options == {"turn_lambda": 0.25}
+
+
+def test_estimator_inputs_function_reaches_the_estimator(tmp_path):
+    """``estimator_inputs``: an input computed by a function called as a reward function (no tasks needed)."""
+    tok = build_tokenizer()
+    rollout_func, parts, shapes = scripted_rollout_func(tok)
+    seen = {}
+
+    def turn_rewards(prompts, completions, completion_ids, **columns):
+        seen["columns"] = sorted(columns)
+        # row i: turns of shape i % 4 (call, env, answer ...); one score per call turn
+        return torch.tensor([[1.0, float("nan")], [0.0, float("nan")], [float("nan")] * 2, [1.0, 0.0],
+                             [0.0, float("nan")], [1.0, float("nan")], [float("nan")] * 2, [0.0, 1.0]])
+
+    funcs = [lambda completions, **_: [1.0] * len(completions), lambda completions, **_: [0.0] * len(completions)]
+    for f, n in zip(funcs, ["t", "s"]):
+        f.__name__ = n
+    t = SLCAGRPOTrainer(model=build_policy(tok), processing_class=tok, reward_funcs=funcs,
+                        args=base_args(tmp_path, advantage_estimator="slca_turn", shuffle_dataset=False),
+                        train_dataset=dataset(8), rollout_func=rollout_func, estimator_inputs={"turn_rewards": turn_rewards})
+    out = t._generate_and_score_completions([dict(x) for x in t.train_dataset])
+    assert "prompt" not in seen["columns"]
+    adv = out["advantages"]
+    # constant tier rewards: only the turn term is left. Group 0 (rows 0-3): turn 0 scores 1, 0, -, 1 -> +-0.577;
+    # row 3's second call (turn 1) is in its tool segment but alone in its cell -> 0. Group 1 (rows 4-7): turn 0
+    # scores 0, 1, -, 0; turn 1 only row 7 (1.0, whose second call is its last tool turn, also alone).
+
+    def norm(v):
+        v = np.array(v)
+        return (v - v.mean()) / (v.std(ddof=1) + EPS)
+    g0, g1 = norm([1.0, 0.0, 1.0]), norm([0.0, 1.0, 0.0])
+    call = len(parts["call"])
+    for row, want in [(0, g0[0]), (1, g0[1]), (3, g0[2]), (4, g1[0]), (5, g1[1]), (7, g1[2])]:
+        torch.testing.assert_close(adv[row, :call], torch.full((call,), float(want)), atol=1e-5, rtol=1e-5)
+    assert torch.all(adv[2] == 0) and torch.all(adv[6] == 0)  # no call, constant rewards

@@ -14,6 +14,12 @@ generation batch (train and eval) the trainer's advantages are checked in the
 same run: with ``grpo`` against the advantages TRL computed itself for that
 batch (:attr:`SLCAGRPOTrainer.trl_advantages`), with ``slca`` against the
 segment-locked values recomputed here in numpy from the batch's rewards.
+
+``test_reward_metric_reflects_reward_weights`` is TRL's, for both
+``multi_objective_aggregation`` rules. The parity test runs one scripted batch
+(tool calls, tool responses, None rewards) through TRL's ``GRPOTrainer`` and the
+drop-in with ``grpo`` for every ``scale_rewards`` x ``multi_objective_aggregation``
+x ``reward_weights``: the same advantage on every policy token.
 """
 
 from __future__ import annotations
@@ -268,3 +274,67 @@ def test_training_with_mask_truncated_completions(tok, tmp_path, estimator):
     t = run(tok, estimator, dataset=zen("standard_prompt_only"), reward_funcs=len_reward, tiers=["summary"],
             tmp_path=tmp_path, mask_truncated_completions=True, max_completion_length=4, expect_update=False)
     assert all(torch.all(b["mask"] == 0) and torch.all(b["adv"] == 0) for b in t.batches)
+
+
+@pytest.mark.parametrize("multi_objective_aggregation", ["sum_then_normalize", "normalize_then_sum"])
+def test_reward_metric_reflects_reward_weights(tok, tmp_path, multi_objective_aggregation):
+    """TRL's test (tests/test_grpo_trainer.py): the logged 'reward' is the weighted sum, with either aggregation.
+    The rewards are constant, so every advantage is 0 and nothing moves (TRL checks only the metric)."""
+
+    def constant_reward_1(completions, **kwargs):
+        return [1.0] * len(completions)
+
+    def constant_reward_0(completions, **kwargs):
+        return [0.0] * len(completions)
+
+    trainer = run(tok, "grpo", dataset=zen("standard_prompt_only"), reward_funcs=[constant_reward_1, constant_reward_0],
+                  tiers=["tool", "summary"], tmp_path=tmp_path, reward_weights=[0.7, 0.3], max_steps=1,
+                  multi_objective_aggregation=multi_objective_aggregation, expect_update=False)
+    log = trainer.state.log_history[-1]
+    assert abs(log["reward"] - 0.7) < 1e-5, f"Expected logged reward to be ~0.7 (weighted), got {log['reward']}."
+
+
+# ----------------------------------------------------------------- parity: the drop-in's grpo is TRL's GRPO
+
+@pytest.mark.parametrize("weights", [None, [0.7, 0.3, 2.0]])
+@pytest.mark.parametrize("multi_objective_aggregation", ["sum_then_normalize", "normalize_then_sum"])
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+def test_grpo_advantages_equal_trls_for_every_option(tmp_path, scale_rewards, multi_objective_aggregation, weights):
+    """One scripted batch (tool calls, tool responses, padding) through TRL's GRPOTrainer and the drop-in with
+    advantage_estimator="grpo": the same advantage on every policy token, for each of TRL's scale_rewards x
+    multi_objective_aggregation x reward_weights. The rewards have None rows (one function on some rows, another on
+    a whole group, all functions on one row: unscorable)."""
+    from test_integration_trl import base_args, build_policy, build_tokenizer, scripted_rollout_func
+    from test_integration_trl import dataset as weather_dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    tok = build_tokenizer()
+    rollout_func, _, _ = scripted_rollout_func(tok)
+    rng = np.random.default_rng(7)
+    r1, r2, r3 = (rng.random(8).tolist() for _ in range(3))
+    r2 = [None if i % 3 == 1 else x for i, x in enumerate(r2)]
+    r3 = [None if i < 4 else x for i, x in enumerate(r3)]  # the whole first group
+    r1[5] = r2[5] = r3[5] = None  # no function scored row 5
+
+    def fixed(values, name):
+        def f(completions, **kwargs):
+            return list(values)
+
+        f.__name__ = name
+        return f
+
+    funcs = [fixed(r1, "r1"), fixed(r2, "r2"), fixed(r3, "r3")]
+    options = dict(scale_rewards=scale_rewards, multi_objective_aggregation=multi_objective_aggregation,
+                   reward_weights=weights, shuffle_dataset=False)
+    out = {}
+    drop_in = {"advantage_estimator": "grpo", "reward_tiers": ["tool", "summary", "summary"]}
+    for cls, cfg, extra in [(GRPOTrainer, GRPOConfig, {}), (SLCAGRPOTrainer, SLCAGRPOConfig, drop_in)]:
+        t = cls(model=build_policy(tok), processing_class=tok, reward_funcs=funcs,
+                args=base_args(tmp_path, cls=cfg, **options, **extra), train_dataset=weather_dataset(8),
+                rollout_func=rollout_func)
+        out[cls.__name__] = t._generate_and_score_completions([dict(x) for x in t.train_dataset])
+    trl_out, slca_out = out["GRPOTrainer"], out["SLCAGRPOTrainer"]
+    assert trl_out["advantages"].abs().sum() > 0 and (trl_out["tool_mask"] == 0).any()
+    model_tok = (trl_out["completion_mask"] * trl_out["tool_mask"]).float()
+    torch.testing.assert_close(slca_out["advantages"], trl_out["advantages"].unsqueeze(1) * model_tok,
+                               atol=1e-5, rtol=1e-5)

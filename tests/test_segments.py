@@ -93,7 +93,6 @@ def test_with_valid_mask_matches_reference(m, data):
     [
         ((torch.tensor([1, 0, 1]),), "model_mask must be a \\(B, T\\)"),
         ((torch.tensor([[1, 2, 0]]),), "model_mask must contain only 0 and 1"),
-        ((torch.zeros(0, 3),), "empty batch"),
         ((torch.tensor([[1, 0]]), torch.tensor([[1, 1, 1]])), "valid_mask has shape"),
         ((torch.tensor([[1, 0]]), torch.tensor([[0, 1]])), "policy tokens must be valid"),
         ((torch.tensor([[1.0, float("nan")]]),), "NaN"),
@@ -102,3 +101,18 @@ def test_with_valid_mask_matches_reference(m, data):
 def test_bad_input(args, match):
     with pytest.raises(ValueError, match=match):
         segment_masks(*args)
+
+
+@pytest.mark.parametrize("B, T", [(0, 3), (0, 0), (3, 0)])
+@pytest.mark.parametrize("dt", [torch.bool, torch.int64, torch.float32])
+@pytest.mark.parametrize("with_valid", [False, True])
+def test_empty_batch_and_empty_responses_give_empty_masks(B, T, dt, with_valid):
+    """B = 0 or T = 0 (a batch of no rollouts, or of zero response columns): empty masks of the same shape."""
+    from slca import turn_index
+
+    m = torch.zeros(B, T, dtype=dt)
+    v = torch.zeros(B, T, dtype=dt) if with_valid else None
+    tool, summ = segment_masks(m, v)
+    assert tool.shape == summ.shape == (B, T) and tool.dtype == summ.dtype == dt
+    assert environment_mask(m, v).shape == (B, T)
+    assert turn_index(m, v).shape == (B, T)

@@ -1,8 +1,11 @@
 """SLCA-GRPO with TRL's GRPOTrainer on slca's toolworld tasks.
 
 Every ``SLCAGRPOConfig`` option (TRL's ``GRPOConfig`` plus ``advantage_estimator``,
-``reward_tiers``, ``empty_tool``, ``advantage_eps``) is a flag, or a key of a
-``--config file.yaml`` (TRL's ``TrlParser``); ``--model`` picks the policy.
+``reward_tiers``, ``empty_tool``, ``advantage_eps``, ``estimator_options``,
+``task_id_column``) is a flag, or a key of a ``--config file.yaml`` (TRL's
+``TrlParser``); ``--model`` picks the policy. Every registered estimator works:
+``--advantage_estimator slca_turn --estimator_options '{"turn_lambda": 0.5}'``
+(the inputs ``slca_cond`` / ``slca_turn`` need are computed from the tasks).
 
 CPU, the embedded model (built on first use, a few minutes)::
 
@@ -71,6 +74,7 @@ def main(argv: list[str] | None = None) -> SLCAGRPOTrainer:
         args=args,
         train_dataset=dataset,
         environment_factory=simulator_environment(tasks, make_env),
+        tasks=tasks,  # the rows' tasks, for the inputs slca_cond / slca_turn need
     )
     trainer.train()
     return trainer

@@ -8,22 +8,28 @@ from typing import Any
 import torch
 
 
-def as_2d(name: str, x: Any) -> torch.Tensor:
-    """Return ``x`` as a 2-D tensor or raise a ValueError naming ``name``."""
+def as_2d(name: str, x: Any, *, nonempty: bool = False) -> torch.Tensor:
+    """Return ``x`` as a 2-D tensor or raise a ValueError naming ``name``.
+
+    An empty batch (``B = 0``) or empty response (``T = 0``) is a valid shape;
+    ``nonempty=True`` refuses ``B = 0`` (for a result that is undefined on no rows, as a loss).
+    """
     if not isinstance(x, torch.Tensor):
         try:
             x = torch.as_tensor(x)
         except Exception as e:  # noqa: BLE001 - re-raised with the argument's name
             raise ValueError(f"{name} must be a (B, T) tensor, got {type(x).__name__}: {e}") from e
+    if x.dim() == 1 and x.numel() == 0:
+        x = x.reshape(0, 0)  # [] : no rows, and so no columns either
     if x.dim() != 2:
         raise ValueError(f"{name} must be a (B, T) tensor, got shape {tuple(x.shape)}")
-    if x.shape[0] == 0:
+    if nonempty and x.shape[0] == 0:
         raise ValueError(f"{name} is an empty batch (B=0); pass at least one rollout")
     return x
 
 
 def as_1d(name: str, x: Any, n: int | None = None) -> torch.Tensor:
-    """Return ``x`` as a 1-D float tensor of length ``n`` (if given)."""
+    """Return ``x`` as a 1-D float tensor of length ``n`` (if given); ``B = 0`` is a valid length."""
     if not isinstance(x, torch.Tensor):
         try:
             x = torch.as_tensor(x, dtype=torch.float32)
@@ -31,8 +37,6 @@ def as_1d(name: str, x: Any, n: int | None = None) -> torch.Tensor:
             raise ValueError(f"{name} must be a (B,) tensor of numbers, got {type(x).__name__}: {e}") from e
     if x.dim() != 1:
         raise ValueError(f"{name} must be a (B,) tensor, got shape {tuple(x.shape)}")
-    if x.shape[0] == 0:
-        raise ValueError(f"{name} is an empty batch (B=0); pass at least one rollout")
     if n is not None and x.shape[0] != n:
         raise ValueError(f"{name} has length {x.shape[0]}, expected {n} (one value per rollout)")
     if not torch.is_floating_point(x):

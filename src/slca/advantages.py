@@ -319,6 +319,11 @@ class AdvantageInputs:
     An estimator lists the optional inputs it reads in its spec's ``needs``
     (:class:`EstimatorSpec`), so callers fill them only when needed
     (:func:`fill_inputs`).
+
+    One input contract for every estimator: rewards and masks may be given as
+    tensors, numpy arrays or (nested) lists; they are converted here, once, so
+    every estimator reads tensors (rewards: 1-D float; masks, ``turn_rewards``,
+    ``turn_index``: 2-D). ``B = 0`` and ``T = 0`` are valid shapes.
     """
 
     tool_rewards: torch.Tensor
@@ -332,6 +337,14 @@ class AdvantageInputs:
     turn_rewards: torch.Tensor | None = None
     turn_index: torch.Tensor | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("tool_rewards", "summary_rewards"):
+            object.__setattr__(self, name, as_1d(name, getattr(self, name)))
+        for name in ("model_mask", "tool_mask", "summary_mask", "turn_rewards", "turn_index"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, as_2d(name, value))
 
     @property
     def total_rewards(self) -> torch.Tensor:

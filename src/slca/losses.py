@@ -88,7 +88,7 @@ def clipped_surrogate(
         (B, T) per-token loss (to be masked and aggregated); with
         ``return_stats``, ``(loss, SurrogateStats)``.
     """
-    lp = as_2d("logprobs", logprobs)
+    lp = as_2d("logprobs", logprobs, nonempty=True)
     check_same_shape(logprobs=lp, old_logprobs=as_2d("old_logprobs", old_logprobs), advantages=as_2d("advantages", advantages))
     if clip_low < 0 or clip_high < 0 or clip_low >= 1:
         raise ValueError(f"clip_low must be in [0, 1) and clip_high >= 0, got {clip_low}, {clip_high}")
@@ -117,7 +117,7 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, *, kind: str 
     Returns:
         (B, T) per-token penalty.
     """
-    lp = as_2d("logprobs", logprobs)
+    lp = as_2d("logprobs", logprobs, nonempty=True)
     check_same_shape(logprobs=lp, ref_logprobs=as_2d("ref_logprobs", ref_logprobs))
     d = ref_logprobs - lp
     if kind == "k1":
@@ -162,7 +162,7 @@ def aggregate(
     Returns:
         scalar tensor.
     """
-    x = as_2d("per_token", per_token)
+    x = as_2d("per_token", per_token, nonempty=True)
     m = check_mask("mask", as_2d("mask", mask))
     check_same_shape(per_token=x, mask=m)
     if mode == "token_mean":

@@ -14,6 +14,16 @@ from slca._checks import as_2d, check_mask, check_same_shape
 __all__ = ["segment_masks", "environment_mask", "turn_index", "tool_turn_index"]
 
 
+def _last_true(mask: torch.Tensor) -> torch.Tensor:
+    """(B, 1) long: the position of each row's last True in the (B, T) bool ``mask``, -1 when none
+    (every row of a ``T = 0`` batch)."""
+    B, T = mask.shape
+    if T == 0:  # amax over an empty dimension is undefined
+        return torch.full((B, 1), -1, dtype=torch.long, device=mask.device)
+    pos = torch.arange(T, device=mask.device)
+    return torch.where(mask, pos, torch.full_like(pos, -1)).amax(dim=1, keepdim=True)
+
+
 def environment_mask(model_mask: torch.Tensor, valid_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Environment (tool-response) tokens of each response.
 
@@ -29,9 +39,7 @@ def environment_mask(model_mask: torch.Tensor, valid_mask: torch.Tensor | None =
     model = check_mask("model_mask", as_2d("model_mask", model_mask))
     if valid_mask is None:
         pos = torch.arange(model.shape[1], device=model.device)
-        # index of the last policy token per row (-1 when none)
-        last = torch.where(model, pos, torch.full_like(pos, -1)).amax(dim=1, keepdim=True)
-        valid = pos.unsqueeze(0) <= last
+        valid = pos.unsqueeze(0) <= _last_true(model)  # up to the last policy token of each row
     else:
         valid = check_mask("valid_mask", as_2d("valid_mask", valid_mask))
         check_same_shape(model_mask=model, valid_mask=valid)
@@ -48,7 +56,8 @@ def segment_masks(
     The boundary ``b`` of row ``i`` is the position of its last environment token.
     ``tool[i, t] = model[i, t] and t < b``; ``summary[i, t] = model[i, t] and t > b``.
     A row with no environment token is all summary (the rollout made no call,
-    or its call was never answered).
+    or its call was never answered). An empty batch (``B = 0``) or empty
+    responses (``T = 0``) give empty masks of the same ``(B, T)`` shape.
 
     Args:
         model_mask: (B, T) 0/1 (bool, int or float), 1 where the policy generated
@@ -72,7 +81,7 @@ def segment_masks(
     env = environment_mask(mm, valid_mask)
     model = mm.bool() if mm.dtype != torch.bool else mm
     pos = torch.arange(model.shape[1], device=model.device).unsqueeze(0)
-    last_env = torch.where(env, pos, torch.full_like(pos, -1)).amax(dim=1, keepdim=True)  # (B, 1)
+    last_env = _last_true(env)  # (B, 1)
     tool = model & (pos < last_env)
     summary = model & (pos > last_env)
     return tool.to(mm.dtype), summary.to(mm.dtype)

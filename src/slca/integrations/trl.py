@@ -18,6 +18,14 @@ accelerate / DeepSpeed, the loss) and replaces only ``out["advantages"]`` with a
 4. Masks are padded and gathered across processes, so each group is normalised
    over all its members whatever process holds them; every process then keeps
    its own rows (the same slice TRL uses for its 1-D advantages).
+5. An estimator that needs more inputs (``slca_cond``, ``slca_turn``, a
+   registered one) gets them computed on each process and gathered the same way
+   (:class:`SLCAGRPOTrainer`'s ``tasks`` / ``estimator_inputs``); its options
+   come from :attr:`SLCAGRPOConfig.estimator_options`.
+
+With ``advantage_estimator="grpo"`` the advantages are TRL's own for every TRL
+option (``scale_rewards``, ``multi_objective_aggregation``, ``reward_weights``);
+the tiered estimators refuse ``normalize_then_sum`` (:func:`check_aggregation`).
 
 ``_compute_loss`` accepts ``(B, T)`` advantages (TRL unsqueezes only 1-D ones), so
 every TRL loss type works unchanged. Both hooks are private TRL methods:
@@ -52,33 +60,43 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
-from slca.advantages import EMPTY_TOOL_MODES, AdvantageInputs, get_estimator, resolve_estimator
+from slca.advantages import EMPTY_TOOL_MODES, AdvantageInputs, EstimatorSpec, get_estimator, get_input, group_normalize, resolve_estimator
 from slca.segments import segment_masks
-from slca.types import Task
+from slca.types import Task, Trajectory
 
 try:
     import trl
+    from accelerate.utils import gather_object
     from trl import GRPOConfig, GRPOTrainer
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("slca.integrations.trl needs TRL: pip install 'slca[trl]'") from e
 
 __all__ = [
+    "AGGREGATIONS",
+    "HOST_OPTIONS",
     "TESTED_TRL",
     "TIERS",
     "SLCAGRPOConfig",
     "SLCAGRPOTrainer",
+    "call_options",
+    "check_aggregation",
     "check_tiers",
     "check_trl_contract",
     "slca_reward_funcs",
     "simulator_environment",
     "tier_rewards",
+    "trajectories_from_completions",
     "trl_batch_advantages",
 ]
 
 TESTED_TRL = (">=1.16", "<1.17")
 TIERS = ("tool", "summary")
+AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")  # TRL's multi_objective_aggregation
+HOST_OPTIONS = {"scale": "scale_rewards", "eps": "advantage_eps", "empty_tool": "empty_tool"}
+"""Estimator options the host sets from its own config (option -> SLCAGRPOConfig field)."""
 
 
 def check_trl_contract(trainer_cls: type = GRPOTrainer) -> None:
@@ -128,12 +146,26 @@ class SLCAGRPOConfig(GRPOConfig):
     """``GRPOConfig`` plus the SLCA options. TRL's own options keep their meaning;
     ``scale_rewards`` is passed to the estimator as ``scale``."""
 
+    _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + ["estimator_options"]
+
     advantage_estimator: str = field(
         default="slca",
         metadata={"help": "Name in slca's estimator registry: 'slca' (segment-locked), 'grpo' (one scalar "
-                  "on every token, the matched baseline), 'gdpo' (decoupled normalisation, no locking), ...; your own "
-                  "as an import path 'my_pkg.module:function' (imported in every process) or a 'slca.estimators' "
-                  "entry point. Checked when the config is made, before any model loads."},
+                  "on every token, the matched baseline), 'gdpo' (decoupled normalisation, no locking), "
+                  "'slca_cond', 'slca_turn'; your own as an import path 'my_pkg.module:function' (imported in every "
+                  "process) or a 'slca.estimators' entry point. Checked when the config is made, before any model loads."},
+    )
+    estimator_options: dict[str, Any] | str | None = field(
+        default=None,
+        metadata={"help": "The estimator's own options by name (JSON on the command line), e.g. "
+                  "'{\"turn_lambda\": 0.5}' for slca_turn or '{\"cond_std\": \"subgroup\"}' for slca_cond; "
+                  "checked against the options it declares when the trainer is built. scale, eps and "
+                  "empty_tool come from scale_rewards, advantage_eps and empty_tool."},
+    )
+    task_id_column: str = field(
+        default="task_id",
+        metadata={"help": "Dataset column naming each row's slca Task (a key of the trainer's tasks=), for the "
+                  "inputs an estimator needs (slca_cond's tool_signatures, slca_turn's turn_rewards)."},
     )
     reward_tiers: list[str] | None = field(
         default=None,
@@ -210,6 +242,55 @@ def check_tiers(tiers: list[str], estimator: str) -> None:
         )
 
 
+def check_aggregation(estimator: str, aggregation: str) -> None:
+    """Raise ValueError if ``estimator`` cannot honour TRL's ``multi_objective_aggregation``.
+
+    Trajectory-level estimators (``grpo``) take both of TRL's rules and give
+    TRL's advantages. The tiered ones take only ``sum_then_normalize`` (within
+    each tier: they normalise each tier's reward in its group themselves).
+    """
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"multi_objective_aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+    if aggregation == "normalize_then_sum" and not get_estimator(estimator).trajectory:
+        raise ValueError(
+            f"multi_objective_aggregation='normalize_then_sum' with advantage_estimator={estimator!r}: TRL's rule "
+            "normalises each reward function in its group and then their weighted sum over the whole batch, one scalar "
+            f"per rollout; {estimator!r} normalises each tier's reward in its group itself and routes it to that tier's "
+            "segment, so a batch-normalised sum of both tiers leaves nothing to route. Keep 'sum_then_normalize' (the "
+            "sum is then per tier), use 'gdpo' for each tier normalised on its own on every token, or 'grpo' for TRL's "
+            "normalize_then_sum exactly"
+        )
+
+
+def call_options(spec: EstimatorSpec, host: Mapping[str, Any], given: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The options to call ``spec`` with: the host's (``scale``, ``eps``, ``empty_tool``) it takes, plus ``given``.
+
+    ``given`` (``SLCAGRPOConfig.estimator_options``) may not set a host option
+    (:data:`HOST_OPTIONS` says which config field does); an option the
+    estimator does not declare, or of the wrong type, raises ValueError naming both.
+    """
+    given = dict(given or {})
+    clash = sorted(set(given) & set(HOST_OPTIONS))
+    if clash:
+        raise ValueError(
+            f"estimator_options may not set {clash[0]!r}: it comes from SLCAGRPOConfig.{HOST_OPTIONS[clash[0]]}"
+        )
+    options = {**spec.pick(host), **given}
+    spec.resolve(options)
+    return options
+
+
+def _normalize_per_function(rewards_per_func: torch.Tensor, group_ids: torch.Tensor, eps: float) -> torch.Tensor:
+    """Each column normalised within its groups (TRL's ``normalize_then_sum`` first step); NaN stays NaN.
+
+    A member of a group with fewer than two scores of that function gets 0, as
+    TRL's ``nansum`` of its NaN gives.
+    """
+    cols = [group_normalize(rewards_per_func[:, k], group_ids, scale="group", eps=eps) for k in range(rewards_per_func.shape[1])]
+    out = torch.stack(cols, dim=1).to(rewards_per_func)
+    return torch.where(torch.isnan(rewards_per_func), rewards_per_func, out)
+
+
 def trl_batch_advantages(
     rewards_per_func: torch.Tensor,
     tiers: list[str],
@@ -222,6 +303,9 @@ def trl_batch_advantages(
     scale: str = "group",
     eps: float = 1e-4,
     empty_tool: str = "response",
+    aggregation: str = "sum_then_normalize",
+    options: Mapping[str, Any] | None = None,
+    extra_inputs: Mapping[str, Any] | None = None,
 ) -> tuple[torch.Tensor, AdvantageInputs]:
     """Per-token advantages for a gathered TRL batch, through slca's registry.
 
@@ -234,6 +318,11 @@ def trl_batch_advantages(
       ``nansum`` over all functions, NaN (left out, advantage 0) only when no
       function scored the row. A tier one row has no score in counts 0 there
       when the other tier scored it.
+    * ``aggregation="normalize_then_sum"`` (trajectory-level estimators only,
+      :func:`check_aggregation`): TRL's rule. Each function is normalised in its
+      group first (:func:`_normalize_per_function`), the weighted sum is then
+      normalised over the whole batch: the estimator sees the batch as one
+      group, with ``scale="group"`` (TRL ignores ``scale_rewards`` there).
     * tiered estimators (``slca``, ``gdpo``, ...) get each tier's own reward
       (:func:`tier_rewards`); a row a tier did not score is left out of that
       tier's group statistics and gets no advantage from it.
@@ -253,6 +342,10 @@ def trl_batch_advantages(
         tool_mask: (B, T) 1 on model tokens, 0 on tool-result tokens; None when
             the batch has no tool tokens.
         num_generations: G.
+        aggregation: TRL's ``multi_objective_aggregation``.
+        options: the estimator's own options (:func:`call_options`).
+        extra_inputs: the optional inputs the estimator needs (its spec's
+            ``needs``), by name, for the B gathered rows.
 
     Returns:
         ``(advantages (B, T) float32, the AdvantageInputs used)``.
@@ -261,18 +354,22 @@ def trl_batch_advantages(
     if num_generations < 1 or B % num_generations:
         raise ValueError(f"num_generations must divide the batch size {B}, got {num_generations}")
     check_tiers(list(tiers), estimator)
+    check_aggregation(estimator, aggregation)
+    spec = get_estimator(estimator)
     valid = completion_mask.long()
     model = valid if tool_mask is None else valid * tool_mask.long()
     tool_seg, summary_seg = segment_masks(model, valid)
+    group_ids = torch.arange(B, device=rewards_per_func.device) // num_generations
+    if aggregation == "normalize_then_sum":
+        rewards_per_func = _normalize_per_function(rewards_per_func, group_ids, eps)
+        group_ids, scale = torch.zeros_like(group_ids), "group"
     r_tool, r_sum = tier_rewards(rewards_per_func, tiers, weights)
-    spec = get_estimator(estimator)
     if spec.trajectory:
         # TRL's scalar: nansum over all functions; NaN only where nothing scored the row
         r_tool = torch.where(torch.isnan(r_tool) & ~torch.isnan(r_sum), torch.zeros_like(r_tool), r_tool)
         r_sum = torch.where(torch.isnan(r_sum) & ~torch.isnan(r_tool), torch.zeros_like(r_sum), r_sum)
     elif "tool" not in tiers:
         empty_tool = "include"
-    group_ids = torch.arange(B, device=rewards_per_func.device) // num_generations
     inputs = AdvantageInputs(
         tool_rewards=r_tool,
         summary_rewards=r_sum,
@@ -280,10 +377,43 @@ def trl_batch_advantages(
         model_mask=model,
         tool_mask=tool_seg,
         summary_mask=summary_seg,
-    )
-    # options it does not take (empty_tool for grpo) are not passed
-    adv = spec(inputs, **spec.pick({"scale": scale, "eps": eps, "empty_tool": empty_tool}))
+    ).with_inputs(dict(extra_inputs or {}))
+    # host options it does not take (empty_tool for grpo) are not passed
+    adv = spec(inputs, **call_options(spec, {"scale": scale, "eps": eps, "empty_tool": empty_tool}, options))
     return adv, inputs
+
+
+def _task_of(tasks: Mapping[str, Task], id_column: str, key: Any, where: str) -> Task:
+    if key not in tasks:
+        raise ValueError(f"{id_column}={key!r} is not among the {len(tasks)} tasks given to {where}")
+    return tasks[key]
+
+
+def _messages(completion: Any) -> list[dict[str, Any]]:
+    """TRL's completion as chat messages: a conversational completion is one already, a text one becomes one turn."""
+    return completion if isinstance(completion, list) else [{"role": "assistant", "content": str(completion)}]
+
+
+def trajectories_from_completions(
+    completions: list[Any], task_ids: list[Any], tasks: Mapping[str, Task], id_column: str = "task_id"
+) -> list[Trajectory]:
+    """slca :class:`Trajectory` objects for TRL's completions, so the input registry's compute functions run on them.
+
+    Each completion (TRL's message list, or a text) gives the turns and final
+    text (:func:`slca.rewards.turns_from_messages`); its :class:`Task` is
+    ``tasks[task_ids[i]]``. The token-level fields are empty (TRL keeps the
+    tokens); ``stop_reason`` is ``final_answer`` when the last assistant turn
+    made no call, else ``max_turns``.
+    """
+    from slca.rewards import turns_from_messages
+
+    out = []
+    for c, key in zip(completions, task_ids, strict=True):
+        msgs = _messages(c)
+        turns, final = turns_from_messages(msgs)
+        stop = "max_turns" if turns and turns[-1].parsed.is_tool_turn else "final_answer"
+        out.append(Trajectory(_task_of(tasks, id_column, key, "the trainer's tasks"), [], [], [], [], turns, final, stop, msgs))
+    return out
 
 
 def slca_reward_funcs(tasks: Mapping[str, Task], id_column: str = "task_id") -> list[Callable[..., list[float | None]]]:
@@ -298,9 +428,7 @@ def slca_reward_funcs(tasks: Mapping[str, Task], id_column: str = "task_id") -> 
     from slca.rewards import execution_reward, summary_reward, turns_from_messages
 
     def _task(i: str) -> Task:
-        if i not in tasks:
-            raise ValueError(f"{id_column}={i!r} is not among the {len(tasks)} tasks given to slca_reward_funcs")
-        return tasks[i]
+        return _task_of(tasks, id_column, i, "slca_reward_funcs")
 
     def _none_if_nan(x: float) -> float | None:
         return None if math.isnan(x) else float(x)
@@ -397,19 +525,45 @@ class SLCAGRPOTrainer(GRPOTrainer):
     Takes TRL's arguments unchanged; ``args`` should be an :class:`SLCAGRPOConfig`
     (a plain ``GRPOConfig`` gets the defaults: estimator ``slca``, tiers
     ``["tool", "summary"]``). Logs ``slca/*`` metrics next to TRL's.
-    ``multi_objective_aggregation`` must stay TRL's default (the estimator
-    decides how rewards combine). After each generation batch,
+    ``multi_objective_aggregation``: both of TRL's rules with a trajectory-level
+    estimator (``grpo``), ``sum_then_normalize`` with a tiered one
+    (:func:`check_aggregation`). After each generation batch,
     :attr:`trl_advantages` holds the ``(B_local,)`` advantages TRL itself
     computed for it (before they are replaced), so a run can check
     ``advantage_estimator="grpo"`` against TRL on every batch.
+
+    Two keyword arguments of its own, for an estimator that needs more than the
+    rewards (its spec's ``needs``: ``slca_cond``'s ``tool_signatures``,
+    ``slca_turn``'s ``turn_rewards``, or a registered estimator's own input):
+
+    * ``tasks``: ``{task_id: Task}``, the rows' slca tasks (each row names its
+      task in the column ``args.task_id_column``). Each needed input is then
+      computed by slca's input registry (:func:`slca.advantages.get_input`) on
+      the batch's completions as slca trajectories
+      (:func:`trajectories_from_completions`).
+    * ``estimator_inputs``: ``{name: fn}`` computing an input directly, called
+      as TRL calls a reward function (``fn(prompts=, completions=,
+      completion_ids=, **columns)``) and returning one value per completion (a
+      list, or an array / tensor whose first dimension is the batch). Takes
+      precedence over ``tasks`` for that input.
+
+    An input is computed on each process for its own completions and gathered
+    (tensors padded with NaN, or -1 if not float, to a common shape), like the
+    rewards. A needed input with neither raises ValueError when the trainer is built.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        tasks: Mapping[str, Task] | None = None,
+        estimator_inputs: Mapping[str, Callable[..., Any]] | None = None,
+        **kwargs: Any,
+    ) -> None:
         check_trl_contract(GRPOTrainer)
         super().__init__(*args, **kwargs)
         a = self.args
         self.slca_estimator = getattr(a, "advantage_estimator", "slca")
-        get_estimator(self.slca_estimator)  # ValueError listing the known ones
+        spec = get_estimator(self.slca_estimator)  # ValueError listing the known ones
         tiers = getattr(a, "reward_tiers", None) or ["tool", "summary"]
         if len(tiers) != len(self.reward_funcs) or any(t not in TIERS for t in tiers):
             raise ValueError(
@@ -418,24 +572,88 @@ class SLCAGRPOTrainer(GRPOTrainer):
             )
         check_tiers(list(tiers), self.slca_estimator)
         self.slca_tiers = list(tiers)
-        aggregation = getattr(self, "multi_objective_aggregation", "sum_then_normalize")
-        if aggregation != "sum_then_normalize":
-            raise ValueError(
-                f"multi_objective_aggregation={aggregation!r} is TRL's own advantage rule, which SLCAGRPOTrainer replaces; "
-                "keep the default 'sum_then_normalize' and pick the rule with advantage_estimator ('gdpo' normalises "
-                "each tier on its own, as normalize_then_sum does per function)"
-            )
+        self.slca_aggregation = getattr(self, "multi_objective_aggregation", "sum_then_normalize")
+        check_aggregation(self.slca_estimator, self.slca_aggregation)
         self.slca_empty_tool = getattr(a, "empty_tool", "response")
         if self.slca_empty_tool not in EMPTY_TOOL_MODES:
             raise ValueError(f"empty_tool must be one of {EMPTY_TOOL_MODES}, got {self.slca_empty_tool!r}")
         self.slca_eps = float(getattr(a, "advantage_eps", 1e-4))
+        self.slca_options = dict(getattr(a, "estimator_options", None) or {})
+        host = {"scale": self.scale_rewards, "eps": self.slca_eps, "empty_tool": self.slca_empty_tool}
+        call_options(spec, host, self.slca_options)  # unknown or mistyped options fail here, not on a batch
+        self.slca_tasks = tasks
+        self.slca_task_column = getattr(a, "task_id_column", "task_id")
+        self.slca_input_funcs = self._check_needs(spec, dict(estimator_inputs or {}))
         self._slca_rewards_per_func: torch.Tensor | None = None
+        self._slca_extra: dict[str, Any] = {}
         self.trl_advantages: torch.Tensor | None = None  # TRL's own (B_local,) advantages of the last batch, for checks
+
+    def _check_needs(self, spec: EstimatorSpec, funcs: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any] | None]:
+        """``{need: fn, or None for the input registry}`` for every input ``spec`` needs; ValueError if one has no source."""
+        unused = sorted(set(funcs) - set(spec.needs))
+        if unused:
+            raise ValueError(f"estimator_inputs {unused} are not inputs advantage_estimator={spec.name!r} needs "
+                             f"(it needs {list(spec.needs) or 'none'})")
+        out: dict[str, Callable[..., Any] | None] = {}
+        for n in spec.needs:
+            if n in funcs:
+                out[n] = funcs[n]
+                continue
+            registered = get_input(n)  # ValueError if no InputSpec is registered under n
+            if registered.compute is None or self.slca_tasks is None:
+                how = "it has no compute function" if registered.compute is None else (
+                    f"slca computes it from each rollout's trajectory ({registered.compute!r}), which needs the rollout's "
+                    f"slca Task: pass tasks={{task_id: Task}} (rows name theirs in the column {self.slca_task_column!r})")
+                raise ValueError(
+                    f"advantage_estimator={spec.name!r} needs the input {n!r} ({registered.doc}); {how}, or pass "
+                    f"estimator_inputs={{{n!r}: fn}} (called as a reward function, one value per completion)"
+                )
+            out[n] = None
+        return out
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._slca_rewards_per_func = rewards_per_func  # (B_global, F), gathered
+        self._slca_extra = {
+            n: self._gather_input(v) for n, v in self._local_inputs(inputs, prompts, completions, completion_ids_list).items()
+        }
         return rewards_per_func
+
+    def _local_inputs(self, inputs, prompts, completions, completion_ids_list) -> dict[str, Any]:
+        """The estimator's needed inputs for this process's completions, by name."""
+        if not self.slca_input_funcs:
+            return {}
+        columns = {k: [row[k] for row in inputs] for k in inputs[0] if k not in ("prompt", "completion", "completion_ids")}
+        trajectories = None
+        out = {}
+        for n, fn in self.slca_input_funcs.items():
+            if fn is not None:
+                value = fn(prompts=prompts, completions=completions, completion_ids=completion_ids_list, **columns)
+            else:
+                if trajectories is None:
+                    if self.slca_task_column not in columns:
+                        raise ValueError(f"the dataset has no column {self.slca_task_column!r} naming each row's task "
+                                         f"(SLCAGRPOConfig.task_id_column); its columns: {sorted(columns)}")
+                    trajectories = trajectories_from_completions(
+                        completions, columns[self.slca_task_column], self.slca_tasks, self.slca_task_column)
+                value = get_input(n).from_trajectories(trajectories)
+            if len(value) != len(prompts):
+                raise ValueError(f"input {n!r} has {len(value)} values for {len(prompts)} completions (one per completion)")
+            out[n] = value
+        return out
+
+    def _gather_input(self, value: Any) -> Any:
+        """One input's values of this process's rows, gathered over all processes in TRL's row order."""
+        acc = self.accelerator
+        if isinstance(value, np.ndarray):
+            value = torch.as_tensor(value)
+        if not isinstance(value, torch.Tensor):
+            return gather_object(list(value))
+        t = value.to(acc.device)
+        pad = float("nan") if torch.is_floating_point(t) else -1
+        for d in range(1, t.dim()):  # e.g. turn_rewards (B, K): K differs between processes
+            t = acc.pad_across_processes(t, dim=d, pad_index=pad)
+        return acc.gather(t)
 
     def _generate_and_score_completions(self, inputs):
         self._slca_rewards_per_func = None
@@ -465,6 +683,9 @@ class SLCAGRPOTrainer(GRPOTrainer):
             scale=self.scale_rewards,
             eps=self.slca_eps,
             empty_tool=self.slca_empty_tool,
+            aggregation=self.slca_aggregation,
+            options=self.slca_options,
+            extra_inputs=self._slca_extra,
         )
         start = acc.process_index * B_local
         self.trl_advantages = out["advantages"]
