@@ -22,6 +22,17 @@ def chat_completion(base_url: str, model: str, messages: list[dict[str, Any]], *
         client.close()
 
 
+def reference_summary(task: Any) -> float:
+    """The summary reward of a toolworld reference answer after the gold calls: 1, except on ``flight`` tasks.
+
+    toolworld's ``search_flights`` returns a bare price and no tool the task runs names
+    its currency, yet the reference answer says "costs 314 USD": the code is an entity
+    nothing the rollout saw supports, so faithfulness is 5/6 and no_hallucination 0
+    (0.3 * 5/6 + 0.4 + 0.1 = 0.75); docs/environment.md ("Entities") says why.
+    """
+    return 0.75 if task.meta.get("task_type") == "flight" else 1.0
+
+
 def values_equal(a: Any, b: Any) -> bool:
     """Equality after :func:`slca.rewards.values.normalize` (``"182"``, ``182`` and ``182.0`` agree)."""
     return normalize(a) == normalize(b)

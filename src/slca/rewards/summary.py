@@ -1,21 +1,43 @@
 """Summary tier of the hierarchical rewards (HierR): the reward for summary tokens.
 
-The final answer is scored against the evidence the rollout actually had:
-its successful tool results, the user's request, the tools as the model saw
-them, and -- for tasks without gold calls only -- ``task.answer_facts``.
+The final answer is checked against the **evidence** the rollout actually had:
+the user's request (user and system messages), its successful tool results
+(string and number leaves, and the words of their keys: ``temp_c`` supports
+the unit ``C``), the descriptions of the tools those results came from
+(``Latest price of a stock in USD``) and -- for tasks without gold calls only --
+``task.answer_facts``. What a tool's parameter schema merely offers (an
+``enum`` menu such as ``"USD"|"EUR"``) or an uncalled tool's description says
+is not evidence. The answer's **claims** are:
+
+* its checkable values: numbers, dates, clock times, scores, ids
+  (:func:`~slca.rewards.values.extract_values`), supported when the evidence
+  holds the same value;
+* its entities: runs of capitalised words not opening a sentence (``Lisbon``,
+  ``Golden Fork``), all-caps codes anywhere (``GBP``, ``AAPL``) and a unit
+  letter after a number (``14 C``) (:func:`~slca.rewards.values.extract_entities`),
+  supported when every word of the entity is a word of the evidence (case-insensitive);
+* one claim per call the answer reports -- it states a value found in that
+  call's arguments or result and in no other call's -- that it is about what
+  the user named: the call's name-like string arguments (letters only, at most
+  four words) that the request names (``city="Lisbon"``, ``title="dentist"``,
+  ``from_currency="GBP"``) must appear in the answer, else the call is
+  *misreported*. This catches swaps the entity check cannot see: a lower-case
+  title (``I added yoga on ...`` for "Add dentist ..."), a name opening a
+  sentence (``Lisbon has ...``), an entity swapped for another one the request
+  also names (``50 EUR is 58.23 EUR`` for "Convert 50 GBP to EUR"). It cannot
+  tell such a swap from an answer that only leaves the name out, so a
+  misreported call costs faithfulness but not ``no_hallucination``.
+
 Components, each in [0, 1]:
 
-* ``faithfulness``    -- ``|stated ∩ evidence| / |stated|`` over the checkable
-  values the answer states (numbers, dates, times, scores, ids; see
-  :func:`~slca.rewards.values.extract_values`); 1 when it states none.
+* ``faithfulness``    -- claims that hold / claims (1 when the answer makes none).
 * ``completeness``    -- fraction of ``task.answer_facts`` the answer states
   (numbers compared numerically, words case-insensitively on word boundaries).
   Refusal tasks (``meta["refusal"]`` or kind ``unservable``): 1 if the answer
   says it cannot help, else 0. Tasks without facts: 1 for a non-empty answer.
-* ``no_hallucination``-- 1 if the answer states no unsupported value and no
-  categorical word (an ``enum`` value of an offered tool's response schema, e.g.
-  ``sunny``) that the evidence (here also the tools' descriptions and parameter
-  schemas, which the model was shown) does not contain; else 0.
+* ``no_hallucination``-- 1 if every stated value and entity is supported and the
+  answer states no categorical word (an ``enum`` value of an offered tool's
+  response schema, e.g. ``sunny``) that the evidence lacks; else 0.
 * ``concision``       -- 1 up to ``B`` words, then ``max(0, 1 - (n - B) / (2B))``,
   with ``B = max(12, 2 * words(reference answer))`` (``B = 12 + 8 * #facts`` without one).
 
@@ -23,7 +45,8 @@ Components, each in [0, 1]:
 
 An empty answer scores 0. An optional judge (off by default) mixes in:
 ``R = (1 - λ) R_sum + λ judge``; a judge that fails makes the reward NaN with
-the reason logged (never a silent 0).
+the reason logged (never a silent 0). :func:`answer_claims` returns the claims
+and the unsupported ones, for diagnostics.
 """
 
 from __future__ import annotations
@@ -31,13 +54,14 @@ from __future__ import annotations
 import logging
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
-from slca.rewards.common import Unscorable, collect_calls
-from slca.rewards.values import extract_values, leaf_values
+from slca.rewards.common import RolloutCalls, Unscorable, collect_calls
+from slca.rewards.values import contains_phrase, entity_supported, extract_entities, extract_values, leaf_tokens, leaf_values, tokens
 from slca.types import RewardBreakdown, Task, Turn
 
-__all__ = ["SUMMARY_WEIGHTS", "summary_reward", "REFUSAL_MARKERS"]
+__all__ = ["SUMMARY_WEIGHTS", "summary_reward", "REFUSAL_MARKERS", "AnswerClaims", "answer_claims"]
 
 log = logging.getLogger("slca.rewards")
 
@@ -57,6 +81,7 @@ def _fact_stated(fact: str, text: str, stated: set[str]) -> bool:
 
 
 def _enum_words(task: Task) -> set[str]:
+    """The categorical words of the task's tools: string ``enum`` values of their response schemas (``sunny``)."""
     words: set[str] = set()
 
     def walk(schema: Any) -> None:
@@ -75,52 +100,164 @@ def _enum_words(task: Task) -> set[str]:
     return words
 
 
-def _evidence(task: Task, turns: list[Turn]) -> tuple[set[str], set[str]]:
-    ro = collect_calls(turns)
-    values: set[str] = set()
-    words: set[str] = set()
-    for r in ro.results:
-        if r.ok:
-            v, w = leaf_values(r.content)
-            values |= v
-            words |= w
-    for m in task.messages:
-        if m.get("role") in ("user", "system") and isinstance(m.get("content"), str):
-            v, w = leaf_values(m["content"])
-            values |= v
-            words |= w
-    for t in task.tools:  # what the model was shown of each tool (not its response schema)
-        fn = t.get("function", t)
-        words |= leaf_values([fn.get("description", ""), fn.get("parameters", {})])[1]
+@dataclass
+class _Evidence:
+    """What the rollout saw: ``values`` (as :func:`extract_values` writes them), ``tokens`` (case-folded
+    words, for entities and categorical words) and ``request`` (the user and system messages' text)."""
+
+    values: set[str]
+    tokens: set[str]
+    request: str
+
+
+def _request_text(task: Task) -> str:
+    """The text of the task's user and system messages, one per line."""
+    return "\n".join(m["content"] for m in task.messages if m.get("role") in ("user", "system") and isinstance(m.get("content"), str))
+
+
+def _evidence(task: Task, ro: RolloutCalls) -> _Evidence:
+    """The evidence an answer is checked against (see the module docstring).
+
+    Values and words come from the request, the successful tool results (their
+    dict keys too: ``temp_c`` supports the unit ``C``, ``aqi`` the code ``AQI``),
+    the descriptions of the tools those results came from (``Latest price of a
+    stock in USD``) and, for tasks without gold calls only, ``task.answer_facts``.
+    Parameter schemas (``enum`` menus such as ``"USD"|"EUR"``) are not evidence.
+    """
+    request = _request_text(task)
+    values, _ = leaf_values(request)
+    toks = set(tokens(request))
+    by_name = {t.get("function", t).get("name"): t.get("function", t) for t in task.tools}
+    for c, r in zip(ro.calls, ro.results):
+        if not r.ok:
+            continue
+        values |= leaf_values(r.content)[0]
+        toks |= leaf_tokens(r.content, keys=True)
+        desc = by_name.get(c.name, {}).get("description")
+        if isinstance(desc, str):
+            toks |= set(tokens(desc))
     # Facts count as evidence only where no tool produces them (e.g. "7 plus 5 is 12");
     # otherwise a value the rollout never saw is unsupported even if it happens to be right.
     for f in task.answer_facts if not task.gold else []:
-        v, w = leaf_values(f)
-        values |= v
-        words |= w
-    return values, words
+        values |= leaf_values(f)[0]
+        toks |= set(tokens(f))
+    return _Evidence(values, toks, request)
+
+
+def _string_leaves(obj: Any) -> list[str]:
+    """Every string leaf of a JSON-like object, in order."""
+    if isinstance(obj, str):
+        return [obj]
+    if isinstance(obj, dict):
+        return [s for v in obj.values() for s in _string_leaves(v)]
+    if isinstance(obj, (list, tuple)):
+        return [s for v in obj for s in _string_leaves(v)]
+    return []
+
+
+# a string argument that names something: words of letters only, at most four ("Lisbon", "GBP", "piano lesson")
+_NAME_LIKE = re.compile(r"^[^\W\d_]+(?:[ '’-][^\W\d_]+){0,3}$")
+
+
+def _misreported_calls(ro: RolloutCalls, ev: _Evidence, text: str, stated: set[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """``(tool name, missing arguments)`` for each call the answer reports without naming what the user asked about.
+
+    The answer reports a successful call when it states a value (:func:`extract_values`)
+    found in that call's arguments or result and in no other call's. It must then
+    name each of the call's name-like string arguments (letters only, at most four
+    words) that the request names: ``city="Lisbon"``, ``title="dentist"``,
+    ``from_currency="GBP"``. A missing one means the answer is about something
+    else -- ``50 EUR is 58.23 EUR`` for "Convert 50 GBP to EUR", ``I added yoga on
+    ...`` for "Add dentist ..." -- or does not say what it is about.
+    """
+    per_call = [leaf_values(c.arguments)[0] | leaf_values(r.content)[0] if r.ok else set() for c, r in zip(ro.calls, ro.results)]
+    owners: dict[str, int] = {}
+    for vals in per_call:
+        for v in vals:
+            owners[v] = owners.get(v, 0) + 1
+    out = []
+    for c, r, vals in zip(ro.calls, ro.results, per_call):
+        if not r.ok or not any(owners[v] == 1 for v in vals & stated):
+            continue
+        missing = tuple(a for a in _string_leaves(c.arguments)
+                        if _NAME_LIKE.match(a.strip()) and contains_phrase(ev.request, a) and not contains_phrase(text, a))
+        if missing:
+            out.append((c.name, missing))
+    return out
+
+
+@dataclass(frozen=True)
+class AnswerClaims:
+    """What a final answer claims and which claims the rollout's evidence does not support.
+
+    ``values`` and ``entities`` are the answer's checkable values and entities
+    (:func:`~slca.rewards.values.extract_values`, :func:`~slca.rewards.values.extract_entities`);
+    ``unsupported`` the ones the evidence lacks; ``misreported`` the calls the answer
+    reports without naming what the user asked about, as ``(tool name, missing
+    arguments)``; ``categorical`` the response-schema ``enum`` words it states that
+    the evidence lacks.
+    """
+
+    values: frozenset[str]
+    entities: frozenset[str]
+    unsupported: frozenset[str]
+    misreported: tuple[tuple[str, tuple[str, ...]], ...]
+    categorical: frozenset[str]
+
+    @property
+    def n_claims(self) -> int:
+        """Stated values and entities, plus one claim per reported call ("this is about X")."""
+        return len(self.values) + len(self.entities) + len(self.misreported)
+
+    @property
+    def n_wrong(self) -> int:
+        """Claims that do not hold: unsupported values and entities, misreported calls."""
+        return len(self.unsupported) + len(self.misreported)
+
+    @property
+    def wrong_entity(self) -> bool:
+        """The answer names an entity the evidence lacks, or reports a call about something the user did not name."""
+        return any(c.startswith("ent:") for c in self.unsupported) or bool(self.misreported)
+
+
+def answer_claims(task: Task, turns: list[Turn], final_text: str) -> AnswerClaims:
+    """The claims of ``final_text`` checked against the rollout's evidence (the rule in the module docstring).
+
+    Raises :class:`Unscorable` when a tool turn lacks results.
+    """
+    ro = collect_calls(turns)
+    ev = _evidence(task, ro)
+    text = final_text.strip()
+    stated = extract_values(text)
+    entities = extract_entities(text)
+    unsupported = {v for v in stated if v not in ev.values} | {e for e in entities if not entity_supported(e, ev.tokens)}
+    said = set(re.findall(r"[^\W\d_]+", text.casefold()))
+    return AnswerClaims(
+        values=frozenset(stated),
+        entities=frozenset(entities),
+        unsupported=frozenset(unsupported),
+        misreported=tuple(_misreported_calls(ro, ev, text, stated)),
+        categorical=frozenset((said & _enum_words(task)) - ev.tokens),
+    )
 
 
 def _components(task: Task, turns: list[Turn], final_text: str) -> dict[str, float]:
-    values, words = _evidence(task, turns)
+    claims = answer_claims(task, turns, final_text)
     text = final_text.strip()
-    stated = extract_values(text)
-    supported = {v for v in stated if v in values}
-    faith = len(supported) / len(stated) if stated else 1.0
+    n = claims.n_claims
+    faith = (n - claims.n_wrong) / n if n else 1.0
     low = text.casefold()
     if _is_refusal_task(task):
         complete = float(any(m in low for m in REFUSAL_MARKERS))
     elif task.answer_facts:
-        complete = sum(_fact_stated(f, text, stated) for f in task.answer_facts) / len(task.answer_facts)
+        complete = sum(_fact_stated(f, text, set(claims.values)) for f in task.answer_facts) / len(task.answer_facts)
     else:
         complete = 1.0
-    said = set(re.findall(r"[a-z]+", low))
-    bad_words = (said & _enum_words(task)) - words
-    no_hall = float(len(supported) == len(stated) and not bad_words)
-    n = len(text.split())
+    no_hall = float(not claims.unsupported and not claims.categorical)
+    words = len(text.split())
     ref = task.meta.get("reference_answer")
     budget = max(12, 2 * len(ref.split())) if isinstance(ref, str) and ref.strip() else 12 + 8 * len(task.answer_facts)
-    concise = 1.0 if n <= budget else max(0.0, 1.0 - (n - budget) / (2 * budget))
+    concise = 1.0 if words <= budget else max(0.0, 1.0 - (words - budget) / (2 * budget))
     return {"faithfulness": faith, "completeness": complete, "no_hallucination": no_hall, "concision": concise}
 
 
