@@ -11,6 +11,16 @@ parseable-call rate, the paper's in-domain metrics (``in_domain_metrics``), the
 execution and summary rewards and the flaws the warm start was built to leave
 (sequential calls on parallel tasks, redundant calls, summary components), in
 total and per task kind.
+
+Wrong entities (issue 32), over tool-needing tasks with a non-empty answer:
+``summary.wrong_entity`` is the share of answers the summary reward flags
+(:func:`slca.rewards.summary.answer_claims` against the rollout's own evidence:
+an entity neither the request nor a result supports, or a reported call that
+does not name what the user asked about); ``wrong_entity_vs_gold`` checks the
+same answer against the evidence of the gold calls instead (the request and
+what the right calls return), so it also counts an answer that faithfully
+repeats the entity of a wrong call (``Lisovo`` for ``Lisbon``).
+``--tool-tasks`` draws only tool-needing tasks (kinds single, parallel, chain).
 """
 
 from __future__ import annotations
@@ -29,9 +39,19 @@ def _mean(xs):
     return sum(xs) / len(xs) if xs else float("nan")
 
 
+def gold_turns(task):
+    """The task's gold steps (one turn each) with the results ``toolworld.run_gold`` gives them."""
+    from slca.env import toolworld
+    from slca.types import ParsedTurn, Turn
+
+    return [Turn(text="<gold>", parsed=ParsedTurn(calls=list(step)), results=list(res))
+            for step, res in zip(task.gold, toolworld.run_gold(task))]
+
+
 def rollout_rates(trajs) -> dict[str, float]:
     """Per-rollout indicators, averaged. Keys are documented in docs/warmstart.md."""
     from slca.rewards import execution_reward, in_domain_metrics, parallel_split, summary_reward
+    from slca.rewards.summary import answer_claims
 
     rows = defaultdict(list)
     for t in trajs:
@@ -53,6 +73,9 @@ def rollout_rates(trajs) -> dict[str, float]:
         rows["summary_reward"].append(sm.total)
         for k, v in sm.components.items():
             rows[f"summary.{k}"].append(v)
+        if needs_tools and t.final_text.strip():
+            rows["summary.wrong_entity"].append(float(answer_claims(t.task, t.turns, t.final_text).wrong_entity))
+            rows["wrong_entity_vs_gold"].append(float(answer_claims(t.task, gold_turns(t.task), t.final_text).wrong_entity))
         rows["parallel_tasks_split_over_turns"].append(parallel_split(t.task, t.turns))
         calls = [c.key() for u in tool_turns for c in u.parsed.calls]
         if needs_tools:
@@ -70,6 +93,7 @@ def main() -> None:
     ap.add_argument("--modes", default="greedy,sampled", help="comma-separated: greedy, sampled")
     ap.add_argument("--split", default="test", help="toolworld split (test, train, heldout_tools)")
     ap.add_argument("--seed", type=int, default=0, help="toolworld generator seed (train split: use one the warm start did not see)")
+    ap.add_argument("--tool-tasks", action="store_true", help="only tool-needing tasks (kinds single, parallel, chain)")
     args = ap.parse_args()
     torch.set_num_threads(1)
 
@@ -86,7 +110,8 @@ def main() -> None:
     else:
         model, tok = load_default(progress=True)
     print(f"load_default: {time.perf_counter() - t0:.1f}s, {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params")
-    tasks = toolworld.make_tasks(args.split, n=args.n, seed=args.seed)
+    kinds = ["single", "parallel", "chain"] if args.tool_tasks else None
+    tasks = toolworld.make_tasks(args.split, n=args.n, seed=args.seed, kinds=kinds)
     out = {}
     for name, cfg in (
         ("greedy", RolloutConfig(group_size=1, temperature=0.0, max_turns=4, max_new_tokens=128, max_total_tokens=768)),
@@ -109,7 +134,7 @@ def main() -> None:
         print(f"\n== {name} ({len(res)} rollouts, {gen_tokens / gen_seconds:.0f} gen tok/s)")
         for k, v in rates.items():
             print(f"  {k:34s} {v:.3f}")
-        keys = ["parseable_call_rate", "success", "execution_reward", "summary_reward"]
+        keys = ["parseable_call_rate", "success", "execution_reward", "summary_reward", "summary.wrong_entity", "wrong_entity_vs_gold"]
         print("  by kind: " + "  ".join(keys))
         for kind, r in by_kind.items():
             print(f"    {kind:11s} " + "  ".join(f"{r.get(k, float('nan')):.3f}" for k in keys))
