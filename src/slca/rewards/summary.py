@@ -116,14 +116,8 @@ def _request_text(task: Task) -> str:
 
 
 def _evidence(task: Task, ro: RolloutCalls) -> _Evidence:
-    """The evidence an answer is checked against (see the module docstring).
-
-    Values and words come from the request, the successful tool results (their
-    dict keys too: ``temp_c`` supports the unit ``C``, ``aqi`` the code ``AQI``),
-    the descriptions of the tools those results came from (``Latest price of a
-    stock in USD``) and, for tasks without gold calls only, ``task.answer_facts``.
-    Parameter schemas (``enum`` menus such as ``"USD"|"EUR"``) are not evidence.
-    """
+    """The evidence an answer is checked against (the module docstring): request, successful results with
+    their keys, the descriptions of the tools that gave them, and ``answer_facts`` for tasks without gold."""
     request = _request_text(task)
     values, _ = leaf_values(request)
     toks = set(tokens(request))
@@ -160,16 +154,8 @@ _NAME_LIKE = re.compile(r"^[^\W\d_]+(?:[ '’-][^\W\d_]+){0,3}$")
 
 
 def _misreported_calls(ro: RolloutCalls, ev: _Evidence, text: str, stated: set[str]) -> list[tuple[str, tuple[str, ...]]]:
-    """``(tool name, missing arguments)`` for each call the answer reports without naming what the user asked about.
-
-    The answer reports a successful call when it states a value (:func:`extract_values`)
-    found in that call's arguments or result and in no other call's. It must then
-    name each of the call's name-like string arguments (letters only, at most four
-    words) that the request names: ``city="Lisbon"``, ``title="dentist"``,
-    ``from_currency="GBP"``. A missing one means the answer is about something
-    else -- ``50 EUR is 58.23 EUR`` for "Convert 50 GBP to EUR", ``I added yoga on
-    ...`` for "Add dentist ..." -- or does not say what it is about.
-    """
+    """``(tool name, missing arguments)`` for each call the answer reports without naming what the user
+    asked about (the module docstring's third kind of claim)."""
     per_call = [leaf_values(c.arguments)[0] | leaf_values(r.content)[0] if r.ok else set() for c, r in zip(ro.calls, ro.results)]
     owners: dict[str, int] = {}
     for vals in per_call:
