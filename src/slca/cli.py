@@ -101,7 +101,7 @@ DEMO_OVERRIDES = {
     # sized for about 10 minutes on 2 CPU cores, the first build of the model included
     # lr 5e-5: 5e-4 lowers the shipped warm start's training reward below the frozen policy's (docs/results.md)
     # eval/: new requests of the training distribution (the primary endpoint); eval_test/: the OOD test split
-    "full": dict(steps=16, tasks_per_step=8, group_size=4, lr=5e-5, eval_every=8, eval_tasks=100, ood_eval_tasks=48, save_every=0, sample_html_every=4),
+    "full": dict(steps=16, tasks_per_step=8, group_size=4, lr=5e-5, eval_every=16, eval_tasks=100, ood_eval_tasks=48, save_every=0, sample_html_every=4),
     "quick": dict(steps=6, tasks_per_step=6, group_size=4, lr=5e-5, eval_every=6, eval_tasks=48, ood_eval_tasks=24, save_every=0, sample_html_every=3),
 }
 

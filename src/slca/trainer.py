@@ -384,7 +384,9 @@ class Trainer:
         for t, rs in zip(res.trajectories, sb.summary.tolist()):
             metrics = in_domain_metrics(t.task, t.turns)
             metrics["parse_ok"] = float(sum(len(x.parsed.errors) for x in t.turns) == 0)
-            metrics["parallel_split"] = parallel_split(t.task, t.turns)
+            split = parallel_split(t.task, t.turns)
+            if split == split:  # parallel tasks only: the key is absent from a set without one
+                metrics["parallel_split"] = split
             for k, v in metrics.items():
                 out.setdefault(k, []).append(float(v))
             out.setdefault(f"kind/{t.task.kind}/success", []).append(float(metrics["success"]))
