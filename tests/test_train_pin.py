@@ -53,6 +53,7 @@ import json
 import math
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -294,8 +295,9 @@ STOP_REASONS = ("final_answer", "max_turns", "max_tokens")
 NULL_FIRST_STEP = {"grad/volatility"}
 NULL_IF_NO_SEGMENT = {"grad/cosine_tool_summary", "adv/contamination", "adv/tool_mean", "adv/tool_std",
                       "adv/tool_abs_mean", "adv/summary_mean", "adv/summary_std", "adv/summary_abs_mean"}
-UNIT_INTERVAL = ("ppo/clip_frac", "rollout/policy_token_frac", "reward/exec/", "reward/summary/", "eval/name_f1",
-                 "eval/arg_match", "eval/process", "eval/success", "eval/parse_ok", "eval/tool_tasks/", "eval/kind/")
+UNIT_INTERVAL = ("ppo/clip_frac", "rollout/policy_token_frac", "reward/exec/", "reward/summary/")
+# held-out rates, of eval/ and each eval_<split>/: name_f1, success, kind/<kind>/success, tool_tasks/success, ...
+EVAL_RATE = re.compile(r"^eval(_\w+)?/(name_f1|arg_match|process|success|parse_ok|parallel_split|.*/success)$")
 
 
 def _trajectory_dependent(key: str) -> bool:
@@ -303,7 +305,8 @@ def _trajectory_dependent(key: str) -> bool:
 
 
 def _in_unit_interval(key: str) -> bool:
-    return key.startswith(STOP_PREFIX) or any(key == p or (p.endswith("/") and key.startswith(p)) for p in UNIT_INTERVAL)
+    return (key.startswith(STOP_PREFIX) or bool(EVAL_RATE.match(key))
+            or any(key == p or (p.endswith("/") and key.startswith(p)) for p in UNIT_INTERVAL))
 
 
 def check_any_cpu(name: str, got: list[dict], got_samples: list, expected: list[dict], exp_samples: list) -> None:
@@ -476,6 +479,8 @@ def _broken(name: str, what: str) -> tuple[list[dict], list]:
         m[1]["lr"] = 2e-3
     elif what == "fraction":
         m[0]["ppo/clip_frac"] = 1.5
+    elif what == "eval_rate":
+        m[1]["eval/success"] = 1.25
     elif what == "stops":
         m[0]["rollout/stop_max_tokens"] = 0.5
     elif what == "contamination":
@@ -499,8 +504,8 @@ def _broken(name: str, what: str) -> tuple[list[dict], list]:
     return m, s
 
 
-@pytest.mark.parametrize("what", ["missing_key", "extra_key", "nan", "lr", "fraction", "stops", "contamination",
-                                  "no_eval", "advantage", "reward_same_tokens"])
+@pytest.mark.parametrize("what", ["missing_key", "extra_key", "nan", "lr", "fraction", "eval_rate", "stops",
+                                  "contamination", "no_eval", "advantage", "reward_same_tokens"])
 def test_any_cpu_check_catches_behaviour_changes(what):
     """What a refactor could break and the any-CPU check must still see on a machine that cannot compare exactly."""
     m, s = _broken("slca_turn", what)
