@@ -279,3 +279,93 @@ def test_judge_recovers_after_transient_faults(server):
     judge = OpenAIJudge(server.url, "judge", timeout=5.0, http_attempts=3, backoff=0.01)
     assert judge.score(TASK, [], "It is 21 C.") == pytest.approx(0.9)
     assert judge.metrics["connection_errors"] == 1 and judge.metrics["http_errors"] == 1 and judge.metrics["http_retries"] == 2
+
+
+# ------------------------------------------------- issue 26 (6): `timeout` is the request's total deadline
+
+MARGIN = 0.4  # thread scheduling on a loaded test machine, on top of the documented DEADLINE_SLACK
+
+
+def _one_request(who, url, timeout, **http):
+    """One request of ``who`` (the bare client, the simulator's call, the judge's score) with the default
+    attempts and backoff unless given; returns (seconds, metrics, what it returned or raised)."""
+    from slca.env.llm import ChatClient
+
+    t0 = time.perf_counter()
+    if who == "client":
+        c = ChatClient(url, timeout=timeout, **http)
+        try:
+            out = c.complete("m", [{"role": "user", "content": "hi"}])
+        except EndpointError as e:
+            out = e
+        metrics = c.metrics
+    elif who == "simulator":
+        sim = LLMSimulator([TOOL], base_url=url, model="sim", timeout=timeout, **http)
+        out, metrics = sim.call("get_weather", {"city": "Oslo"}), sim.metrics
+    else:
+        judge = OpenAIJudge(url, "judge", timeout=timeout, **http)
+        try:
+            out = judge.score(TASK, [], "It is 21 C.")
+        except Unscorable as e:
+            out = e
+        metrics = judge.metrics
+    return time.perf_counter() - t0, metrics, out
+
+
+@pytest.mark.parametrize("who", ["client", "simulator", "judge"])
+@pytest.mark.parametrize("fault", [("drip", 0.25), ("drip_headers", 0.25), ("stall", 6.0)], ids=lambda f: f[0])
+def test_timeout_is_the_requests_total_deadline_with_default_retries(server, who, fault):
+    """The issue's case: a byte every 0.25 s kept a timeout=1.0 call running past 4 s (three attempts of 1 s
+    and the backoff between them). With the default attempts and backoff the request ends within
+    timeout + DEADLINE_SLACK, as one attempt counted as one timeout fault."""
+    from slca.env.llm import DEADLINE_SLACK
+
+    server.script = [fault] * 5
+    elapsed, m, out = _one_request(who, server.url, 1.0)
+    assert elapsed < 1.0 + DEADLINE_SLACK + MARGIN, elapsed
+    assert m["timeouts"] == 1 and m["requests"] == 1 and m["http_retries"] == 0, dict(m)
+    if who == "client":
+        assert isinstance(out, EndpointError) and out.kind == "timeout"
+    elif who == "simulator":
+        assert not out.ok and "timeout" in out.error and m["failed"] == 1
+    else:
+        assert isinstance(out, Unscorable) and "within 1.0 s" in str(out)
+
+
+@pytest.mark.parametrize("who", ["client", "simulator", "judge"])
+def test_fast_faults_are_retried_only_while_the_deadline_allows(server, who):
+    """Connection faults fail at once and are retried, but no wait is taken that would end past the deadline:
+    with backoff 0.4 s (waits of 0.4-0.8 s, then 0.8-1.2 s) and timeout=1.0 at most two of the 6 attempts run."""
+    server.script = [("close", None)] * 6
+    elapsed, m, out = _one_request(who, server.url, 1.0, http_attempts=6, backoff=0.4)
+    assert elapsed < 1.0 + MARGIN, elapsed
+    assert 1 <= m["requests"] <= 2 and m["connection_errors"] == m["requests"] and m["timeouts"] == 0, dict(m)
+    assert m["http_retries"] == m["requests"] - 1
+
+
+def test_deadline_holds_when_a_cancelled_attempt_does_not_stop(server, monkeypatch):
+    """The calling thread waits DEADLINE_SLACK at most for a cancelled attempt: an attempt that ignores its
+    cancellation (here: keeps sleeping 3 s) cannot hold the request past timeout + DEADLINE_SLACK."""
+    import asyncio
+
+    from slca.env.llm import DEADLINE_SLACK
+
+    async def stubborn(self, client, body, left):
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            await asyncio.sleep(3)  # swallows the cancellation for 3 s
+        return 200, _envelope(GOOD)
+
+    monkeypatch.setattr(ChatClient, "_post", stubborn)
+    elapsed, m, out = _one_request("client", server.url, 0.5)
+    assert isinstance(out, EndpointError) and out.kind == "timeout"
+    assert elapsed < 0.5 + DEADLINE_SLACK + MARGIN, elapsed
+    assert m["timeouts"] == 1 and m["requests"] == 1
+
+
+def test_a_slow_but_timely_reply_is_read_whole(server):
+    """The deadline counts the whole request, not each read: a reply dripped over ~0.5 s arrives within 3 s."""
+    server.script = [("drip", 0.01)]
+    elapsed, m, out = _one_request("client", server.url, 3.0)
+    assert out == GOOD and m["timeouts"] == 0 and elapsed < 3.0

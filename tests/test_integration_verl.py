@@ -68,8 +68,8 @@ def test_pack_unpack_roundtrip():
 def test_reward_positions_never_collide():
     mask = torch.tensor([[1, 1, 0, 0, 1, 1, 0], [1, 1, 1, 0, 0, 0, 0], [0, 1, 1, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0]])
     lengths = torch.tensor([6, 3, 3, 1])
-    assert sv.tool_reward_positions(mask).tolist() == [0, 0, 1, 0]
-    assert sv.summary_reward_positions(mask, lengths).tolist() == [5, 2, 2, 1]  # a one-token response: the next slot
+    assert sv.tool_reward_positions(mask).tolist() == [0, 0, 1, 1]  # a one-token response: the slot after it
+    assert sv.summary_reward_positions(mask, lengths).tolist() == [5, 2, 2, 0]  # ... and its summary where verl's score is
     with pytest.raises(ValueError, match="one-token response"):
         sv.pack_token_rewards(torch.ones(1), torch.ones(1), torch.ones(1, 1), torch.tensor([1]))
 
@@ -560,3 +560,134 @@ def test_agent_loop_pads_a_one_token_response():
     assert d["rollout_log_probs"].tolist() == [-0.5, 0.0]
     t, s = sv.unpack_token_rewards(d["rm_scores"].unsqueeze(0), d["response_mask"].unsqueeze(0))
     assert t.item() == pytest.approx(1.0) and s.item() == pytest.approx(-0.1)
+    # a reward function without the two tiers (verl's own score only): the score is the summary reward, also on
+    # the padded row (verl would put it on the pad token, where the execution reward is read)
+    out = SLCAAgentLoopOutput(prompt_ids=[1, 2], response_ids=[7], response_mask=[1], metrics=AgentLoopMetrics())
+    out = SLCAAgentLoopOutput.from_output(pad_single_token_response(out, pad_token_id=0))
+    out.reward_score = 0.9
+    d = out.as_dict()
+    t, s = sv.unpack_token_rewards(d["rm_scores"].unsqueeze(0), d["response_mask"].unsqueeze(0))
+    assert t.item() == 0.0 and s.item() == pytest.approx(0.9) and d["rm_scores"].sum().item() == pytest.approx(0.9)
+
+
+# ------------------------------------- issue 26 (3): every estimator through verl's registry on verl's layouts
+
+# what each built-in estimator must give on verl's own layout (the score alone at the last valid token, so no
+# execution reward): "grpo" = verl's GRPO on every row; "segments" = SLCA's routing of an all-summary reward
+SCORE_ONLY = {"grpo": "grpo", "gdpo": "grpo", "slca": "segments", "slca_cond": "segments", "slca_turn": "segments"}
+
+
+def verls_layouts():
+    """Rows as verl lays them out: (mask, lengths, score, uids). Groups: a one-token best rollout (the issue's
+    case), no-call rows of every length, and truncated rows (ending on a tool response: no summary segment),
+    beside complete call-answer rows."""
+    rows = [  # (policy/env pattern: 1 policy, 0 tool response; score, group)
+        ([1], 0.9, "one"), ([1, 1, 1], 0.1, "one"), ([1, 1, 1, 1, 1], 0.5, "one"), ([1, 1], -0.3, "one"),
+        ([1], 0.2, "nocall"), ([1], -0.4, "nocall"), ([1, 1, 1, 1, 1, 1, 1], 0.7, "nocall"), ([1, 1], 0.0, "nocall"),
+        ([1, 1, 1, 0, 0], 0.3, "cut"), ([1, 1, 0, 0, 1, 1, 0, 0, 0], 0.6, "cut"), ([1, 1, 0, 1, 1, 1], 0.8, "cut"),
+        ([1], -0.2, "cut"),
+        ([1, 1, 0, 0, 1, 1], 1.0, "calls"), ([1, 0, 1], 0.4, "calls"), ([1, 1, 1, 0, 1, 1, 0, 1], -0.1, "calls"),
+    ]
+    T = max(len(p) for p, _, _ in rows) + 1
+    mask = torch.zeros(len(rows), T, dtype=torch.long)
+    for i, (p, _, _) in enumerate(rows):
+        mask[i, : len(p)] = torch.tensor(p)
+    lengths = torch.tensor([len(p) for p, _, _ in rows])
+    score = torch.tensor([s for _, s, _ in rows])
+    uids = np.array([g for _, _, g in rows], dtype=object)
+    return mask, lengths, score, uids
+
+
+def _score_at_last_token(score, lengths, T):
+    R = torch.zeros(len(score), T)
+    R[torch.arange(len(score)), lengths - 1] = score
+    return R
+
+
+def _extras(name, B):
+    """What verl's reward_extra_info would carry for an estimator's extra inputs on score-only rows: no tool
+    outcome (signature unknown), no per-turn score."""
+    needs = slca.get_estimator(name).needs
+    out = {}
+    if "tool_signatures" in needs:
+        out["tool_signatures"] = np.array([None] * B, dtype=object)
+    if "turn_rewards" in needs:
+        out["turn_rewards"] = np.full((B, 1), np.nan, dtype=np.float32)
+    assert set(out) == set(needs), f"{name} needs {needs}: add them here"
+    return out or None
+
+
+def test_every_registered_estimator_is_covered():
+    assert set(slca.list_estimators()) <= set(SCORE_ONLY), "a new built-in estimator: say what it gives on verl's layout"
+
+
+@pytest.mark.parametrize("mode", ["response", "include", "exclude"])
+@pytest.mark.parametrize("name", sorted(SCORE_ONLY))
+def test_every_estimator_on_verls_layouts_through_verls_registry(monkeypatch, name, mode):
+    """verl's layout, every estimator, every SLCA_EMPTY_TOOL mode, through ``get_adv_estimator_fn``: the score is
+    the summary reward (no execution reward is read out of it, whatever the response's length); a group's best
+    rollout gets its largest advantage when no call was made; no token's advantage has the sign opposite to
+    verl's GRPO; "include" / "exclude" equal verl's GRPO on rows without a tool segment, and grpo / gdpo
+    equal it everywhere."""
+    mask, lengths, score, uids = verls_layouts()
+    R = _score_at_last_token(score, lengths, mask.shape[1])
+    expect, _ = core_algos.compute_grpo_outcome_advantage(R, mask, uids)
+    monkeypatch.setenv("SLCA_ESTIMATOR", name)
+    monkeypatch.setenv("SLCA_EMPTY_TOOL", mode)
+    fn = core_algos.get_adv_estimator_fn("slca")
+    got, ret = fn(token_level_rewards=R, response_mask=mask, index=uids, config=AlgoConfig(adv_estimator="slca"),
+                  non_tensor_batch=_extras(name, len(uids)))
+    assert torch.equal(got, ret)
+    t, s = sv.unpack_token_rewards(R, mask)
+    assert torch.equal(t, torch.zeros(len(uids))) and torch.equal(s, score)  # the 1-token rows too
+    if SCORE_ONLY[name] == "grpo":
+        torch.testing.assert_close(got, expect)
+        return
+    assert (got * expect >= 0).all() and (got.abs() <= expect.abs() + 1e-6).all()  # never the opposite sign
+    tool_seg, _ = slca.segment_masks(mask)
+    no_tool = ~tool_seg.bool().any(1)
+    if mode != "response":
+        torch.testing.assert_close(got[no_tool], expect[no_tool])
+    per_row = got.sum(1) / mask.sum(1)
+    for g in ("one", "nocall"):  # groups where no call was made
+        rows = np.flatnonzero(uids == g)
+        assert rows[int(per_row[rows].argmax())] == rows[int(score[rows].argmax())], (g, per_row[rows])
+    one = int(np.flatnonzero(uids == "one")[0])  # the issue's row: 1 token, score 0.9, the best of its group
+    assert got[one, 0] > 0 and (mode == "response" or got[one, 0] == pytest.approx(float(expect[one, 0]), abs=1e-5))
+
+
+@pytest.mark.parametrize("name", sorted(n for n in SCORE_ONLY if not slca.get_estimator(n).needs))
+def test_verls_dispatch_on_verls_layout_with_one_token_responses(monkeypatch, name):
+    """The same through verl's own ``compute_advantage`` (which passes no reward_extra_info to a registered
+    estimator): the 1-token best rollout is positive and equals verl's GRPO under "include"."""
+    mask, lengths, score, uids = verls_layouts()
+    R = _score_at_last_token(score, lengths, mask.shape[1])
+    monkeypatch.setenv("SLCA_ESTIMATOR", name)
+    monkeypatch.setenv("SLCA_EMPTY_TOOL", "include")
+    data = DataProto.from_dict(tensors={"token_level_rewards": R, "response_mask": mask}, non_tensors={"uid": uids})
+    got = compute_advantage(data, adv_estimator="slca", config=AlgoConfig(adv_estimator="slca")).batch["advantages"]
+    grpo = compute_advantage(data, adv_estimator="grpo", config=AlgoConfig(adv_estimator="grpo")).batch["advantages"]
+    no_tool = ~slca.segment_masks(mask)[0].bool().any(1)
+    torch.testing.assert_close(got[no_tool], grpo[no_tool])
+    assert got[0, 0] > 0
+
+
+def test_one_token_rows_round_trip_both_rewards():
+    """slca's own layout keeps both rewards of a one-token response (a policy token and nothing else, or padded by
+    one masked token as the agent loop does), and verl's layout of the same rows still reads as score-only."""
+    mask = torch.tensor([[1, 0, 0], [1, 0, 0], [1, 1, 0], [1, 0, 1]])
+    lengths = torch.tensor([1, 2, 2, 3])
+    r_tool, r_sum = torch.tensor([0.7, -0.2, 0.3, 0.1]), torch.tensor([-0.5, 0.4, 0.9, 0.6])
+    R = sv.pack_token_rewards(r_tool, r_sum, mask, lengths)
+    t, s = sv.unpack_token_rewards(R, mask)
+    torch.testing.assert_close(t, r_tool)
+    torch.testing.assert_close(s, r_sum)
+    assert R[0, 0] == r_sum[0] and R[2, 1] == r_sum[2] and R[3, 2] == r_sum[3]  # where verl puts its score
+    assert R[1].tolist() == pytest.approx([0.4, -0.2, 0.0])  # padded one-token response: summary on its token
+    # verl's layout of the rows verl makes (a one-token response is not padded there) reads as score-only
+    rows = [0, 2, 3]
+    t, s = sv.unpack_token_rewards(_score_at_last_token(r_sum[rows], lengths[rows], 3), mask[rows])
+    assert torch.equal(t, torch.zeros(3)) and torch.equal(s, r_sum[rows])
+    # a one-token response in a batch one token wide: verl's score reads as summary; slca's two rewards cannot fit
+    t, s = sv.unpack_token_rewards(torch.tensor([[0.9]]), torch.tensor([[1]]))
+    assert t.item() == 0.0 and s.item() == pytest.approx(0.9)

@@ -11,15 +11,23 @@ per episode (stateless tools) so a repeated call gets the same answer.
 The HTTP client (:class:`ChatClient`, shared with :class:`slca.rewards.OpenAIJudge`)
 is ``httpx`` with ``tenacity``:
 
-* each request has a **total deadline** (``timeout`` seconds from sending the
-  request to the last byte of the reply; httpx's own timeouts are per read, so a
-  server dripping a byte at a time would hold them forever): the request runs as
-  a coroutine under ``asyncio.wait_for`` on a private event-loop thread, and is
-  cancelled at the deadline;
-* failed requests are retried ``http_attempts`` times in all with exponential
-  backoff and jitter (``backoff``, doubling, at most ``max_backoff`` seconds):
-  timeouts, refused / closed / reset connections, short bodies, HTTP 5xx, 408
-  and 429, malformed replies; other 4xx statuses are not retried;
+* each request (one :meth:`ChatClient.complete`: every HTTP attempt, the waits
+  between them, and setting up the connection pool) has a **total deadline** of
+  ``timeout`` seconds from the call; httpx's own timeouts are per read, so a
+  server dripping a byte at a time would hold them forever. Each attempt runs as
+  a coroutine under ``asyncio.wait_for`` on a private event-loop thread with the
+  time that is left, and is cancelled when it runs out; the calling thread waits
+  at most :data:`DEADLINE_SLACK` seconds more (for the cancelled attempt to let
+  go of its connection), then gives up on it. A request therefore returns or
+  raises within ``timeout + DEADLINE_SLACK`` seconds, and an attempt cut off by
+  the deadline is a ``timeout`` fault;
+* failed attempts are retried while the deadline allows, ``http_attempts`` in
+  all, with exponential backoff and jitter (``backoff``, doubling, at most
+  ``max_backoff`` seconds): timeouts, refused / closed / reset connections,
+  short bodies, HTTP 5xx, 408 and 429, malformed replies; other 4xx statuses are
+  not retried. No attempt starts, and no wait is taken, that would end after the
+  deadline (tenacity's ``upcoming_sleep``), so a timed-out attempt, which spent
+  the request's time, is the request's last;
 * replies are read up to ``max_response_bytes`` and decoded with the JSON limits
   of :func:`slca._limits.loads` (a reply nested 5,000 deep is a ``bad_response``,
   not a ``RecursionError``);
@@ -33,8 +41,9 @@ error=...)`` and are counted in ``metrics``: one count per failed HTTP attempt b
 kind (``timeouts``, ``connection_errors``, ``incomplete_responses``,
 ``http_errors``, ``bad_responses``), ``requests`` (attempts sent),
 ``http_retries``, and per call ``invalid_json``, ``schema_violations``,
-``retries`` (answers asked again with feedback) and ``failed``. One call takes at
-most ``(max_retries + 1) * (http_attempts * timeout + backoff waits)`` seconds.
+``retries`` (answers asked again with feedback) and ``failed``. One simulated
+tool call sends at most ``max_retries + 1`` requests, so it takes at most
+``(max_retries + 1) * (timeout + DEADLINE_SLACK)`` seconds.
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -59,9 +69,14 @@ from slca.env.schema import ToolBox
 from slca.env.simulators import BaseSimulator
 from slca.types import ToolResult
 
-__all__ = ["EndpointError", "ChatClient", "parse_json_reply", "redact", "safe_url", "LLMSimulator"]
+__all__ = ["DEADLINE_SLACK", "EndpointError", "ChatClient", "parse_json_reply", "redact", "safe_url", "LLMSimulator"]
 
 log = logging.getLogger("slca.env")
+
+DEADLINE_SLACK = 0.25
+"""Seconds a request may run past its ``timeout``: after the deadline the calling thread waits this
+long for the cancelled attempt to close its connection, then returns without it (the attempt is
+cancelled either way). Only thread scheduling on a busy machine adds to it."""
 
 FAULT_METRICS = {
     "timeout": "timeouts",
@@ -77,13 +92,16 @@ class EndpointError(RuntimeError):
     """A chat-completions request failed.
 
     ``kind`` is one of :data:`FAULT_METRICS`' keys; ``status`` the HTTP status
-    (``http_error`` only); ``retryable`` whether another attempt may succeed.
-    The message names the (redacted) URL, never the server's body.
+    (``http_error`` only); ``retryable`` whether another attempt may succeed;
+    ``attempts`` how many HTTP attempts the request made (set by
+    :meth:`ChatClient.complete`). The message names the (redacted) URL, never the
+    server's body.
     """
 
     def __init__(self, kind: str, message: str, *, status: int | None = None, retryable: bool = True):
         super().__init__(message)
         self.kind, self.status, self.retryable = kind, status, retryable
+        self.attempts = 1
 
 
 # ------------------------------------------------------------------ redaction
@@ -144,6 +162,17 @@ def _event_loop() -> asyncio.AbstractEventLoop:
         return _LOOP[1]
 
 
+class _NoTimeLeft(tenacity.stop.stop_base):
+    """tenacity stop: no further attempt when the wait before it would end at or after ``deadline``
+    (``time.monotonic()``; tenacity's ``stop_before_delay``, measured to the request's own deadline)."""
+
+    def __init__(self, deadline: float):
+        self.deadline = deadline
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        return time.monotonic() + retry_state.upcoming_sleep >= self.deadline
+
+
 def _retryable_status(status: int) -> bool:
     return status >= 500 or status in (408, 425, 429)
 
@@ -154,8 +183,10 @@ class ChatClient:
     Args:
         base_url: endpoint root, e.g. ``http://127.0.0.1:8000/v1`` (user info in it is sent as basic auth).
         api_key: sent as ``Authorization: Bearer``; optional for local servers.
-        timeout: seconds for one whole request (connect, send, headers, body).
-        http_attempts: attempts per :meth:`complete` in all (>= 1).
+        timeout: total deadline of one request (:meth:`complete`) in seconds: all its attempts
+            (connect, send, headers, body) and the waits between them; it returns or raises within
+            ``timeout + DEADLINE_SLACK``.
+        http_attempts: attempts per :meth:`complete` in all (>= 1), as far as the deadline allows.
         backoff: first wait between attempts in seconds; doubles each time (plus up to ``backoff`` jitter).
         max_backoff: longest wait between attempts.
         max_response_bytes: longest reply body read.
@@ -202,54 +233,68 @@ class ChatClient:
     def complete(self, model: str, messages: list[dict[str, Any]], **params: Any) -> str:
         """POST the chat request and return ``choices[0].message.content``, retrying transient faults.
 
+        The request ends within ``timeout + DEADLINE_SLACK`` seconds of this call (see the module docstring).
+
         Raises:
-            EndpointError: the last attempt's fault, after ``http_attempts`` attempts
-                (or at once for a non-retryable one, such as HTTP 401).
+            EndpointError: the last attempt's fault, after ``http_attempts`` attempts, when the
+                deadline leaves no time for another (kind ``timeout`` if the deadline cut the last
+                attempt off), or at once for a non-retryable fault such as HTTP 401.
         """
+        deadline = time.monotonic() + self.timeout
         body = json.dumps({"model": model, "messages": messages, **params}).encode()  # ASCII: any str encodes
         retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.http_attempts),
+            stop=tenacity.stop_after_attempt(self.http_attempts) | _NoTimeLeft(deadline),
             wait=tenacity.wait_exponential_jitter(multiplier=self.backoff, max=self.max_backoff, jitter=self.backoff),
             retry=tenacity.retry_if_exception(lambda e: isinstance(e, EndpointError) and e.retryable),
             before_sleep=lambda state: self.metrics.update(["http_retries"]),
             reraise=True,
         )
-        return retrying(self._attempt, body)
+        try:
+            return retrying(self._attempt, body, deadline)
+        except EndpointError as e:
+            e.attempts = retrying.statistics.get("attempt_number", 1)
+            raise
 
-    def _attempt(self, body: bytes) -> str:
+    def _attempt(self, body: bytes, deadline: float) -> str:
         self.metrics["requests"] += 1
         try:
-            return self._run(body)
+            return self._run(body, deadline)
         except EndpointError as e:
             self.metrics[FAULT_METRICS[e.kind]] += 1
             log.warning("chat endpoint fault (%s): %s", e.kind, self.redact(str(e)))
             raise
 
-    def _run(self, body: bytes) -> str:
-        """One request on the private loop, cancelled at the deadline."""
-        if self._client is None or self._client[0] != os.getpid():  # outside the deadline: making one loads TLS certificates
+    def _timeout_error(self) -> EndpointError:
+        return EndpointError("timeout", f"no complete answer from {self.shown_url} within {self.timeout} s")
+
+    def _run(self, body: bytes, deadline: float) -> str:
+        """One attempt on the private loop, cancelled at the deadline."""
+        if self._client is None or self._client[0] != os.getpid():  # inside the deadline: it loads TLS certificates
             limits = httpx.Limits(max_connections=32, max_keepalive_connections=8)
             self._client = (os.getpid(), httpx.AsyncClient(timeout=self.timeout, limits=limits, follow_redirects=False))
-        fut = asyncio.run_coroutine_threadsafe(self._bounded(self._client[1], body), _event_loop())
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise self._timeout_error()
+        fut = asyncio.run_coroutine_threadsafe(self._bounded(self._client[1], body, left), _event_loop())
         try:
-            status, raw = fut.result(timeout=self.timeout + 5.0)  # the coroutine itself stops at self.timeout
+            status, raw = fut.result(timeout=left + DEADLINE_SLACK)  # the coroutine itself stops at the deadline
         except concurrent.futures.TimeoutError:
-            fut.cancel()
-            raise EndpointError("timeout", f"no complete answer from {self.shown_url} within {self.timeout} s") from None
+            fut.cancel()  # the attempt is cancelled on the loop; this thread does not wait for it
+            raise self._timeout_error() from None
         return self._content(status, raw)
 
-    async def _bounded(self, client: httpx.AsyncClient, body: bytes) -> tuple[int, bytes]:
+    async def _bounded(self, client: httpx.AsyncClient, body: bytes, left: float) -> tuple[int, bytes]:
         try:
-            return await asyncio.wait_for(self._post(client, body), self.timeout)
+            return await asyncio.wait_for(self._post(client, body, left), left)
         except asyncio.TimeoutError:
-            raise EndpointError("timeout", f"no complete answer from {self.shown_url} within {self.timeout} s") from None
+            raise self._timeout_error() from None
 
-    async def _post(self, client: httpx.AsyncClient, body: bytes) -> tuple[int, bytes]:
+    async def _post(self, client: httpx.AsyncClient, body: bytes, left: float) -> tuple[int, bytes]:
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         try:
-            async with client.stream("POST", self.url, content=body, headers=headers) as resp:
+            async with client.stream("POST", self.url, content=body, headers=headers, timeout=left) as resp:
                 chunks, size = [], 0
                 try:
                     async for chunk in resp.aiter_bytes():
@@ -265,7 +310,7 @@ class ChatClient:
                     ) from None
                 return resp.status_code, b"".join(chunks)
         except httpx.TimeoutException:
-            raise EndpointError("timeout", f"no complete answer from {self.shown_url} within {self.timeout} s") from None
+            raise self._timeout_error() from None
         except (httpx.HTTPError, OSError) as e:
             raise EndpointError("connection_error", f"cannot talk to {self.shown_url}: {type(e).__name__}") from None
 
@@ -396,7 +441,7 @@ class LLMSimulator(BaseSimulator):
             except EndpointError as e:
                 # What the model reads: the kind of fault, never a URL or a server's body.
                 what = f"HTTP {e.status}" if e.status is not None else e.kind.replace("_", " ")
-                tries = self.client.http_attempts if e.retryable else 1
+                tries = e.attempts
                 return ToolResult(ok=False, error=f"tool simulator unavailable for {name!r}: {what} (after {tries} HTTP attempt{'s' * (tries > 1)})")
             try:
                 content = parse_json_reply(text)

@@ -19,15 +19,22 @@ How the two rewards reach the estimator (verl 0.9.1)
     handed over (only the built-in ``gdpo`` gets it, by a name check). So both
     rewards travel as token positions (:func:`pack_token_rewards`):
 
-    * the execution (tool) reward sits at the row's first policy token;
     * the summary reward sits at the last valid response token, where verl's own
-      reward managers put the score -- or, for a one-token response (where that
-      is the same token), on the next position, so the two never collide;
-    * the estimator reads the tool reward back at the first policy token and
-      takes the summary reward as the rest of the row's sum
-      (:func:`unpack_token_rewards`). On verl's own layout (the score alone at
-      the last valid token) that reads tool 0 and summary = score for every
-      response of two or more tokens.
+      reward managers put the score;
+    * the execution (tool) reward sits at a position read from the mask alone
+      that is never the last valid token (:func:`tool_reward_positions`): the
+      row's first policy token when it has two or more, the position after it
+      when it has one (a one-token response, whose one token *is* the last valid
+      one); where the agent loop's padding puts that on the last valid token,
+      the summary reward moves to the policy token (:func:`summary_reward_positions`);
+    * the estimator reads the tool reward back at its position and takes the
+      summary reward as the rest of the row's sum (:func:`unpack_token_rewards`).
+      So verl's own layout (the score alone at the last valid token) reads as
+      tool 0 and summary = score for *every* row, one-token responses included:
+      ``grpo`` and ``gdpo`` then equal verl's GRPO, and the SLCA estimators give
+      each row's policy tokens its GRPO advantage (``SLCA_EMPTY_TOOL=include`` /
+      ``exclude`` on rows without a tool segment), half of it (``response``), or
+      0 (tool tokens: no execution reward), never the opposite sign.
 
     :class:`slca.integrations.verl_agent_loop.SLCAToolAgentLoop` writes this layout
     from the ``tool_reward`` / ``summary_reward`` keys of :func:`compute_score`'s
@@ -75,8 +82,25 @@ NOT_EXECUTED = "not executed: the rollout ended before the environment answered"
 SUMMARY_KEY = "summary_reward"
 
 
+def _policy_counts(response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(first, count)``: each row's first policy token (T where none) and its number of policy tokens."""
+    model = torch.as_tensor(response_mask).bool()
+    T = model.shape[1]
+    pos = torch.arange(T, device=model.device).unsqueeze(0)
+    first = torch.where(model, pos, torch.full_like(pos, T)).amin(dim=1) if T else torch.zeros(model.shape[0], dtype=torch.long)
+    return first, model.sum(dim=1)
+
+
 def tool_reward_positions(response_mask: torch.Tensor) -> torch.Tensor:
-    """Where each row's execution reward is stored: its first policy token (0 for a row without one).
+    """Where each row's execution reward is stored, from the mask alone; never the last valid token
+    (where verl's reward managers put the score), so verl's own layout reads as "no execution reward":
+
+    * a row with two or more policy tokens: its first policy token (never the last valid one: a later
+      policy token follows it);
+    * a row with one policy token (a one-token response): the position after it, which is padding or
+      a tool-response token, or -1 when that is past the batch's width (no position: the execution
+      reward reads as 0, and :func:`pack_token_rewards` refuses such a row);
+    * a row without a policy token: 0.
 
     Args:
         response_mask: (B, T) 0/1, 1 on policy tokens (verl's ``response_mask``).
@@ -84,23 +108,30 @@ def tool_reward_positions(response_mask: torch.Tensor) -> torch.Tensor:
     Returns:
         (B,) long.
     """
-    model = torch.as_tensor(response_mask).bool()
-    T = model.shape[1]
-    pos = torch.arange(T, device=model.device).unsqueeze(0)
-    first = torch.where(model, pos, torch.full_like(pos, T)).amin(dim=1)
-    return torch.where(first == T, torch.zeros_like(first), first)
+    m = torch.as_tensor(response_mask)
+    T = m.shape[1]
+    first, count = _policy_counts(m)
+    after = torch.where(first + 1 < T, first + 1, torch.full_like(first, -1))
+    return torch.where(count >= 2, first, torch.where(count == 1, after, torch.zeros_like(first)))
 
 
 def summary_reward_positions(response_mask: torch.Tensor, response_lengths: torch.Tensor) -> torch.Tensor:
     """Where each row's summary reward is stored: its last valid token ``length - 1`` (where verl's
-    reward managers put the score), or the position after the execution reward's when that is the
-    same token (a one-token response), so the two never share a position.
+    reward managers put the score), unless the execution reward is stored there (a one-token response
+    padded by one masked token, as the agent loop pads it): then the response's one policy token
+    (a row without policy tokens: the position after the execution reward's). The two positions
+    always differ.
 
     Returns:
         (B,) long.
     """
-    n = torch.as_tensor(response_lengths).reshape(-1).long()
-    return torch.maximum(n - 1, tool_reward_positions(response_mask).to(n.device) + 1)
+    m = torch.as_tensor(response_mask)
+    n = torch.as_tensor(response_lengths).reshape(-1).long().to(m.device)
+    first, count = _policy_counts(m)
+    q = tool_reward_positions(m).to(n.device)
+    last = n - 1
+    other = torch.where(count == 1, first.to(n.device), q + 1)
+    return torch.where(last == q, other, last)
 
 
 def pack_token_rewards(
@@ -127,8 +158,8 @@ def pack_token_rewards(
 
     Raises:
         ValueError: on a bad shape or length, non-finite rewards, or a one-token
-            response in a batch one token wide (no second position; the SLCA agent
-            loop pads such a response by one masked token, see
+            response with no position after its policy token (its own width is one
+            token; the SLCA agent loop pads such a response by one masked token, see
             :mod:`slca.integrations.verl_agent_loop`).
     """
     m = torch.as_tensor(response_mask)
@@ -145,10 +176,11 @@ def pack_token_rewards(
         raise ValueError("tool_rewards and summary_rewards must be finite (verl sums token rewards for its metrics)")
     p_tool = tool_reward_positions(m)
     p_sum = summary_reward_positions(m, n).to(m.device)
-    if (p_sum >= T).any():
-        rows = (p_sum >= T).nonzero().flatten().tolist()
+    bad = (p_tool < 0) | (p_sum >= T)
+    if bad.any():
+        rows = bad.nonzero().flatten().tolist()
         raise ValueError(
-            f"rows {rows}: a one-token response needs a second position for its summary reward, but the batch is "
+            f"rows {rows}: a one-token response needs a second position for its execution reward, but the batch is "
             f"{T} token(s) wide; pad the response by one masked token (as SLCAToolAgentLoop does)"
         )
     out = torch.zeros(B, T, dtype=torch.float32, device=m.device)
@@ -161,8 +193,10 @@ def pack_token_rewards(
 def unpack_token_rewards(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Read ``(tool_rewards, summary_rewards)``, each (B,), from the token layout.
 
-    ``r_tool = R[i, p_i]`` with ``p_i`` from :func:`tool_reward_positions`;
-    ``r_sum = sum_t R[i, t] - r_tool``.
+    ``r_tool = R[i, p_i]`` with ``p_i`` from :func:`tool_reward_positions` (0 where
+    ``p_i = -1``); ``r_sum = sum_t R[i, t] - r_tool``. verl's own layout (the score
+    alone at the last valid token) reads as ``r_tool = 0``, ``r_sum = score`` for
+    every row, one-token responses included.
     """
     R = torch.as_tensor(token_level_rewards).float()
     if R.shape != torch.as_tensor(response_mask).shape:
@@ -170,7 +204,9 @@ def unpack_token_rewards(token_level_rewards: torch.Tensor, response_mask: torch
             f"token_level_rewards {tuple(R.shape)} and response_mask {tuple(response_mask.shape)} must have the same shape"
         )
     p = tool_reward_positions(response_mask).to(R.device)
-    r_tool = R.gather(1, p.unsqueeze(1)).squeeze(1)
+    if R.shape[1] == 0:
+        return torch.zeros(R.shape[0], device=R.device), torch.zeros(R.shape[0], device=R.device)
+    r_tool = torch.where(p >= 0, R.gather(1, p.clamp(min=0).unsqueeze(1)).squeeze(1), torch.zeros_like(R[:, 0]))
     return r_tool, R.sum(dim=1) - r_tool
 
 

@@ -35,19 +35,22 @@ AGENT_NAME = "slca_tool_agent"
 
 
 class SLCAAgentLoopOutput(AgentLoopOutput):
-    """``AgentLoopOutput`` whose ``rm_scores`` carry both tiers at their positions."""
+    """``AgentLoopOutput`` whose ``rm_scores`` carry both tiers at their positions (a score without the
+    two tiers as the summary reward: on a padded one-token response verl would put it where the
+    execution reward is read)."""
 
     def as_dict(self) -> dict[str, Any]:
         out = super().as_dict()
         info = (self.extra_fields or {}).get("reward_extra_info") or {}
-        if self.reward_score is None or TOOL_KEY not in info or SUMMARY_KEY not in info:
+        if self.reward_score is None:
             return out
+        if TOOL_KEY in info and SUMMARY_KEY in info:
+            tool, summary = float(info[TOOL_KEY]), float(info[SUMMARY_KEY])
+        else:  # a reward function without the two tiers: its score is the summary reward (as on verl's layout)
+            tool, summary = 0.0, float(self.reward_score)
         mask = out["response_mask"].unsqueeze(0)  # (1, T): this rollout, unpadded
         out["rm_scores"] = pack_token_rewards(
-            torch.tensor([float(info[TOOL_KEY])]),
-            torch.tensor([float(info[SUMMARY_KEY])]),
-            mask,
-            torch.tensor([mask.shape[1]]),
+            torch.tensor([tool]), torch.tensor([summary]), mask, torch.tensor([mask.shape[1]])
         )[0]
         return out
 

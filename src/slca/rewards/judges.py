@@ -48,9 +48,11 @@ class OpenAIJudge:
     """LLM judge over an OpenAI-compatible chat endpoint; the score is ``reply / 10``.
 
     HTTP goes through :class:`slca.env.llm.ChatClient`, whose options
-    (``api_key``, ``timeout``: a total deadline per request, ``http_attempts``
-    attempts with exponential ``backoff`` up to ``max_backoff``) pass through
-    ``**http``. An unparsable or out-of-range reply is asked again ``max_retries``
+    (``api_key``, ``timeout``: a total deadline per request, its retries included,
+    ending it within ``timeout + slca.env.llm.DEADLINE_SLACK`` seconds;
+    ``http_attempts`` attempts with exponential ``backoff`` up to ``max_backoff``
+    while the deadline allows) pass through ``**http``; one score sends at most
+    ``max_retries + 1`` requests. An unparsable or out-of-range reply is asked again ``max_retries``
     times. When no score comes, :class:`Unscorable` is raised (the summary reward
     becomes NaN with the reason; the reason names the fault and the redacted URL,
     never the server's body). ``metrics`` counts ``requests``, each fault kind
