@@ -91,7 +91,7 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="write the rates here")
     ap.add_argument("--model-dir", default=None, help="a saved model + tokenizer to evaluate instead of load_default()")
     ap.add_argument("--modes", default="greedy,sampled", help="comma-separated: greedy, sampled")
-    ap.add_argument("--split", default="test", help="toolworld split (test, train, heldout_tools)")
+    ap.add_argument("--split", default="test", help="toolworld split: one of slca.env.toolworld.SPLITS (test, train_heldout, test_entities, test_phrasings, heldout_tools, train)")
     ap.add_argument("--seed", type=int, default=0, help="toolworld generator seed (train split: use one the warm start did not see)")
     ap.add_argument("--tool-tasks", action="store_true", help="only tool-needing tasks (kinds single, parallel, chain)")
     args = ap.parse_args()

@@ -110,6 +110,11 @@ _TABLE_KEYS = ["success", "tool_tasks/success", "name_f1", "arg_match", "paralle
 _TABLE_NAMES = {"tool_tasks/success": "tool-task success", "parallel_split": "parallel split", "reward_summary": "summary reward"}
 
 
+def _num(v: Any, fmt: str = ".3f") -> str:
+    """A table cell: the number formatted, ``nan`` for a missing or non-finite one (a NaN is logged as null)."""
+    return format(v, fmt) if isinstance(v, (int, float)) and math.isfinite(v) else "nan"
+
+
 def _eval_rows(rows: list[dict[str, Any]], prefix: str = "eval") -> list[dict[str, Any]]:
     return [r for r in rows if any(k.startswith(prefix + "/") for k in r)]
 
@@ -130,14 +135,14 @@ def _compare_table(runs: dict[str, Path], title: str, prefix: str = "eval", diag
     first = next(iter(runs.values()), None)
     evals = _eval_rows(read_metrics(first), prefix) if first is not None else []
     if evals and evals[0].get("step") == 0:
-        t.add_row("warm start (step 0)", *[f"{evals[0].get(f'{prefix}/{k}', float('nan')):.3f}" for k in _TABLE_KEYS], *([""] * 2 * diagnostics))
+        t.add_row("warm start (step 0)", *[_num(evals[0].get(f"{prefix}/{k}")) for k in _TABLE_KEYS], *([""] * 2 * diagnostics))
     for label, d in runs.items():
         rows = read_metrics(d)
         ev = final_eval(rows, prefix)
         cont = [r["adv/contamination"] for r in rows if isinstance(r.get("adv/contamination"), float)]
         cos = [r["grad/cosine_tool_summary"] for r in rows if isinstance(r.get("grad/cosine_tool_summary"), float)]
         diag = [f"{sum(cont) / max(len(cont), 1):.3f}", f"{sum(cos) / max(len(cos), 1):+.3f}"] if diagnostics else []
-        t.add_row(label, *[f"{ev.get(f'{prefix}/{k}', float('nan')):.3f}" for k in _TABLE_KEYS], *diag)
+        t.add_row(label, *[_num(ev.get(f"{prefix}/{k}")) for k in _TABLE_KEYS], *diag)
     return t
 
 
@@ -181,8 +186,11 @@ def demo_verdict(runs: dict[str, Path], k: int = 4, frozen: list[float] | None =
 
     def start_and_final(prefix: str, key: str) -> tuple[float, dict[str, float]]:
         first = _eval_rows(read_metrics(next(iter(runs.values()))), prefix)
-        base = first[0].get(f"{prefix}/{key}", float("nan")) if first and first[0].get("step") == 0 else float("nan")
-        return base, {label: final_eval(read_metrics(d), prefix).get(f"{prefix}/{key}", float("nan")) for label, d in runs.items()}
+        def num(v: Any) -> float:  # a NaN is logged as null
+            return float(v) if isinstance(v, (int, float)) else float("nan")
+
+        base = num(first[0].get(f"{prefix}/{key}")) if first and first[0].get("step") == 0 else float("nan")
+        return base, {label: num(final_eval(read_metrics(d), prefix).get(f"{prefix}/{key}")) for label, d in runs.items()}
 
     lines: list[str] = []
     base, final = start_and_final("eval", "tool_tasks/success")

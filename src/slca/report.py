@@ -157,6 +157,11 @@ def mean_of(rows: list[dict[str, Any]], key: str) -> float:
     return sum(v) / len(v) if v else float("nan")
 
 
+def _fmt3(v: Any) -> str:
+    """A number to 3 decimals; ``nan`` for a missing one (NaN is logged as null)."""
+    return f"{v:.3f}" if isinstance(v, (int, float)) else "nan"
+
+
 def _md_cell(x: Any) -> str:
     return str(x).replace("|", "\\|").replace("\n", " ")
 
@@ -239,7 +244,7 @@ def write_report(runs: dict[str, str | Path], out_dir: str | Path, title: str = 
         lines += [f"## Final metrics, {what}", "", *md_header(["run", *keys])]
         for label, rows in data.items():
             ev = final_eval(rows, prefix)
-            lines.append(md_row([_md_cell(label), *(f"{ev.get(f'{prefix}/{k}', float('nan')):.3f}" for k in keys)]))
+            lines.append(md_row([_md_cell(label), *(_fmt3(ev.get(f"{prefix}/{k}")) for k in keys)]))
         lines.append("")
     diag = ["grad/cosine_tool_summary", "grad/volatility", "adv/contamination", "perf/gen_tokens_per_s", "perf/train_tokens_per_s"]
     lines += ["## Diagnostics (mean over steps)", "", *md_header(["run", *diag])]
