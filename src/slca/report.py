@@ -226,6 +226,8 @@ def write_report(runs: dict[str, str | Path], out_dir: str | Path, title: str = 
         ax.set_title(ttl + (f"\n{SMOOTH_K}-step trailing mean" if smoothed(key) else ""), fontsize=10)
         ax.set_xlabel("step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if key.endswith("/success"):  # the in- and out-of-distribution panels on one scale, so their gap shows
+            ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
     legend_ax = next((ax for ax in axes.flat if ax.lines), None)
     if legend_ax is not None:
