@@ -34,8 +34,8 @@ def _inputs():
 
 def test_builtin_specs_declare_their_options_and_inputs():
     slca = get_estimator("slca")
-    assert [o.name for o in slca.options] == ["scale", "eps", "empty_tool"] and slca.needs == ()
-    assert slca.defaults() == {"scale": "group", "eps": 1e-6, "empty_tool": "response"}
+    assert [o.name for o in slca.options] == ["scale", "eps", "empty_tool", "empty_summary"] and slca.needs == ()
+    assert slca.defaults() == {"scale": "group", "eps": 1e-6, "empty_tool": "response", "empty_summary": "drop"}
     assert get_estimator("slca_cond").needs == ("tool_signatures",)
     assert "cond_std" in {o.name for o in get_estimator("slca_cond").options}
     assert get_estimator("slca_turn").needs == ("turn_rewards",)
@@ -46,7 +46,7 @@ def test_builtin_specs_declare_their_options_and_inputs():
 @pytest.mark.parametrize(
     "name, kw, match",
     [
-        ("slca", {"empty_tools": "include"}, "estimator 'slca' has no option 'empty_tools'; its options: \\['empty_tool', 'eps', 'scale'\\]"),
+        ("slca", {"empty_tools": "include"}, "estimator 'slca' has no option 'empty_tools'; its options: \\['empty_summary', 'empty_tool', 'eps', 'scale'\\]"),
         ("grpo", {"scal": "batch"}, "estimator 'grpo' has no option 'scal'"),
         ("grpo", {"empty_tool": "include"}, "estimator 'grpo' has no option 'empty_tool'"),
         ("slca", {"empty_tool": "nope"}, "estimator 'slca': option 'empty_tool' must be one of"),

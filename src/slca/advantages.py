@@ -17,11 +17,12 @@ from typing import Any, Protocol
 import torch
 
 from slca._checks import as_1d, as_2d, check_mask, check_same_shape, group_index
-from slca.segments import tool_turn_index
+from slca.segments import last_tool_turn, tool_turn_index
 
 __all__ = [
     "SCALES",
     "EMPTY_TOOL_MODES",
+    "EMPTY_SUMMARY_MODES",
     "group_mean",
     "group_normalize",
     "grpo_advantages",
@@ -48,7 +49,8 @@ __all__ = [
 ]
 
 SCALES = ("group", "batch", "none")
-EMPTY_TOOL_MODES = ("response", "include", "exclude")
+EMPTY_TOOL_MODES = ("response", "include", "exclude", "both")
+EMPTY_SUMMARY_MODES = ("drop", "last_turn")
 
 
 def _group_stats(r: torch.Tensor, idx: torch.Tensor, n_groups: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -198,6 +200,7 @@ def slca_advantages(
     scale: str = "group",
     eps: float = 1e-6,
     empty_tool: str = "response",
+    empty_summary: str = "drop",
 ) -> torch.Tensor:
     """Segment-Locked Credit Assignment (SLCA-GRPO, arXiv 2609.29050, Eq. 6-8).
 
@@ -224,9 +227,26 @@ def slca_advantages(
       to and is dropped (the paper's literal rule).
     * ``"exclude"``: its tool reward is left out of the tool group's statistics
       (as if NaN), so it moves nobody's tool advantage.
+    * ``"both"``: its tool reward counts in the statistics (as ``"include"``) and
+      its policy tokens get the sum ``A^tool_i + A^sum_i``: each tier's advantage
+      in full, as on the tokens of a rollout that called. The decision not to call
+      then gets the tool tier's verdict with the weight the decision to call gets,
+      which is what makes the tool baseline action-independent at that decision
+      (``"response"`` halves it, ``"include"`` drops it: docs/beyond.md,
+      "Segments that are missing").
 
-    A rollout with an empty summary segment (it stopped at max turns) has its
-    summary advantage dropped; its summary reward still counts in the statistics.
+    ``empty_summary`` decides what happens to a rollout with a tool segment but
+    an empty summary segment (it stopped at ``max_turns``, or at the token budget
+    right after a tool response: no final answer; its summary reward, 0 for an
+    empty answer, counts in the summary group's statistics either way):
+
+    * ``"drop"`` (default): its summary advantage has no token to go to and is
+      dropped.
+    * ``"last_turn"``: its summary advantage is added, in full, to the tokens of
+      its last tool turn (the turn that called instead of answering), on top of
+      their tool advantage. This is the summary tier's verdict on not answering,
+      on the tokens that decided it (docs/beyond.md, "Segments that are
+      missing"); it is the one place where a summary reward reaches tool tokens.
 
     Args:
         tool_rewards: (B,) execution-tier reward per rollout (NaN = unscored).
@@ -238,28 +258,33 @@ def slca_advantages(
     Returns:
         (B, T) float32 advantages, zero outside ``tool_mask | summary_mask``.
     """
-    tm, sm, rt, rs = _segment_checks(tool_rewards, summary_rewards, tool_mask, summary_mask, empty_tool)
+    tm, sm, rt, rs = _segment_checks(tool_rewards, summary_rewards, tool_mask, summary_mask, empty_tool, empty_summary)
     a_sum = group_normalize(rs, group_ids, scale=scale, eps=eps)  # (B,)
-    return _route(rt, a_sum, group_ids, tm, sm, scale, eps, empty_tool)
+    return _route(rt, a_sum, group_ids, tm, sm, scale, eps, empty_tool, empty_summary)
 
 
 def _route(
-    rt: torch.Tensor, a_sum: torch.Tensor, group_ids: Any, tm: torch.Tensor, sm: torch.Tensor, scale: str, eps: float, empty_tool: str
+    rt: torch.Tensor, a_sum: torch.Tensor, group_ids: Any, tm: torch.Tensor, sm: torch.Tensor, scale: str, eps: float,
+    empty_tool: str, empty_summary: str = "drop",
 ) -> torch.Tensor:
     """SLCA's routing: the normalised tool reward to tool tokens, ``a_sum`` (B,) to summary tokens.
 
     ``rt`` (B,) are the raw tool rewards (normalised here, with ``empty_tool``'s
     rule for rollouts without a tool segment); ``tm``, ``sm`` (B, T) the
-    segments. Returns (B, T) float32.
+    segments; ``empty_summary`` the rule for rollouts without a summary segment.
+    Returns (B, T) float32.
     """
     has_tool = tm.any(dim=1)  # (B,)
     if empty_tool == "exclude":
         rt = torch.where(has_tool, rt, torch.full_like(rt, float("nan")))
     a_tool = group_normalize(rt, group_ids, scale=scale, eps=eps)  # (B,)
     adv = a_tool.unsqueeze(1) * tm.float() + a_sum.unsqueeze(1) * sm.float()
-    if empty_tool == "response":
-        mixed = 0.5 * (a_tool + a_sum)  # (B,)
+    if empty_tool in ("response", "both"):
+        mixed = 0.5 * (a_tool + a_sum) if empty_tool == "response" else a_tool + a_sum  # (B,)
         adv = torch.where(has_tool.unsqueeze(1), adv, mixed.unsqueeze(1) * sm.float())
+    if empty_summary == "last_turn":
+        last = last_tool_turn(tm) & ~sm.any(dim=1, keepdim=True)  # (B, T): rows without a summary segment
+        adv = adv + a_sum.unsqueeze(1) * last.float()
     return adv
 
 
@@ -757,6 +782,7 @@ def fill_inputs(inputs: AdvantageInputs, name: str, trajectories: Sequence[Any])
 _SCALE = Option("scale", "group", "advantage normalisation: 'group' (GRPO), 'batch', 'none' (centre only)", SCALES)
 _EPS = Option("eps", 1e-6, "added to the std in the normalisation")
 _EMPTY_TOOL = Option("empty_tool", "response", "rollouts with no tool segment (see slca_advantages)", EMPTY_TOOL_MODES)
+_EMPTY_SUMMARY = Option("empty_summary", "drop", "rollouts with no summary segment (see slca_advantages)", EMPTY_SUMMARY_MODES)
 
 
 @register_estimator("grpo", options=(_SCALE, _EPS), reference=True, trajectory=True)
@@ -765,12 +791,12 @@ def _grpo(inputs: AdvantageInputs, *, scale: str, eps: float) -> torch.Tensor:
     return grpo_advantages(inputs.total_rewards, inputs.group_ids, inputs.model_mask, scale=scale, eps=eps)
 
 
-@register_estimator("slca", options=(_SCALE, _EPS, _EMPTY_TOOL), reference=True)
-def _slca(inputs: AdvantageInputs, *, scale: str, eps: float, empty_tool: str) -> torch.Tensor:
+@register_estimator("slca", options=(_SCALE, _EPS, _EMPTY_TOOL, _EMPTY_SUMMARY), reference=True)
+def _slca(inputs: AdvantageInputs, *, scale: str, eps: float, empty_tool: str, empty_summary: str) -> torch.Tensor:
     """Each tier normalised on its own and locked to its segment."""
     return slca_advantages(
         inputs.tool_rewards, inputs.summary_rewards, inputs.group_ids, inputs.tool_mask, inputs.summary_mask,
-        scale=scale, eps=eps, empty_tool=empty_tool,
+        scale=scale, eps=eps, empty_tool=empty_tool, empty_summary=empty_summary,
     )
 
 
@@ -863,7 +889,7 @@ def conditional_normalize(
 
 
 def _segment_checks(
-    tool_rewards: Any, summary_rewards: Any, tool_mask: Any, summary_mask: Any, empty_tool: str
+    tool_rewards: Any, summary_rewards: Any, tool_mask: Any, summary_mask: Any, empty_tool: str, empty_summary: str = "drop"
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Validated ``(tool_mask, summary_mask, tool_rewards, summary_rewards)`` as in :func:`slca_advantages`."""
     tm = check_mask("tool_mask", as_2d("tool_mask", tool_mask))
@@ -873,6 +899,8 @@ def _segment_checks(
         raise ValueError("tool_mask and summary_mask overlap: a token belongs to one segment only")
     if empty_tool not in EMPTY_TOOL_MODES:
         raise ValueError(f"empty_tool must be one of {EMPTY_TOOL_MODES}, got {empty_tool!r}")
+    if empty_summary not in EMPTY_SUMMARY_MODES:
+        raise ValueError(f"empty_summary must be one of {EMPTY_SUMMARY_MODES}, got {empty_summary!r}")
     B = tm.shape[0]
     rt = as_1d("tool_rewards", tool_rewards, B).to(tm.device)
     rs = as_1d("summary_rewards", summary_rewards, B).to(tm.device)
@@ -891,6 +919,7 @@ def slca_cond_advantages(
     eps: float = 1e-6,
     empty_tool: str = "response",
     cond_std: str = "group",
+    empty_summary: str = "drop",
 ) -> torch.Tensor:
     """SLCA with a summary baseline conditioned on the tool outcome (``slca_cond``).
 
@@ -904,7 +933,7 @@ def slca_cond_advantages(
 
     with ``b_i`` the mean summary reward of the rollouts of the same task with
     the same tool signature (falling back to the whole group when that sub-group
-    has fewer than two valid members). Routing, ``empty_tool`` and NaN handling
+    has fewer than two valid members). Routing, ``empty_tool``, ``empty_summary`` and NaN handling
     are those of :func:`slca_advantages`, so locking holds unchanged: tool
     rewards never reach summary tokens (beyond SLCA's own ``"response"`` mix on
     rollouts without a tool segment), and summary rewards never reach tool tokens.
@@ -920,9 +949,9 @@ def slca_cond_advantages(
     Returns:
         (B, T) float32, zero outside ``tool_mask | summary_mask``.
     """
-    tm, sm, rt, rs = _segment_checks(tool_rewards, summary_rewards, tool_mask, summary_mask, empty_tool)
+    tm, sm, rt, rs = _segment_checks(tool_rewards, summary_rewards, tool_mask, summary_mask, empty_tool, empty_summary)
     a_sum = conditional_normalize(rs, group_ids, tool_signatures, scale=scale, eps=eps, cond_std=cond_std).to(tm.device)
-    return _route(rt, a_sum, group_ids, tm, sm, scale, eps, empty_tool)
+    return _route(rt, a_sum, group_ids, tm, sm, scale, eps, empty_tool, empty_summary)
 
 
 def turn_normalize(turn_rewards: torch.Tensor, group_ids: Any, *, scale: str = "group", eps: float = 1e-6) -> torch.Tensor:
@@ -966,6 +995,7 @@ def slca_turn_advantages(
     scale: str = "group",
     eps: float = 1e-6,
     empty_tool: str = "response",
+    empty_summary: str = "drop",
 ) -> torch.Tensor:
     """SLCA with temporal credit inside the tool segment (``slca_turn``).
 
@@ -976,7 +1006,7 @@ def slca_turn_advantages(
         ``A_{i,t} = A^tool_i + lambda * A^turn_{i,k(i,t)}``   on tool tokens of turn ``k``,
         ``A_{i,t} = A^sum_i``                                  on summary tokens,
 
-    where ``A^tool``, ``A^sum`` (and the ``empty_tool`` handling) are exactly
+    where ``A^tool``, ``A^sum`` (and the ``empty_tool`` / ``empty_summary`` handling) are exactly
     :func:`slca_advantages`'s. The segment-level term keeps what only the whole
     segment shows (efficiency, completeness); the turn term moves credit between
     turns. Locking is unchanged: summary rewards never reach tool tokens, turn
@@ -999,7 +1029,7 @@ def slca_turn_advantages(
     Returns:
         (B, T) float32, zero outside ``tool_mask | summary_mask``.
     """
-    tm, sm, _, _ = _segment_checks(tool_rewards, summary_rewards, tool_mask, summary_mask, empty_tool)
+    tm, sm, _, _ = _segment_checks(tool_rewards, summary_rewards, tool_mask, summary_mask, empty_tool, empty_summary)
     B, T = tm.shape
     if not (isinstance(turn_lambda, (int, float)) and math.isfinite(turn_lambda)):
         raise ValueError(f"turn_lambda must be a finite number, got {turn_lambda!r}")
@@ -1014,7 +1044,8 @@ def slca_turn_advantages(
     if (tm & (ti < 0)).any():
         raise ValueError("turn_index is negative on a tool token: every tool token needs its turn (0, 1, ...)")
     base = slca_advantages(
-        tool_rewards, summary_rewards, group_ids, tm, sm, scale=scale, eps=eps, empty_tool=empty_tool
+        tool_rewards, summary_rewards, group_ids, tm, sm, scale=scale, eps=eps, empty_tool=empty_tool,
+        empty_summary=empty_summary,
     )
     K = rk.shape[1]
     if K == 0 or turn_lambda == 0:
@@ -1037,17 +1068,19 @@ _COND_STD = Option("cond_std", "group", "std of the conditioned summary normalis
 _TURN_LAMBDA = Option("turn_lambda", 1.0, "weight of the per-turn advantage on each tool turn's tokens")
 
 
-@register_estimator("slca_cond", needs=("tool_signatures",), options=(_SCALE, _EPS, _EMPTY_TOOL, _COND_STD))
-def _slca_cond(inputs: AdvantageInputs, *, scale: str, eps: float, empty_tool: str, cond_std: str) -> torch.Tensor:
+@register_estimator("slca_cond", needs=("tool_signatures",), options=(_SCALE, _EPS, _EMPTY_TOOL, _COND_STD, _EMPTY_SUMMARY))
+def _slca_cond(inputs: AdvantageInputs, *, scale: str, eps: float, empty_tool: str, cond_std: str,
+               empty_summary: str) -> torch.Tensor:
     """SLCA with the summary baseline conditioned on the tool outcome."""
     return slca_cond_advantages(
         inputs.tool_rewards, inputs.summary_rewards, inputs.group_ids, inputs.tool_signatures, inputs.tool_mask,
-        inputs.summary_mask, scale=scale, eps=eps, empty_tool=empty_tool, cond_std=cond_std,
+        inputs.summary_mask, scale=scale, eps=eps, empty_tool=empty_tool, cond_std=cond_std, empty_summary=empty_summary,
     )
 
 
-@register_estimator("slca_turn", needs=("turn_rewards",), options=(_SCALE, _EPS, _EMPTY_TOOL, _TURN_LAMBDA))
-def _slca_turn(inputs: AdvantageInputs, *, scale: str, eps: float, empty_tool: str, turn_lambda: float) -> torch.Tensor:
+@register_estimator("slca_turn", needs=("turn_rewards",), options=(_SCALE, _EPS, _EMPTY_TOOL, _TURN_LAMBDA, _EMPTY_SUMMARY))
+def _slca_turn(inputs: AdvantageInputs, *, scale: str, eps: float, empty_tool: str, turn_lambda: float,
+               empty_summary: str) -> torch.Tensor:
     """SLCA plus a per-turn execution advantage on each tool turn's tokens."""
     ti = inputs.turn_index
     if ti is None:
@@ -1055,4 +1088,5 @@ def _slca_turn(inputs: AdvantageInputs, *, scale: str, eps: float, empty_tool: s
     return slca_turn_advantages(
         inputs.tool_rewards, inputs.summary_rewards, inputs.turn_rewards, inputs.group_ids, inputs.tool_mask,
         inputs.summary_mask, ti, turn_lambda=turn_lambda, scale=scale, eps=eps, empty_tool=empty_tool,
+        empty_summary=empty_summary,
     )

@@ -97,7 +97,9 @@ class TrainConfig:
     eps: float = 1e-6
     """Added to the std in the normalisation."""
     empty_tool: str = "response"
-    """SLCA: rollouts with no tool segment ('response', 'include', 'exclude'; see slca_advantages)."""
+    """SLCA: rollouts with no tool segment ('response', 'include', 'exclude', 'both'; see slca_advantages and docs/beyond.md, "Segments that are missing")."""
+    empty_summary: str = "drop"
+    """SLCA: rollouts with no summary segment, i.e. no final answer ('drop': the summary advantage is dropped; 'last_turn': added to the last tool turn's tokens; see slca_advantages and docs/beyond.md, "Segments that are missing")."""
     turn_lambda: float = 1.0
     """slca_turn: weight of the per-turn advantage added on each tool turn's tokens (beyond the paper, docs/beyond.md)."""
     tool_weight: float = 1.0
@@ -364,7 +366,8 @@ CHECKS: dict[str, Check] = {
     "estimator": _estimator,
     "scale": _one_of("group", "batch", "none"),
     "eps": _ge(0),
-    "empty_tool": _one_of("response", "include", "exclude"),
+    "empty_tool": _one_of("response", "include", "exclude", "both"),
+    "empty_summary": _one_of("drop", "last_turn"),
     "turn_lambda": _ge(0),
     "tool_weight": _ge(0),
     "summary_weight": _ge(0),

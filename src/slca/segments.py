@@ -11,7 +11,7 @@ import torch
 
 from slca._checks import as_2d, check_mask, check_same_shape
 
-__all__ = ["segment_masks", "environment_mask", "turn_index", "tool_turn_index"]
+__all__ = ["segment_masks", "environment_mask", "turn_index", "tool_turn_index", "last_tool_turn"]
 
 
 def _last_true(mask: torch.Tensor) -> torch.Tensor:
@@ -138,3 +138,22 @@ def tool_turn_index(model_mask: torch.Tensor, tool_mask: torch.Tensor) -> torch.
     prev[:, 1:] = model[:, :-1]
     k = (model & ~prev).long().cumsum(dim=1) - 1
     return torch.where(tool, k, torch.full_like(k, -1))
+
+
+def last_tool_turn(tool_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) bool: the tokens of each row's last tool turn (the last run of 1s in ``tool_mask``).
+
+    Tool turns are separated by environment tokens, which are 0 in the tool
+    mask, so the runs of the tool mask are the tool turns. All False on a row
+    without a tool token.
+
+    Example:
+        >>> import torch
+        >>> last_tool_turn(torch.tensor([[1, 1, 0, 1, 0, 0], [0, 0, 0, 0, 0, 0]])).int().tolist()
+        [[0, 0, 0, 1, 0, 0], [0, 0, 0, 0, 0, 0]]
+    """
+    tm = check_mask("tool_mask", as_2d("tool_mask", tool_mask))
+    k = tool_turn_index(tm, tm)  # run index on tool tokens, -1 elsewhere
+    if k.shape[1] == 0:
+        return torch.zeros_like(tm)
+    return tm & (k == k.amax(dim=1, keepdim=True))
