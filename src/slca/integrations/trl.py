@@ -63,9 +63,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from slca.advantages import EMPTY_TOOL_MODES, AdvantageInputs, EstimatorSpec, get_estimator, get_input, group_normalize, resolve_estimator
+from slca.advantages import EMPTY_SUMMARY_MODES, EMPTY_TOOL_MODES, AdvantageInputs, EstimatorSpec, get_estimator, get_input, group_normalize, resolve_estimator
 from slca.segments import segment_masks
-from slca.types import Task, Trajectory
+from slca.types import Task, ToolResult, Trajectory, Turn
 
 try:
     import trl
@@ -79,12 +79,14 @@ __all__ = [
     "HOST_OPTIONS",
     "TESTED_TRL",
     "TIERS",
+    "UNANSWERED_MODES",
     "SLCAGRPOConfig",
     "SLCAGRPOTrainer",
     "call_options",
     "check_aggregation",
     "check_tiers",
     "check_trl_contract",
+    "mark_unanswered",
     "slca_reward_funcs",
     "simulator_environment",
     "tier_rewards",
@@ -95,7 +97,11 @@ __all__ = [
 TESTED_TRL = (">=1.16", "<1.17")
 TIERS = ("tool", "summary")
 AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")  # TRL's multi_objective_aggregation
-HOST_OPTIONS = {"scale": "scale_rewards", "eps": "advantage_eps", "empty_tool": "empty_tool"}
+UNANSWERED_MODES = ("unscored", "not_executed")
+"""What :func:`slca_reward_funcs` does with the calls of a completion's last turn that TRL never executed."""
+NOT_EXECUTED = "not executed: the rollout ended before the environment answered"  # as slca.integrations.verl
+
+HOST_OPTIONS = {"scale": "scale_rewards", "eps": "advantage_eps", "empty_tool": "empty_tool", "empty_summary": "empty_summary"}
 """Estimator options the host sets from its own config (option -> SLCAGRPOConfig field)."""
 
 
@@ -160,7 +166,7 @@ class SLCAGRPOConfig(GRPOConfig):
         metadata={"help": "The estimator's own options by name (JSON on the command line), e.g. "
                   "'{\"turn_lambda\": 0.5}' for slca_turn or '{\"cond_std\": \"subgroup\"}' for slca_cond; "
                   "checked against the options it declares when the trainer is built. scale, eps and "
-                  "empty_tool come from scale_rewards, advantage_eps and empty_tool."},
+                  "empty_tool / empty_summary come from scale_rewards, advantage_eps, empty_tool and empty_summary."},
     )
     task_id_column: str = field(
         default="task_id",
@@ -174,8 +180,14 @@ class SLCAGRPOConfig(GRPOConfig):
     )
     empty_tool: str = field(
         default="response",
-        metadata={"help": "Rollouts that made no call: 'response', 'include' or 'exclude' (see "
-                  "slca.slca_advantages)."},
+        metadata={"help": "Rollouts that made no call: 'response', 'include', 'exclude' or 'both' (see "
+                  "slca.slca_advantages and docs/beyond.md, 'Segments that are missing')."},
+    )
+    empty_summary: str = field(
+        default="drop",
+        metadata={"help": "Rollouts that end on a tool response (no final answer): 'drop' or 'last_turn' (see "
+                  "slca.slca_advantages). A rollout that ends on an unexecuted call (TRL's "
+                  "max_tool_calling_iterations) has that call turn as its summary segment and is not affected."},
     )
     advantage_eps: float = field(
         default=1e-4,
@@ -263,7 +275,7 @@ def check_aggregation(estimator: str, aggregation: str) -> None:
 
 
 def call_options(spec: EstimatorSpec, host: Mapping[str, Any], given: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The options to call ``spec`` with: the host's (``scale``, ``eps``, ``empty_tool``) it takes, plus ``given``.
+    """The options to call ``spec`` with: the host's (``scale``, ``eps``, ``empty_tool``, ``empty_summary``) it takes, plus ``given``.
 
     ``given`` (``SLCAGRPOConfig.estimator_options``) may not set a host option
     (:data:`HOST_OPTIONS` says which config field does); an option the
@@ -303,6 +315,7 @@ def trl_batch_advantages(
     scale: str = "group",
     eps: float = 1e-4,
     empty_tool: str = "response",
+    empty_summary: str = "drop",
     aggregation: str = "sum_then_normalize",
     options: Mapping[str, Any] | None = None,
     extra_inputs: Mapping[str, Any] | None = None,
@@ -379,7 +392,8 @@ def trl_batch_advantages(
         summary_mask=summary_seg,
     ).with_inputs(dict(extra_inputs or {}))
     # host options it does not take (empty_tool for grpo) are not passed
-    adv = spec(inputs, **call_options(spec, {"scale": scale, "eps": eps, "empty_tool": empty_tool}, options))
+    host = {"scale": scale, "eps": eps, "empty_tool": empty_tool, "empty_summary": empty_summary}
+    adv = spec(inputs, **call_options(spec, host, options))
     return adv, inputs
 
 
@@ -416,7 +430,27 @@ def trajectories_from_completions(
     return out
 
 
-def slca_reward_funcs(tasks: Mapping[str, Task], id_column: str = "task_id") -> list[Callable[..., list[float | None]]]:
+def mark_unanswered(turns: list[Turn]) -> list[Turn]:
+    """``turns`` with the unanswered calls of the last turn recorded as not executed.
+
+    TRL's tool loop stops at ``max_tool_calling_iterations`` (or when a tool result
+    would not fit in ``max_completion_length``) right after a turn that made
+    calls, without running them: that turn has no tool messages. Its calls get
+    ``ToolResult(ok=False, error=NOT_EXECUTED)``, as verl's reward function
+    (:func:`slca.integrations.verl.compute_score`) and slca's rollout engine record
+    calls cut off by a limit. Only the last turn is completed: a missing result
+    anywhere else is a malformed conversation and stays unscorable.
+    """
+    if turns and turns[-1].parsed.is_tool_turn and len(turns[-1].results) < len(turns[-1].parsed.calls):
+        last = turns[-1]
+        missing = len(last.parsed.calls) - len(last.results)
+        turns = [*turns[:-1], Turn(last.text, last.parsed, [*last.results, *[ToolResult(ok=False, error=NOT_EXECUTED)] * missing])]
+    return turns
+
+
+def slca_reward_funcs(
+    tasks: Mapping[str, Task], id_column: str = "task_id", *, unanswered: str = "unscored"
+) -> list[Callable[..., list[float | None]]]:
     """TRL reward functions ``[execution, summary]`` from :mod:`slca.rewards`.
 
     Each completion (TRL's message list: assistant turns with ``tool_calls``,
@@ -424,8 +458,23 @@ def slca_reward_funcs(tasks: Mapping[str, Task], id_column: str = "task_id") -> 
     is in the dataset column ``id_column``. A rollout slca cannot score (NaN
     total) returns None, which TRL turns into NaN and the estimator leaves out of
     its group's statistics. Use with ``reward_tiers=["tool", "summary"]``.
+
+    ``unanswered`` decides what a completion whose last turn's calls TRL never
+    executed (it hit ``max_tool_calling_iterations``) scores on the execution tier:
+
+    * ``"unscored"`` (default): None (NaN): that rollout is left out of the
+      tool tier's statistics and gets no tool advantage.
+    * ``"not_executed"``: the calls count as made and not executed
+      (:func:`mark_unanswered`), as in slca's trainer and in verl. Leaving a
+      rollout out because of what the policy did (it kept calling) is an
+      action-dependent baseline: the tool tier then never sees the cost of
+      running out of turns (docs/beyond.md, "Segments that are missing").
     """
     from slca.rewards import execution_reward, summary_reward, turns_from_messages
+
+    if unanswered not in UNANSWERED_MODES:
+        raise ValueError(f"unanswered must be one of {UNANSWERED_MODES}, got {unanswered!r}")
+    complete = mark_unanswered if unanswered == "not_executed" else (lambda turns: turns)
 
     def _task(i: str) -> Task:
         return _task_of(tasks, id_column, i, "slca_reward_funcs")
@@ -435,13 +484,13 @@ def slca_reward_funcs(tasks: Mapping[str, Task], id_column: str = "task_id") -> 
 
     def slca_execution(completions, **kwargs):
         ids = kwargs[id_column]
-        return [_none_if_nan(execution_reward(_task(i), turns_from_messages(c)[0]).total) for c, i in zip(completions, ids)]
+        return [_none_if_nan(execution_reward(_task(i), complete(turns_from_messages(c)[0])).total) for c, i in zip(completions, ids)]
 
     def slca_summary(completions, **kwargs):
         out = []
         for c, i in zip(completions, kwargs[id_column]):
             turns, final = turns_from_messages(c)
-            out.append(_none_if_nan(summary_reward(_task(i), turns, final).total))
+            out.append(_none_if_nan(summary_reward(_task(i), complete(turns), final).total))
         return out
 
     return [slca_execution, slca_summary]
@@ -577,9 +626,13 @@ class SLCAGRPOTrainer(GRPOTrainer):
         self.slca_empty_tool = getattr(a, "empty_tool", "response")
         if self.slca_empty_tool not in EMPTY_TOOL_MODES:
             raise ValueError(f"empty_tool must be one of {EMPTY_TOOL_MODES}, got {self.slca_empty_tool!r}")
+        self.slca_empty_summary = getattr(a, "empty_summary", "drop")
+        if self.slca_empty_summary not in EMPTY_SUMMARY_MODES:
+            raise ValueError(f"empty_summary must be one of {EMPTY_SUMMARY_MODES}, got {self.slca_empty_summary!r}")
         self.slca_eps = float(getattr(a, "advantage_eps", 1e-4))
         self.slca_options = dict(getattr(a, "estimator_options", None) or {})
-        host = {"scale": self.scale_rewards, "eps": self.slca_eps, "empty_tool": self.slca_empty_tool}
+        host = {"scale": self.scale_rewards, "eps": self.slca_eps, "empty_tool": self.slca_empty_tool,
+                "empty_summary": self.slca_empty_summary}
         call_options(spec, host, self.slca_options)  # unknown or mistyped options fail here, not on a batch
         self.slca_tasks = tasks
         self.slca_task_column = getattr(a, "task_id_column", "task_id")
@@ -683,6 +736,7 @@ class SLCAGRPOTrainer(GRPOTrainer):
             scale=self.scale_rewards,
             eps=self.slca_eps,
             empty_tool=self.slca_empty_tool,
+            empty_summary=self.slca_empty_summary,
             aggregation=self.slca_aggregation,
             options=self.slca_options,
             extra_inputs=self._slca_extra,
