@@ -50,4 +50,4 @@ demo: setup
 
 test: setup-test
 	$(VENV)/bin/python -m pytest -q -m "not verl" --ignore=tests/test_integration_verl.py
-	$(VERL_VENV)/bin/python -m pytest -q -m verl tests/test_integration_verl.py tests/test_conformance.py
+	$(VERL_VENV)/bin/python -m pytest -q -m verl tests/test_integration_verl.py tests/test_conformance.py tests/test_missing_segments.py
