@@ -239,12 +239,25 @@ def _model(v: str) -> str | None:
         return None
     p = Path(v).expanduser()
     if not p.exists():
-        if v.startswith((".", "/", "~")) or v.count("/") > 1 or not v.strip():
-            return f"{v!r}: no such folder (give 'default', a save_pretrained folder or a Hugging Face hub id)"
-        return None  # a hub id: from_pretrained resolves it when the model loads (one line if it cannot)
+        from slca.policy import hub_model_problem, looks_like_path
+
+        if looks_like_path(v):
+            hint = _did_you_mean_path(p) or "give 'default', a save_pretrained folder or a Hugging Face hub id"
+            return f"{v!r}: no such folder ({hint})"
+        return hub_model_problem(v)  # a hub id: in the local cache, or on the hub (one request, no retries)
     if not p.is_dir() or not ((p / "config.json").is_file() or (p / "adapter_config.json").is_file()):
         return f"{v!r}: not a Hugging Face model folder (no config.json or adapter_config.json)"
     return None
+
+
+def _did_you_mean_path(p: Path) -> str:
+    """``did you mean 'models/x'?`` for a sibling of a mistyped path, or ''."""
+    try:
+        names = [c.name for c in p.parent.iterdir()] if p.parent.is_dir() else []
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(p.name, names, n=1)
+    return f"did you mean {str(p.parent / close[0])!r}?" if close else ""
 
 
 def _chat_template(v: str) -> str | None:

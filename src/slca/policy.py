@@ -8,12 +8,14 @@ naming what was wrong, raised before any training work.
 
 from __future__ import annotations
 
+import functools
+import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["DTYPES", "check_device", "check_dtype", "resolve_chat_template", "load_pretrained", "apply_lora", "prepare_policy", "load_policy", "policy_options"]
+__all__ = ["DTYPES", "looks_like_path", "hub_model_problem", "check_device", "check_dtype", "resolve_chat_template", "load_pretrained", "apply_lora", "prepare_policy", "load_policy", "policy_options"]
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -53,6 +55,55 @@ def _one_line(e: BaseException) -> str:
     return (lines[0] if lines else type(e).__name__)[:300]
 
 
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+
+
+def looks_like_path(spec: str) -> bool:
+    """Whether a ``model`` value that is not an existing folder was meant as a path, not a hub id:
+    it starts with ``.``, ``/`` or ``~``, has more than one ``/``, ends in ``/``, is no valid hub id
+    (``name`` or ``org/name``), or its first part is a local folder (``models/nonexist`` next to a
+    ``models/`` folder)."""
+    s = spec.strip()
+    if not s or s.startswith((".", "/", "~")) or s.endswith("/") or s.count("/") > 1 or not _HUB_ID.match(s):
+        return True
+    return "/" in s and Path(s.split("/", 1)[0]).is_dir()
+
+
+def hub_model_problem(repo_id: str) -> str | None:
+    """None if the hub id ``repo_id`` can load: it is in the local Hugging Face cache, or (online) the hub
+    has it; otherwise what is wrong, in one line starting with the id. Online, one request, no retries
+    (``from_pretrained`` would retry for about a minute before failing)."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    try:
+        if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+            return None
+    except ValueError:  # not a valid repo id (HFValidationError)
+        return f"{repo_id!r}: no such folder, and not a valid Hugging Face hub id"
+    if constants.HF_HUB_OFFLINE:
+        return (f"{repo_id!r}: not a local folder, and the Hugging Face hub id could not be loaded (not in the Hugging Face cache "
+                "and HF_HUB_OFFLINE=1); download it once where there is network, or pass a save_pretrained folder")
+    return _ask_hub(repo_id)
+
+
+@functools.lru_cache(maxsize=64)
+def _ask_hub(repo_id: str) -> str | None:
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    try:
+        HfApi().model_info(repo_id, timeout=10)
+    except GatedRepoError:
+        return None  # it exists; from_pretrained says what access it needs
+    except RepositoryNotFoundError:
+        return (f"{repo_id!r}: no such folder, and no such model on the Hugging Face hub (a private one needs "
+                "`hf auth login`); pass a save_pretrained folder or a hub id")
+    except Exception as e:  # no network, a proxy, a timeout: the load would fail the same way, after retries
+        return (f"{repo_id!r}: no such folder, not in the Hugging Face cache, and the hub could not be reached ({_one_line(e)}); "
+                "download it once where there is network, or pass a save_pretrained folder")
+    return None
+
+
 def load_pretrained(spec: str, dtype: torch.dtype = torch.float32) -> tuple[torch.nn.Module, Any]:
     """``(model, tokenizer)`` from a ``save_pretrained`` folder or a Hugging Face hub id.
 
@@ -68,9 +119,12 @@ def load_pretrained(spec: str, dtype: torch.dtype = torch.float32) -> tuple[torc
         if not (p / "config.json").is_file() and not (p / "adapter_config.json").is_file():
             raise ValueError(f"model {spec!r}: not a Hugging Face model folder (no config.json or adapter_config.json)")
         src = str(p)
-    elif spec.startswith((".", "/", "~")) or spec.count("/") > 1:
+    elif looks_like_path(spec):
         raise ValueError(f"model {spec!r}: no such folder")
     else:
+        problem = hub_model_problem(spec)
+        if problem is not None:
+            raise ValueError(f"model {problem}")
         src = spec
     try:
         tok = AutoTokenizer.from_pretrained(src)

@@ -340,19 +340,24 @@ class RunFolder:
             ...  # run.checkpoint: the checkpoint to resume from, or None
     """
 
-    def __init__(self, cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False) -> None:
+    def __init__(self, cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, defer_write: bool = False) -> None:
         if resume and overwrite:
             raise ConfigError("--overwrite", "--resume and --overwrite exclude each other")
         self.cfg, self.resume, self.overwrite = cfg, resume, overwrite
         self.path = Path(cfg.run_dir)
         self.checkpoint: Path | None = None
         self.notes: list[str] = []
+        self.defer_write = defer_write
+        self.committed = False
         self._fd: int | None = None
+        self._created: Path | None = None  # the topmost folder this object made (removed again if the run never starts)
 
     # ------------------------------------------------------------------ lock
 
     def _lock(self) -> None:
+        missing = [p for p in (self.path, *self.path.parents) if not p.exists()]
         self.path.mkdir(parents=True, exist_ok=True)
+        self._created = missing[-1] if missing else None
         try:
             import fcntl
         except ImportError:  # pragma: no cover - Windows: no lock
@@ -374,7 +379,9 @@ class RunFolder:
         self.open()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is not None and not self.committed:
+            self.discard()
         self.release()
 
     # ------------------------------------------------------------------ checks
@@ -383,14 +390,44 @@ class RunFolder:
         return self.path.is_dir() and any((self.path / m).exists() for m in RUN_MARKERS)
 
     def open(self) -> "RunFolder":
-        """Lock the folder, apply the resume / overwrite rules, write config.json."""
+        """Lock the folder and apply the resume / overwrite rules; then, unless ``defer_write``,
+        :meth:`commit` (empty the folder for ``overwrite``, write config.json)."""
         self._lock()
         try:
             self._prepare()
+            if not self.defer_write:
+                self.commit()
         except BaseException:
+            self.discard()
             self.release()
             raise
         return self
+
+    def commit(self) -> None:
+        """The run starts: with ``overwrite`` the old run is deleted; config.json is written.
+
+        :func:`slca.trainer.train` commits once the tasks and the model have loaded, so a
+        bad data file or a model that does not load leaves the folder as it was."""
+        if self.overwrite and self.holds_run():
+            self._clear()
+        write_atomic(self.path / "config.json", json.dumps(to_dict(self.cfg), indent=2))
+        self.committed = True
+
+    def discard(self) -> None:
+        """Remove the folders :meth:`open` made, when nothing was committed into them (a refused start)."""
+        if self._created is None or self.committed:
+            return
+        for p in (self.path, *self.path.parents):
+            if p == self.path:
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                try:
+                    p.rmdir()  # only while empty
+                except OSError:
+                    break
+            if p == self._created:
+                break
+        self._created = None
 
     def _prepare(self) -> None:
         cfg, d = self.cfg, self.path
@@ -398,19 +435,21 @@ class RunFolder:
             if not (self.resume or self.overwrite):
                 raise ConfigError("run_dir", f"{str(d)!r} already holds a run; pass --resume to continue it or --overwrite to replace it")
             if self.overwrite:
-                self._clear()
+                self._check_clearable()
             else:
                 self.checkpoint = self._resume_point()
         elif self.resume:
             self.notes.append(f"{d} holds no run yet; starting from step 0")
-        write_atomic(d / "config.json", json.dumps(to_dict(cfg), indent=2))
 
-    def _clear(self) -> None:
+    def _check_clearable(self) -> None:
         d = self.path.resolve()
         cwd = Path.cwd().resolve()
         if d == cwd or d in cwd.parents or d == Path.home().resolve():
             raise ConfigError("run_dir", f"{str(self.path)!r} is the working folder, a folder above it or the home folder; --overwrite will not empty it")
-        for p in d.iterdir():
+
+    def _clear(self) -> None:
+        self._check_clearable()
+        for p in self.path.resolve().iterdir():
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
 
     def _stored_config(self) -> dict[str, Any] | None:

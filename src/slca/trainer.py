@@ -130,7 +130,6 @@ class Trainer:
     ) -> None:
         self.cfg = validate(cfg)
         self.run_dir = Path(cfg.run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
@@ -166,7 +165,8 @@ class Trainer:
         self.grad_norms: list[float] = []
         self.samples: list[SampleGroup] = []
         self._log = log
-        self._trackers = make_trackers(cfg)
+        self._trackers = make_trackers(cfg)  # opened on the first record
+        self.run_dir.mkdir(parents=True, exist_ok=True)  # last: a refused task file or model leaves no folder behind
 
     # ------------------------------------------------------------------ one step
 
@@ -554,12 +554,16 @@ def train(
     from slca.runs import RunFolder, write_atomic
 
     validate(cfg)  # before the run folder is touched or a model loads
-    with RunFolder(cfg, resume=resume, overwrite=overwrite) as run:
+    # the folder is locked and checked first; it is written (config.json, an --overwrite emptied) only once
+    # the tasks, the model and the checkpoint have loaded: a start refused until then leaves it as it was
+    with RunFolder(cfg, resume=resume, overwrite=overwrite, defer_write=True) as run:
         for note in run.notes:
             print(f"[slca] {note}")
         tr = Trainer(cfg, log=on_step, **trainer_kwargs)
         if run.checkpoint is not None:
             tr.resume(run.checkpoint)
+        run.commit()
+        if run.checkpoint is not None:
             print(f"[slca] resumed from step {tr.step} ({run.checkpoint})")
         _truncate_metrics(tr.run_dir / "metrics.jsonl", tr.step)
         try:

@@ -1,0 +1,113 @@
+"""Runs a user does not have to babysit (issue 28): paths, interrupts, resume, file modes, reports.
+
+Behaviour that belongs to a process (exit status, SIGINT, umask) is checked on real
+``python -m slca.cli`` processes; the rest in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from _tok import save_tiny_policy
+
+from slca.config import ConfigError, load_config
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), HF_HUB_OFFLINE="1",
+           TOKENIZERS_PARALLELISM="false")
+SMALL = ["tasks_per_step=2", "group_size=2", "max_turns=2", "max_new_tokens=8", "eval_every=0", "eval_tasks=2", "minibatches=1",
+         "report_to=none", "sample_html_every=1", "ood_splits=none"]
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    return save_tiny_policy(tmp_path_factory.mktemp("tiny-model"), hidden=32, heads=2, kv_heads=1, intermediate=64)
+
+
+def slca(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "slca.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env or ENV)
+
+
+def sets(*items: str) -> list[str]:
+    return [x for s in items for x in ("--set", s)]
+
+
+def one_error_line(r: subprocess.CompletedProcess) -> str:
+    assert r.returncode == 2, (r.stdout[-2000:], r.stderr[-2000:])
+    assert "Traceback" not in r.stderr and "Retrying" not in r.stderr, r.stderr[-2000:]
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    return lines[0]
+
+
+# ---------------------------------------------------------------- 2: a path that is not there, a bad data file
+
+
+def test_mistyped_relative_model_path_fails_at_once_and_writes_nothing(tmp_path):
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    env = {k: v for k, v in ENV.items() if k != "HF_HUB_OFFLINE"}  # online: a hub id would be tried (and retried)
+    t0 = time.time()
+    r = slca("train", *sets("model=models/tin", "run_dir=runs/x", "steps=1"), cwd=tmp_path, env=env)
+    line = one_error_line(r)
+    assert time.time() - t0 < 30
+    assert line == "error: model: 'models/tin': no such folder (did you mean 'models/tiny'?)"
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("value", ["models/nonexist", "./nonexist", "models/a/b", "my model"])
+def test_path_like_model_values_are_refused_as_folders(tmp_path, monkeypatch, value):
+    (tmp_path / "models").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"^model: '.*': no such folder \("):
+        load_config(None, [f"model={value}"])
+
+
+def test_hub_id_not_cached_is_one_line_at_validation(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    import slca.policy as policy
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"^model: 'nobody/no-such-model': not a local folder.*HF_HUB_OFFLINE=1"):
+        load_config(None, ["model=nobody/no-such-model"])
+    # online, with the hub out of reach: one request, one line (no minute of retries)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    calls = []
+
+    def unreachable(self, repo_id, **kw):
+        calls.append(repo_id)
+        raise OSError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr("huggingface_hub.HfApi.model_info", unreachable)
+    policy._ask_hub.cache_clear()
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["model=nobody/other-model"])
+    assert str(e.value) == ("model: 'nobody/other-model': no such folder, not in the Hugging Face cache, and the hub could not be reached "
+                            "([Errno -2] Name or service not known); download it once where there is network, or pass a save_pretrained folder")
+    assert calls == ["nobody/other-model"]
+    policy._ask_hub.cache_clear()
+
+
+def test_malformed_data_file_leaves_no_run_folder(tmp_path, tiny_model_dir):
+    (tmp_path / "tasks.jsonl").write_text('{"id": 1, "messages": [\n')
+    r = slca("train", *sets(f"model={tiny_model_dir}", "suite=tasks.jsonl", "run_dir=runs/x", "steps=1"), cwd=tmp_path)
+    assert "tasks.jsonl" in one_error_line(r)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_refused_start_leaves_an_existing_run_as_it_was(tmp_path, tiny_model_dir):
+    """--overwrite empties the folder only once the new run's tasks and model have loaded."""
+    run = tmp_path / "runs" / "x"
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    (run / "config.json").write_text("{}")
+    (tmp_path / "tasks.jsonl").write_text("not json\n")
+    r = slca("train", "--overwrite", *sets(f"model={tiny_model_dir}", "suite=tasks.jsonl", "run_dir=runs/x", "steps=1"), cwd=tmp_path)
+    one_error_line(r)
+    assert sorted(p.name for p in run.iterdir()) == ["config.json", "metrics.jsonl"] and (run / "config.json").read_text() == "{}"
