@@ -111,3 +111,27 @@ def test_a_refused_start_leaves_an_existing_run_as_it_was(tmp_path, tiny_model_d
     r = slca("train", "--overwrite", *sets(f"model={tiny_model_dir}", "suite=tasks.jsonl", "run_dir=runs/x", "steps=1"), cwd=tmp_path)
     one_error_line(r)
     assert sorted(p.name for p in run.iterdir()) == ["config.json", "metrics.jsonl"] and (run / "config.json").read_text() == "{}"
+
+
+# ---------------------------------------------------------------- 3: the logged lr is the rate the update used
+
+
+def test_logged_lr_is_the_rate_of_the_steps_update(tmp_path, tiny_model_dir, monkeypatch):
+    import torch
+
+    from slca.trainer import train
+
+    cfg = load_config(None, [*SMALL, f"model={tiny_model_dir}", f"run_dir={tmp_path / 'run'}", "steps=3", "save_every=0",
+                             "sample_html_every=0", "lr=2e-4", "warmup_steps=4", "minibatches=2"])
+    used, real_step = [], torch.optim.AdamW.step
+
+    def spy(self, *a, **kw):
+        used.append(self.param_groups[0]["lr"])
+        return real_step(self, *a, **kw)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", spy)
+    train(cfg)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert used == pytest.approx([5e-5, 5e-5, 1e-4, 1e-4, 1.5e-4, 1.5e-4])  # two minibatches per step; warmup 1/4, 2/4, 3/4
+    assert [r["lr"] for r in rows] == pytest.approx([5e-5, 1e-4, 1.5e-4])
+

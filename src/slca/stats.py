@@ -10,7 +10,8 @@ Metric names (a row also holds ``eval/*`` and ``probe/*`` when it evaluates):
 * ``grad/norm`` (pre-clip, last minibatch), ``grad/volatility`` (rolling CV),
   ``grad/tool_norm``, ``grad/summary_norm``, ``grad/cosine_tool_summary``
   (the per-segment split, on diagnostic steps);
-* ``loss``, ``ppo/clip_frac``, ``ppo/kl`` (with a reference model), ``lr``;
+* ``loss``, ``ppo/clip_frac``, ``ppo/kl`` (with a reference model), ``lr`` (the rate the step's
+  update used);
 * ``reward/tool``, ``reward/summary``, ``reward/unscored``, ``reward/exec/*``,
   ``reward/summary/*``, ``reward/turn`` (estimators with turn rewards);
 * ``adv/{tool,summary}_{mean,std,abs_mean}``, ``adv/contamination``,
@@ -62,6 +63,8 @@ class UpdateStats:
     """Pre-clip gradient norm of the last minibatch."""
     grad_split: GradSplit | None = None
     seconds: float = 0.0
+    lr: float = float("nan")
+    """The learning rate of this step's optimizer steps (the schedule advances after them)."""
 
     def metrics(self, volatility: float, lr: float) -> dict[str, Any]:
         m: dict[str, Any] = self.grad_split.metrics() if self.grad_split is not None else {}

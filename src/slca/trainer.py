@@ -247,7 +247,7 @@ class Trainer:
         c = self.cfg
         t0 = time.perf_counter()
         self.model.train()
-        st = UpdateStats()
+        st = UpdateStats(lr=self.opt.param_groups[0]["lr"])  # the rate this step's updates use (logged as `lr`)
         for epoch in range(c.ppo_epochs):
             for k, idx in enumerate(self._minibatch_rows(credit.inputs.group_ids, step, epoch)):
                 split = epoch == 0 and k == 0 and bool(c.diag_every) and step % c.diag_every == 0
@@ -330,7 +330,7 @@ class Trainer:
         rs = RolloutStats(len(ro.trajs), n_tok, int(b.model_mask.sum()), [len(t.calls) for t in ro.trajs],
                           [t.stop_reason for t in ro.trajs], ro.gen_tokens_per_s)
         return step_metrics(step, rs, rewards, cs, update, volatility=rolling_cv(self.grad_norms, c.volatility_window),
-                            lr=self.sched.get_last_lr()[0], train_tokens_per_s=n_tok * c.ppo_epochs / max(update.seconds, 1e-9))
+                            lr=update.lr, train_tokens_per_s=n_tok * c.ppo_epochs / max(update.seconds, 1e-9))
 
     def _record_group(self, step: int, trajs: list[Trajectory], credit: Credit) -> SampleGroup:
         """One group's tokens with the advantages the reference estimators (grpo, slca, gdpo) would give them.
