@@ -135,3 +135,48 @@ def test_logged_lr_is_the_rate_of_the_steps_update(tmp_path, tiny_model_dir, mon
     assert used == pytest.approx([5e-5, 5e-5, 1e-4, 1e-4, 1.5e-4, 1.5e-4])  # two minibatches per step; warmup 1/4, 2/4, 3/4
     assert [r["lr"] for r in rows] == pytest.approx([5e-5, 1e-4, 1.5e-4])
 
+
+# ---------------------------------------------------------------- 4: Ctrl-C says where the run stopped and how to resume
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+    t0 = time.time()
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() - t0 < timeout, f"{path} did not appear"
+        time.sleep(0.1)
+
+
+def test_ctrl_c_says_the_step_what_is_saved_and_the_resume_command(tmp_path, tiny_model_dir):
+    import shlex
+    import signal
+
+    args = sets(*SMALL, f"model={tiny_model_dir}", "run_dir=runs/x", "steps=3", "save_every=1", "keep_checkpoints=1")
+    p = subprocess.Popen([sys.executable, "-m", "slca.cli", "train", *args], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    _wait_for(tmp_path / "runs" / "x" / "checkpoints" / "step-000001", p)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 130, (out[-2000:], err[-2000:])
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
+    lines = err.strip().splitlines()[-3:]
+    assert lines[0].startswith("interrupted (Ctrl-C): ") and " of 3 steps done" in lines[0], err
+    done = int(lines[0].split(": ")[1].split()[0])
+    assert done in (1, 2)
+    ckpt = sorted((tmp_path / "runs" / "x" / "checkpoints").glob("step-*"))[-1]
+    assert lines[1].startswith(f"saved: the checkpoint of step {int(ckpt.name[5:])} (runs/x/checkpoints/{ckpt.name})"), lines
+    assert lines[2].startswith("resume: slca train "), lines
+    # the command it prints continues the run to its end
+    cmd = shlex.split(lines[2].removeprefix("resume: "))
+    r = subprocess.run([sys.executable, "-m", "slca.cli", *cmd[1:]], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+    assert "resumed from step" in r.stdout
+    rows = [json.loads(x) for x in (tmp_path / "runs" / "x" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+
+
+def test_ctrl_c_before_training_started_says_nothing_was_written(tmp_path):
+    from slca.cli import interrupted_lines
+
+    cfg = load_config(None, [f"run_dir={tmp_path / 'x'}"])
+    assert interrupted_lines(cfg) == ["interrupted (Ctrl-C) before training started; nothing was written"]

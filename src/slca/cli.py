@@ -286,10 +286,47 @@ def train(
     cfg = _load_cfg(config, set_)
     if resume and overwrite:
         _fail("--overwrite: --resume and --overwrite exclude each other")
-    tr = _refuse_value_errors(lambda: _run_with_progress(cfg, cfg.estimator.upper(), resume=resume, overwrite=overwrite))
+    try:
+        tr = _refuse_value_errors(lambda: _run_with_progress(cfg, cfg.estimator.upper(), resume=resume, overwrite=overwrite))
+    except KeyboardInterrupt:
+        for line in interrupted_lines(cfg):
+            typer.echo(line, err=True)
+        raise typer.Exit(130) from None  # 128 + SIGINT, as a shell reports a process Ctrl-C stopped
     write_token_html(tr.samples, Path(cfg.run_dir) / "tokens.html")
     md = write_report({cfg.estimator: cfg.run_dir}, cfg.run_dir)
     console.print(f"run: {cfg.run_dir}  report: {md}")
+
+
+def resume_command(run_dir: str | Path) -> str:
+    """The command that continues the run in ``run_dir`` with its stored config."""
+    import shlex
+
+    return f"slca train -c {shlex.quote(str(Path(run_dir) / 'config.json'))} --resume"
+
+
+def interrupted_lines(cfg) -> list[str]:
+    """What a user needs after Ctrl-C stopped ``slca train``: the steps done, what is saved, how to resume."""
+    from slca.runs import checkpoint_step, newest_intact_checkpoint, read_jsonl
+
+    d = Path(cfg.run_dir)
+    if not (d / "config.json").is_file():
+        return ["interrupted (Ctrl-C) before training started; nothing was written"]
+    try:
+        rows = read_jsonl(d / "metrics.jsonl") if (d / "metrics.jsonl").is_file() else []
+    except ValueError:
+        rows = []
+    done = max((int(r["step"]) for r in rows if isinstance(r.get("step"), int)), default=0)
+    ckpt = newest_intact_checkpoint(d / "checkpoints")[0]
+    out = [f"interrupted (Ctrl-C): {done} of {cfg.steps} steps done (the last logged in {d / 'metrics.jsonl'})"]
+    if ckpt is None:
+        out.append(f"saved: no checkpoint yet (save_every={cfg.save_every}); resuming starts again from step 0")
+    else:
+        step = checkpoint_step(ckpt) or 0
+        later = "" if done <= step else f"; step {done} is" if done == step + 1 else f"; steps {step + 1}-{done} are"
+        later += " recomputed on resume" if later else ""
+        out.append(f"saved: the checkpoint of step {step} ({ckpt}){later}")
+    out.append(f"resume: {resume_command(d)}")
+    return out
 
 
 @app.command()
