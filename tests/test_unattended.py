@@ -180,3 +180,42 @@ def test_ctrl_c_before_training_started_says_nothing_was_written(tmp_path):
 
     cfg = load_config(None, [f"run_dir={tmp_path / 'x'}"])
     assert interrupted_lines(cfg) == ["interrupted (Ctrl-C) before training started; nothing was written"]
+
+
+# ---------------------------------------------------------------- 5: --resume RUN_DIR continues with the stored config
+
+
+def test_resume_run_dir_continues_with_the_stored_config(tmp_path, tiny_model_dir):
+    first = slca("train", *sets(*SMALL, f"model={tiny_model_dir}", "run_dir=runs/x", "steps=1", "lr=5e-4", "seed=3"), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    line = one_error_line(slca("train", "--resume", "runs/x", *sets("steps=2", "lr=1e-3"), cwd=tmp_path))
+    assert line == ("error: --resume: the config differs from the run's config.json: lr: 0.0005 -> 0.001 "
+                    "(resume with the stored config, or pass --overwrite to start over)")
+    line = one_error_line(slca("train", "runs/x", cwd=tmp_path))
+    assert line.startswith("error: RUN_DIR: a run folder is given only with --resume")
+    # nothing retyped: every --set of the first run comes from runs/x/config.json; steps may change
+    r = slca("train", "--resume", "runs/x", *sets("steps=2"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "resumed from step 1" in r.stdout
+    stored = json.loads((tmp_path / "runs" / "x" / "config.json").read_text())
+    assert (stored["steps"], stored["lr"], stored["seed"], stored["model"]) == (2, 5e-4, 3, str(tiny_model_dir))
+    assert [json.loads(x)["step"] for x in (tmp_path / "runs" / "x" / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_resume_config_reads_the_folder_it_is_in_now(tmp_path, monkeypatch):
+    from slca.config import TrainConfig, resume_config, to_dict
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "moved").mkdir()
+    (tmp_path / "moved" / "config.json").write_text(json.dumps({**to_dict(TrainConfig(run_dir="runs/old", lr=1e-3, seed=7))}))
+    cfg = resume_config("moved")
+    assert (cfg.run_dir, cfg.lr, cfg.seed) == ("moved", 1e-3, 7)
+    assert resume_config(None, None, ["run_dir=moved", "steps=50"]).steps == 50  # the flag alone: run_dir from --set
+    assert resume_config(None, tmp_path / "moved" / "config.json", ["run_dir=moved"]).lr == 1e-3  # -c RUN_DIR/config.json
+    assert resume_config(None, None, ["run_dir=fresh"]).lr == TrainConfig().lr  # no run there yet: the given config
+    with pytest.raises(ConfigError, match=r"^--resume: continues 'moved', but run_dir is set to 'elsewhere'"):
+        resume_config("moved", None, ["run_dir=elsewhere"])
+    with pytest.raises(ConfigError, match=r"^--resume: 'nope': no such folder"):
+        resume_config("nope")
+    with pytest.raises(ConfigError, match=r"^lrr: unknown config field \(did you mean 'lr'\?\)"):
+        resume_config("moved", None, ["lrr=1"])

@@ -265,15 +265,19 @@ def demo(
 
 @app.command()
 def train(
+    run: Optional[Path] = typer.Argument(None, metavar="RUN_DIR", show_default=False,
+                                         help="With --resume: the run folder to continue, with the config.json stored there."),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML/JSON file of config fields."),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a field: --set estimator=grpo (repeatable)."),
-    resume: bool = typer.Option(False, help="Continue the run in run_dir from its newest intact checkpoint (same config; steps may change)."),
+    resume: bool = typer.Option(False, help="Continue a run from its newest intact checkpoint, with its stored config (only steps may change): "
+                                "slca train --resume RUN_DIR, or run_dir from -c / --set."),
     overwrite: bool = typer.Option(False, help="Replace the run in run_dir (its metrics, checkpoints and reports are deleted)."),
     help_config: bool = typer.Option(False, "--help-config", help="List every config field with its doc and default."),
 ) -> None:
     """Train one run (GRPO, SLCA or any registered estimator).
 
     An existing run folder needs --resume or --overwrite; see docs/runs.md.
+    slca train --resume RUN_DIR continues a run with the config stored in it.
     """
     from slca.config import TrainConfig, field_docs
     from slca.report import write_report, write_token_html
@@ -283,9 +287,16 @@ def train(
         for k, doc in field_docs().items():
             console.print(f"[bold]{k}[/bold] = {getattr(d, k)!r}\n    {doc}")
         return
-    cfg = _load_cfg(config, set_)
     if resume and overwrite:
         _fail("--overwrite: --resume and --overwrite exclude each other")
+    if run is not None and not resume:
+        _fail(f"RUN_DIR: a run folder is given only with --resume (slca train --resume {run}); a new run goes in --set run_dir={run}")
+    if resume:
+        from slca.config import resume_config
+
+        cfg = _refuse_value_errors(lambda: resume_config(run, config, set_))
+    else:
+        cfg = _load_cfg(config, set_)
     try:
         tr = _refuse_value_errors(lambda: _run_with_progress(cfg, cfg.estimator.upper(), resume=resume, overwrite=overwrite))
     except KeyboardInterrupt:
@@ -301,7 +312,7 @@ def resume_command(run_dir: str | Path) -> str:
     """The command that continues the run in ``run_dir`` with its stored config."""
     import shlex
 
-    return f"slca train -c {shlex.quote(str(Path(run_dir) / 'config.json'))} --resume"
+    return f"slca train --resume {shlex.quote(str(run_dir))}"
 
 
 def interrupted_lines(cfg) -> list[str]:

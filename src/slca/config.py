@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["TrainConfig", "ConfigError", "CHECKS", "load_config", "read_config_file", "file_overrides", "apply_overrides", "validate", "config_diff", "to_dict"]
+__all__ = ["TrainConfig", "ConfigError", "CHECKS", "load_config", "resume_config", "read_config_file", "file_overrides", "apply_overrides", "validate", "config_diff", "to_dict"]
 
 
 @dataclass
@@ -594,6 +594,45 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict[str,
         apply_overrides(cfg, read_config_file(path))
     if overrides:
         apply_overrides(cfg, overrides)
+    return validate(cfg)
+
+
+def resume_config(run_dir: str | Path | None, path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """The config ``slca train --resume [RUN_DIR]`` continues with: the run's stored
+    ``config.json``, then the file and ``overrides`` given (validated).
+
+    ``run_dir`` None: the folder is the ``run_dir`` the file / overrides / defaults name
+    (a folder that holds no run yet starts with those). Given, it must hold a
+    ``config.json``, and a ``run_dir`` set otherwise must name the same folder. A value
+    given that differs from the stored one is left in, so that resuming refuses it and
+    prints the difference (:class:`slca.runs.RunFolder`); only ``steps`` may change.
+    """
+    explicit: dict[str, Any] = dict(read_config_file(path)) if path is not None else {}
+    for k, v in (_split(o) for o in overrides or []):
+        explicit[k] = v
+    if run_dir is not None:
+        given = explicit.get("run_dir")
+        if given is not None and Path(str(given)).expanduser().resolve() != Path(run_dir).expanduser().resolve():
+            raise ConfigError("--resume", f"continues {str(run_dir)!r}, but run_dir is set to {str(given)!r}; give one of them "
+                              f"(--resume {run_dir} reads its config.json)")
+        explicit["run_dir"] = str(run_dir)
+    explicit.setdefault("run_dir", TrainConfig().run_dir)  # the folder it is in now, whatever the stored config says
+    d = Path(str(explicit["run_dir"])).expanduser()
+    stored_path = d / "config.json"
+    cfg = TrainConfig()
+    if stored_path.is_file():
+        try:
+            stored = json.loads(stored_path.read_text())
+        except ValueError as e:
+            raise ConfigError("--resume", f"{str(stored_path)!r} is not valid JSON ({e}); pass --overwrite to start over") from None
+        if not isinstance(stored, dict):
+            raise ConfigError("--resume", f"{str(stored_path)!r} does not hold a config mapping; pass --overwrite to start over")
+        names = {f.name for f in dataclasses.fields(TrainConfig)}
+        apply_overrides(cfg, {k: v for k, v in stored.items() if k in names})  # a field no longer known: refused by the config check
+    elif run_dir is not None:
+        what = "no such folder" if not d.exists() else "holds no run (no config.json)"
+        raise ConfigError("--resume", f"{str(run_dir)!r}: {what}")
+    apply_overrides(cfg, explicit)
     return validate(cfg)
 
 
