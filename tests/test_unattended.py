@@ -219,3 +219,24 @@ def test_resume_config_reads_the_folder_it_is_in_now(tmp_path, monkeypatch):
         resume_config("nope")
     with pytest.raises(ConfigError, match=r"^lrr: unknown config field \(did you mean 'lr'\?\)"):
         resume_config("moved", None, ["lrr=1"])
+
+
+# ---------------------------------------------------------------- 6: run files get the user's umask
+
+
+def test_run_files_get_the_users_umask(tmp_path, tiny_model_dir):
+    mask = 0o027  # neither the 0600 / 0700 of temporary files nor the usual 022
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "slca.cli", "train", *args], cwd=tmp_path, env=ENV, capture_output=True, text=True,
+                              timeout=600, preexec_fn=lambda: os.umask(mask))
+
+    r = run(*sets(*SMALL, f"model={tiny_model_dir}", "run_dir=runs/x", "steps=1", "save_every=1"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = run("--resume", "runs/x")  # a finished run resumed: config.json, metrics.jsonl and samples.json are rewritten
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = tmp_path / "runs" / "x"
+    file_mode, dir_mode = 0o666 & ~mask, 0o777 & ~mask
+    modes = {p.relative_to(d).as_posix(): p.stat().st_mode & 0o777 for p in [d, *d.rglob("*")]}
+    want = {k: (dir_mode if (d / k).is_dir() else file_mode) for k in modes}
+    assert modes == want
+    assert {"config.json", "metrics.jsonl", "samples.json", "checkpoints/step-000001", "checkpoints/step-000001/manifest.json"} <= set(modes)

@@ -32,7 +32,7 @@ import torch
 from slca.config import ConfigError, TrainConfig, config_diff, to_dict
 
 __all__ = [
-    "RunFolder", "read_jsonl", "write_atomic", "save_checkpoint", "verify_checkpoint", "list_checkpoints",
+    "RunFolder", "read_jsonl", "write_atomic", "temp_dir", "umask", "umask_modes", "save_checkpoint", "verify_checkpoint", "list_checkpoints",
     "newest_intact_checkpoint", "load_checkpoint", "encode_state", "decode_state", "rng_state", "set_rng_state",
     "RESUME_MAY_CHANGE", "checkpoint_step",
 ]
@@ -64,11 +64,47 @@ def _fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
+def umask() -> int:
+    """The process's file-mode creation mask (read without changing it where Linux allows)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and restore (not thread-safe, but only for a moment)
+    os.umask(mask)
+    return mask
+
+
+def temp_dir(prefix: str, dir: str | Path) -> Path:
+    """``tempfile.mkdtemp`` with the mode ``mkdir`` would give (``0o777`` less the umask), not 0700:
+    a folder renamed into place (a checkpoint, a built model) is readable as any other output."""
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir=dir))
+    os.chmod(d, 0o777 & ~umask())
+    return d
+
+
+def umask_modes(root: str | Path) -> None:
+    """Give every file and folder under ``root`` (``root`` included) the mode a plain ``open`` /
+    ``mkdir`` gives under the umask: safetensors writes its files 0600, mkdtemp its folder 0700."""
+    mask = umask()
+    root = Path(root)
+    for p in [root, *root.rglob("*")]:
+        if not p.is_symlink():
+            os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~mask)
+
+
 def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and a rename (never a torn file)."""
+    """Write ``text`` to ``path`` via a temporary file and a rename (never a torn file).
+
+    The file gets the mode ``open`` would give it (``0o666`` less the umask), not the
+    temporary file's 0600."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -232,7 +268,7 @@ def save_checkpoint(root: str | Path, step: int, *, model: Any, tokenizer: Any, 
     root.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(root)
     final = root / f"{CKPT_PREFIX}{step:06d}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=root))
+    tmp = temp_dir(f".tmp-{final.name}-", root)
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
@@ -240,6 +276,7 @@ def save_checkpoint(root: str | Path, step: int, *, model: Any, tokenizer: Any, 
         meta, tensors = encode_state(state)
         save_file(tensors, str(tmp / STATE_TENSORS))
         (tmp / STATE_JSON).write_text(json.dumps({"format": FORMAT_VERSION, "step": step, "state": meta}))
+        umask_modes(tmp)
         files = {}
         for p in sorted(tmp.rglob("*")):
             if p.is_file():
