@@ -240,3 +240,30 @@ def test_run_files_get_the_users_umask(tmp_path, tiny_model_dir):
     want = {k: (dir_mode if (d / k).is_dir() else file_mode) for k in modes}
     assert modes == want
     assert {"config.json", "metrics.jsonl", "samples.json", "checkpoints/step-000001", "checkpoints/step-000001/manifest.json"} <= set(modes)
+
+
+# ---------------------------------------------------------------- 7: slca report A B writes into no run folder
+
+
+def _fake_run(d: Path, vals: list[float]) -> Path:
+    d.mkdir(parents=True)
+    rows = [{"step": i + 1, "reward/tool": v, "reward/summary": 1 - v, "eval/success": v} for i, v in enumerate(vals)]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "report.md").write_text("A's own report\\n")
+    return d
+
+
+def test_report_of_several_runs_goes_to_a_new_folder(tmp_path):
+    a, b = _fake_run(tmp_path / "runs" / "a", [0.1, 0.2]), _fake_run(tmp_path / "runs" / "b", [0.3, 0.4])
+    before = {p: p.read_bytes() for p in (tmp_path / "runs").rglob("*") if p.is_file()}
+    for n, folder in ((1, "slca-report"), (2, "slca-report-2")):
+        r = slca("report", "runs/a", "runs/b", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert f"report: {folder}/report.md" in r.stdout
+        assert "| a " in (tmp_path / folder / "report.md").read_text()
+    after = {p: p.read_bytes() for p in (tmp_path / "runs").rglob("*") if p.is_file()}
+    assert after == before  # neither run folder was written into
+    # one run: its own report, in its own folder (as slca train writes it)
+    r = slca("report", "runs/a", cwd=tmp_path)
+    assert r.returncode == 0 and "report: runs/a/report.md" in r.stdout
+    assert (a / "report.md").read_text() != "A's own report\\n" and (a / "curves.png").exists() and b.exists()

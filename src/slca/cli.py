@@ -340,12 +340,28 @@ def interrupted_lines(cfg) -> list[str]:
     return out
 
 
+def _new_report_folder(base: Path = Path("slca-report")) -> Path:
+    """``slca-report``, or ``slca-report-2``, ``-3``, ...: the first that does not exist yet."""
+    out, n = base, 1
+    while out.exists():
+        n += 1
+        out = base.with_name(f"{base.name}-{n}")
+    return out
+
+
 @app.command()
 def report(
     run_dirs: list[Path] = typer.Argument(..., help="One or more run folders (each with metrics.jsonl)."),
-    out: Optional[Path] = typer.Option(None, help="Where to write report.md and curves.png (default: the first run)."),
+    out: Optional[Path] = typer.Option(None, help="Where to write report.md, curves.png and the token pages (default: the run folder "
+                                       "for one run; for several, a new folder ./slca-report, or slca-report-2, ... if that exists)."),
 ) -> None:
-    """Write the markdown + PNG report for one or more runs."""
+    """Write the markdown + PNG report for one or more runs.
+
+    One run: into its own folder, as slca train does. Several: into --out, by default a new folder
+    (./slca-report, or slca-report-2, ...), so no run folder is written into unasked.
+    """
+    import re
+
     from slca.report import read_metrics, run_labels, write_report, write_token_html
     from slca.samples import read_samples
 
@@ -357,12 +373,15 @@ def report(
     if out is not None and out.exists() and not out.is_dir():
         _fail(f"--out: {out} exists and is not a folder")
     runs = run_labels(run_dirs)  # unique even when two folders share a name
+    if out is None:
+        out = run_dirs[0] if len(run_dirs) == 1 else _new_report_folder()
     try:
-        md = write_report(runs, out or run_dirs[0])
-        for d in run_dirs:
+        md = write_report(runs, out)
+        for label, d in runs.items():  # token pages go with the report: tokens.html, or tokens-<label>.html for several runs
             if (d / "samples.json").exists():
-                write_token_html(read_samples(d / "samples.json"), d / "tokens.html")
-    except ValueError as e:
+                name = "tokens.html" if len(runs) == 1 else f"tokens-{re.sub(r'[^A-Za-z0-9._-]+', '-', label).strip('-')}.html"
+                write_token_html(read_samples(d / "samples.json"), out / name, title=f"{label}: token-level advantages")
+    except (ValueError, OSError) as e:
         _fail(str(e))
     _print_eval_tables(runs, "final metrics")
     console.print(f"report: {md}")
