@@ -267,3 +267,39 @@ def test_report_of_several_runs_goes_to_a_new_folder(tmp_path):
     r = slca("report", "runs/a", cwd=tmp_path)
     assert r.returncode == 0 and "report: runs/a/report.md" in r.stdout
     assert (a / "report.md").read_text() != "A's own report\\n" and (a / "curves.png").exists() and b.exists()
+
+
+# ---------------------------------------------------------------- 8: every gradient figure says what it aggregates
+
+
+def test_gradient_metrics_say_what_they_aggregate(tmp_path, tiny_model_dir, monkeypatch):
+    import math
+
+    import torch
+
+    from slca.trainer import train
+
+    cfg = load_config(None, [*SMALL, f"model={tiny_model_dir}", f"run_dir={tmp_path / 'run'}", "steps=2", "save_every=0", "minibatches=2",
+                             "ppo_epochs=2", "diag_every=2", "sample_html_every=0", "summary_noise=0.5"])
+    norms, real = [], torch.nn.utils.clip_grad_norm_
+
+    def spy(*a, **kw):
+        n = real(*a, **kw)
+        norms.append(float(n))
+        return n
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", spy)
+    train(cfg)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(norms) == 8  # 2 steps x 2 epochs x 2 minibatches
+    for r, step_norms in zip(rows, (norms[:4], norms[4:])):
+        assert r["grad/norm"] == pytest.approx(sum(step_norms) / 4, rel=1e-6)  # the mean over the step's minibatches
+    first, second = rows
+    assert "grad/tool_norm" not in second and "grad/first_minibatch_norm" not in second  # not a diagnostic step
+    # the per-segment norms split the gradient of the step's first minibatch, logged next to them
+    assert first["grad/first_minibatch_norm"] == pytest.approx(norms[0], rel=1e-6)
+    t, s, cos = first["grad/tool_norm"], first["grad/summary_norm"], first["grad/cosine_tool_summary"]
+    if cos is None:  # NaN: a segment without gradient (a random tiny model rarely calls a tool)
+        assert 0.0 in (t, s)
+        cos = 0.0
+    assert norms[0] > 0 and math.sqrt(t * t + s * s + 2 * t * s * cos) == pytest.approx(norms[0], rel=1e-3)

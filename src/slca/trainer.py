@@ -287,7 +287,7 @@ class Trainer:
         else:
             loss = loss_of(per_tok)
             loss.backward()
-        st.grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, c.max_grad_norm))
+        st.grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, c.max_grad_norm)))
         self.opt.step()
         st.losses.append(float(loss.detach()))
         st.clip_fracs.append(sur.clip_frac(mask))
