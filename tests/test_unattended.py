@@ -303,3 +303,47 @@ def test_gradient_metrics_say_what_they_aggregate(tmp_path, tiny_model_dir, monk
         assert 0.0 in (t, s)
         cos = 0.0
     assert norms[0] > 0 and math.sqrt(t * t + s * s + 2 * t * s * cos) == pytest.approx(norms[0], rel=1e-3)
+
+
+# ---------------------------------------------------------------- 1: a LoRA checkpoint loads from any folder
+
+
+def test_lora_checkpoint_loads_from_any_folder_and_says_when_its_base_is_gone(tmp_path, tiny_model_dir, monkeypatch):
+    import shutil
+
+    pytest.importorskip("peft")
+    from slca.policy import load_policy
+    from slca.trainer import train
+
+    a = tmp_path / "a"
+    shutil.copytree(tiny_model_dir, a / "models" / "tiny")
+    monkeypatch.chdir(a)
+    train(load_config(None, [*SMALL, "model=models/tiny", "run_dir=runs/x", "steps=1", "save_every=1", "sample_html_every=0",
+                             "lora_r=4", "lora_target_modules=q_proj,v_proj"]))
+    ckpt = a / "runs" / "x" / "checkpoints" / "step-000001"
+    adapter = json.loads((ckpt / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == str(a / "models" / "tiny")  # absolute: found from anywhere
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "b")
+    from safetensors.torch import load_file
+
+    saved = load_file(str(ckpt / "adapter_model.safetensors"))
+    for base in (str(a / "models" / "tiny"), "models/tiny"):  # "models/tiny": as checkpoints before recorded it
+        (ckpt / "adapter_config.json").write_text(json.dumps({**adapter, "base_model_name_or_path": base}))
+        model, _ = load_policy(str(ckpt))
+        lora = {k: v for k, v in model.state_dict().items() if "lora_B" in k}
+        assert len(lora) == len([k for k in saved if "lora_B" in k]) > 0
+        assert all(float(v.abs().sum()) > 0 for v in lora.values())  # the trained adapters, not fresh zeros
+        assert load_config(None, [f"model={ckpt}"]).model == str(ckpt)
+        del model
+    # the base model really gone: one line, at once, naming it (no hub retries)
+    shutil.move(a / "models", tmp_path / "elsewhere")
+    env = {k: v for k, v in ENV.items() if k != "HF_HUB_OFFLINE"}
+    t0 = time.time()
+    line = one_error_line(slca("eval", "--model", str(ckpt), "--suite", "toolworld", "--limit", "1", "--out", "ev", cwd=tmp_path / "b", env=env))
+    assert time.time() - t0 < 60
+    assert line.startswith(f"error: --model {str(ckpt)!r}: a LoRA checkpoint of the base model 'models/tiny', which is not there "
+                           "(looked in the working folder and in each folder above the checkpoint); put the base model back, "
+                           "or set base_model_name_or_path in"), line
+    with pytest.raises(ConfigError, match=r"^model: a LoRA checkpoint of the base model 'models/tiny', which is not there"):
+        load_config(None, [f"model={ckpt}"])

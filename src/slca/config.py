@@ -247,6 +247,13 @@ def _model(v: str) -> str | None:
         return hub_model_problem(v)  # a hub id: in the local cache, or on the hub (one request, no retries)
     if not p.is_dir() or not ((p / "config.json").is_file() or (p / "adapter_config.json").is_file()):
         return f"{v!r}: not a Hugging Face model folder (no config.json or adapter_config.json)"
+    if not (p / "config.json").is_file():  # a LoRA checkpoint: its base model must be there too
+        from slca.policy import lora_base
+
+        try:
+            lora_base(p)
+        except ValueError as e:
+            return str(e).removeprefix(f"model {str(p)!r}: ")
     return None
 
 
