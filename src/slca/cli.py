@@ -273,15 +273,19 @@ def demo(
 
 @app.command()
 def train(
+    run: Optional[Path] = typer.Argument(None, metavar="RUN_DIR", show_default=False,
+                                         help="With --resume: the run folder to continue, with the config.json stored there."),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML/JSON file of config fields."),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a field: --set estimator=grpo (repeatable)."),
-    resume: bool = typer.Option(False, help="Continue the run in run_dir from its newest intact checkpoint (same config; steps may change)."),
+    resume: bool = typer.Option(False, help="Continue a run from its newest intact checkpoint, with its stored config (only steps may change): "
+                                "slca train --resume RUN_DIR, or run_dir from -c / --set."),
     overwrite: bool = typer.Option(False, help="Replace the run in run_dir (its metrics, checkpoints and reports are deleted)."),
     help_config: bool = typer.Option(False, "--help-config", help="List every config field with its doc and default."),
 ) -> None:
     """Train one run (GRPO, SLCA or any registered estimator).
 
     An existing run folder needs --resume or --overwrite; see docs/runs.md.
+    slca train --resume RUN_DIR continues a run with the config stored in it.
     """
     from slca.config import TrainConfig, field_docs
     from slca.report import write_report, write_token_html
@@ -291,21 +295,81 @@ def train(
         for k, doc in field_docs().items():
             console.print(f"[bold]{k}[/bold] = {getattr(d, k)!r}\n    {doc}")
         return
-    cfg = _load_cfg(config, set_)
     if resume and overwrite:
         _fail("--overwrite: --resume and --overwrite exclude each other")
-    tr = _refuse_value_errors(lambda: _run_with_progress(cfg, cfg.estimator.upper(), resume=resume, overwrite=overwrite))
+    if run is not None and not resume:
+        _fail(f"RUN_DIR: a run folder is given only with --resume (slca train --resume {run}); a new run goes in --set run_dir={run}")
+    if resume:
+        from slca.config import resume_config
+
+        cfg = _refuse_value_errors(lambda: resume_config(run, config, set_))
+    else:
+        cfg = _load_cfg(config, set_)
+    try:
+        tr = _refuse_value_errors(lambda: _run_with_progress(cfg, cfg.estimator.upper(), resume=resume, overwrite=overwrite))
+    except KeyboardInterrupt:
+        for line in interrupted_lines(cfg):
+            typer.echo(line, err=True)
+        raise typer.Exit(130) from None  # 128 + SIGINT, as a shell reports a process Ctrl-C stopped
     write_token_html(tr.samples, Path(cfg.run_dir) / "tokens.html")
     md = write_report({cfg.estimator: cfg.run_dir}, cfg.run_dir)
     console.print(f"run: {cfg.run_dir}  report: {md}")
 
 
+def resume_command(run_dir: str | Path) -> str:
+    """The command that continues the run in ``run_dir`` with its stored config."""
+    import shlex
+
+    return f"slca train --resume {shlex.quote(str(run_dir))}"
+
+
+def interrupted_lines(cfg) -> list[str]:
+    """What a user needs after Ctrl-C stopped ``slca train``: the steps done, what is saved, how to resume."""
+    from slca.runs import checkpoint_step, newest_intact_checkpoint, read_jsonl
+
+    d = Path(cfg.run_dir)
+    if not (d / "config.json").is_file():
+        return ["interrupted (Ctrl-C) before training started; nothing was written"]
+    try:
+        rows = read_jsonl(d / "metrics.jsonl") if (d / "metrics.jsonl").is_file() else []
+    except ValueError:
+        rows = []
+    done = max((int(r["step"]) for r in rows if isinstance(r.get("step"), int)), default=0)
+    ckpt = newest_intact_checkpoint(d / "checkpoints")[0]
+    out = [f"interrupted (Ctrl-C): {done} of {cfg.steps} steps done (the last logged in {d / 'metrics.jsonl'})"]
+    if ckpt is None:
+        out.append(f"saved: no checkpoint yet (save_every={cfg.save_every}); resuming starts again from step 0")
+    else:
+        step = checkpoint_step(ckpt) or 0
+        later = "" if done <= step else f"; step {done} is" if done == step + 1 else f"; steps {step + 1}-{done} are"
+        later += " recomputed on resume" if later else ""
+        out.append(f"saved: the checkpoint of step {step} ({ckpt}){later}")
+    out.append(f"resume: {resume_command(d)}")
+    return out
+
+
+def _new_report_folder(base: Path = Path("slca-report")) -> Path:
+    """``slca-report``, or ``slca-report-2``, ``-3``, ...: the first that does not exist yet."""
+    out, n = base, 1
+    while out.exists():
+        n += 1
+        out = base.with_name(f"{base.name}-{n}")
+    return out
+
+
 @app.command()
 def report(
     run_dirs: list[Path] = typer.Argument(..., help="One or more run folders (each with metrics.jsonl)."),
-    out: Optional[Path] = typer.Option(None, help="Where to write report.md and curves.png (default: the first run)."),
+    out: Optional[Path] = typer.Option(None, help="Where to write report.md, curves.png and the token pages (default: the run folder "
+                                       "for one run; for several, a new folder ./slca-report, or slca-report-2, ... if that exists)."),
 ) -> None:
-    """Write the markdown + PNG report for one or more runs."""
+    """Write the markdown + PNG report for one or more runs.
+
+    One run: into its own folder, as slca train does. Several: into --out, by default a new folder
+    (./slca-report, or slca-report-2, ...), so no run folder is written into unasked.
+    """
+    import re
+
     from slca.report import read_metrics, run_labels, write_report, write_token_html
     from slca.samples import read_samples
 
@@ -317,12 +381,15 @@ def report(
     if out is not None and out.exists() and not out.is_dir():
         _fail(f"--out: {out} exists and is not a folder")
     runs = run_labels(run_dirs)  # unique even when two folders share a name
+    if out is None:
+        out = run_dirs[0] if len(run_dirs) == 1 else _new_report_folder()
     try:
-        md = write_report(runs, out or run_dirs[0])
-        for d in run_dirs:
+        md = write_report(runs, out)
+        for label, d in runs.items():  # token pages go with the report: tokens.html, or tokens-<label>.html for several runs
             if (d / "samples.json").exists():
-                write_token_html(read_samples(d / "samples.json"), d / "tokens.html")
-    except ValueError as e:
+                name = "tokens.html" if len(runs) == 1 else f"tokens-{re.sub(r'[^A-Za-z0-9._-]+', '-', label).strip('-')}.html"
+                write_token_html(read_samples(d / "samples.json"), out / name, title=f"{label}: token-level advantages")
+    except (ValueError, OSError) as e:
         _fail(str(e))
     _print_eval_tables(runs, "final metrics")
     console.print(f"report: {md}")

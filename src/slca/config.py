@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["TrainConfig", "ConfigError", "CHECKS", "load_config", "read_config_file", "file_overrides", "apply_overrides", "validate", "config_diff", "to_dict"]
+__all__ = ["TrainConfig", "ConfigError", "CHECKS", "load_config", "resume_config", "read_config_file", "file_overrides", "apply_overrides", "validate", "config_diff", "to_dict"]
 
 
 @dataclass
@@ -241,12 +241,32 @@ def _model(v: str) -> str | None:
         return None
     p = Path(v).expanduser()
     if not p.exists():
-        if v.startswith((".", "/", "~")) or v.count("/") > 1 or not v.strip():
-            return f"{v!r}: no such folder (give 'default', a save_pretrained folder or a Hugging Face hub id)"
-        return None  # a hub id: from_pretrained resolves it when the model loads (one line if it cannot)
+        from slca.policy import hub_model_problem, looks_like_path
+
+        if looks_like_path(v):
+            hint = _did_you_mean_path(p) or "give 'default', a save_pretrained folder or a Hugging Face hub id"
+            return f"{v!r}: no such folder ({hint})"
+        return hub_model_problem(v)  # a hub id: in the local cache, or on the hub (one request, no retries)
     if not p.is_dir() or not ((p / "config.json").is_file() or (p / "adapter_config.json").is_file()):
         return f"{v!r}: not a Hugging Face model folder (no config.json or adapter_config.json)"
+    if not (p / "config.json").is_file():  # a LoRA checkpoint: its base model must be there too
+        from slca.policy import lora_base
+
+        try:
+            lora_base(p)
+        except ValueError as e:
+            return str(e).removeprefix(f"model {str(p)!r}: ")
     return None
+
+
+def _did_you_mean_path(p: Path) -> str:
+    """``did you mean 'models/x'?`` for a sibling of a mistyped path, or ''."""
+    try:
+        names = [c.name for c in p.parent.iterdir()] if p.parent.is_dir() else []
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(p.name, names, n=1)
+    return f"did you mean {str(p.parent / close[0])!r}?" if close else ""
 
 
 def _chat_template(v: str) -> str | None:
@@ -584,6 +604,45 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict[str,
         apply_overrides(cfg, read_config_file(path))
     if overrides:
         apply_overrides(cfg, overrides)
+    return validate(cfg)
+
+
+def resume_config(run_dir: str | Path | None, path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """The config ``slca train --resume [RUN_DIR]`` continues with: the run's stored
+    ``config.json``, then the file and ``overrides`` given (validated).
+
+    ``run_dir`` None: the folder is the ``run_dir`` the file / overrides / defaults name
+    (a folder that holds no run yet starts with those). Given, it must hold a
+    ``config.json``, and a ``run_dir`` set otherwise must name the same folder. A value
+    given that differs from the stored one is left in, so that resuming refuses it and
+    prints the difference (:class:`slca.runs.RunFolder`); only ``steps`` may change.
+    """
+    explicit: dict[str, Any] = dict(read_config_file(path)) if path is not None else {}
+    for k, v in (_split(o) for o in overrides or []):
+        explicit[k] = v
+    if run_dir is not None:
+        given = explicit.get("run_dir")
+        if given is not None and Path(str(given)).expanduser().resolve() != Path(run_dir).expanduser().resolve():
+            raise ConfigError("--resume", f"continues {str(run_dir)!r}, but run_dir is set to {str(given)!r}; give one of them "
+                              f"(--resume {run_dir} reads its config.json)")
+        explicit["run_dir"] = str(run_dir)
+    explicit.setdefault("run_dir", TrainConfig().run_dir)  # the folder it is in now, whatever the stored config says
+    d = Path(str(explicit["run_dir"])).expanduser()
+    stored_path = d / "config.json"
+    cfg = TrainConfig()
+    if stored_path.is_file():
+        try:
+            stored = json.loads(stored_path.read_text())
+        except ValueError as e:
+            raise ConfigError("--resume", f"{str(stored_path)!r} is not valid JSON ({e}); pass --overwrite to start over") from None
+        if not isinstance(stored, dict):
+            raise ConfigError("--resume", f"{str(stored_path)!r} does not hold a config mapping; pass --overwrite to start over")
+        names = {f.name for f in dataclasses.fields(TrainConfig)}
+        apply_overrides(cfg, {k: v for k, v in stored.items() if k in names})  # a field no longer known: refused by the config check
+    elif run_dir is not None:
+        what = "no such folder" if not d.exists() else "holds no run (no config.json)"
+        raise ConfigError("--resume", f"{str(run_dir)!r}: {what}")
+    apply_overrides(cfg, explicit)
     return validate(cfg)
 
 

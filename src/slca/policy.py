@@ -8,12 +8,15 @@ naming what was wrong, raised before any training work.
 
 from __future__ import annotations
 
+import functools
+import json
+import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["DTYPES", "check_device", "check_dtype", "resolve_chat_template", "load_pretrained", "apply_lora", "prepare_policy", "load_policy", "policy_options"]
+__all__ = ["DTYPES", "looks_like_path", "hub_model_problem", "lora_base", "check_device", "check_dtype", "resolve_chat_template", "load_pretrained", "apply_lora", "prepare_policy", "load_policy", "policy_options"]
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -53,6 +56,55 @@ def _one_line(e: BaseException) -> str:
     return (lines[0] if lines else type(e).__name__)[:300]
 
 
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+
+
+def looks_like_path(spec: str) -> bool:
+    """Whether a ``model`` value that is not an existing folder was meant as a path, not a hub id:
+    it starts with ``.``, ``/`` or ``~``, has more than one ``/``, ends in ``/``, is no valid hub id
+    (``name`` or ``org/name``), or its first part is a local folder (``models/nonexist`` next to a
+    ``models/`` folder)."""
+    s = spec.strip()
+    if not s or s.startswith((".", "/", "~")) or s.endswith("/") or s.count("/") > 1 or not _HUB_ID.match(s):
+        return True
+    return "/" in s and Path(s.split("/", 1)[0]).is_dir()
+
+
+def hub_model_problem(repo_id: str) -> str | None:
+    """None if the hub id ``repo_id`` can load: it is in the local Hugging Face cache, or (online) the hub
+    has it; otherwise what is wrong, in one line starting with the id. Online, one request, no retries
+    (``from_pretrained`` would retry for about a minute before failing)."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    try:
+        if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+            return None
+    except ValueError:  # not a valid repo id (HFValidationError)
+        return f"{repo_id!r}: no such folder, and not a valid Hugging Face hub id"
+    if constants.HF_HUB_OFFLINE:
+        return (f"{repo_id!r}: not a local folder, and the Hugging Face hub id could not be loaded (not in the Hugging Face cache "
+                "and HF_HUB_OFFLINE=1); download it once where there is network, or pass a save_pretrained folder")
+    return _ask_hub(repo_id)
+
+
+@functools.lru_cache(maxsize=64)
+def _ask_hub(repo_id: str) -> str | None:
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    try:
+        HfApi().model_info(repo_id, timeout=10)
+    except GatedRepoError:
+        return None  # it exists; from_pretrained says what access it needs
+    except RepositoryNotFoundError:
+        return (f"{repo_id!r}: no such folder, and no such model on the Hugging Face hub (a private one needs "
+                "`hf auth login`); pass a save_pretrained folder or a hub id")
+    except Exception as e:  # no network, a proxy, a timeout: the load would fail the same way, after retries
+        return (f"{repo_id!r}: no such folder, not in the Hugging Face cache, and the hub could not be reached ({_one_line(e)}); "
+                "download it once where there is network, or pass a save_pretrained folder")
+    return None
+
+
 def load_pretrained(spec: str, dtype: torch.dtype = torch.float32) -> tuple[torch.nn.Module, Any]:
     """``(model, tokenizer)`` from a ``save_pretrained`` folder or a Hugging Face hub id.
 
@@ -64,25 +116,79 @@ def load_pretrained(spec: str, dtype: torch.dtype = torch.float32) -> tuple[torc
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     p = Path(spec).expanduser()
-    if p.exists():
+    local = p.exists()
+    if local:
         if not (p / "config.json").is_file() and not (p / "adapter_config.json").is_file():
             raise ValueError(f"model {spec!r}: not a Hugging Face model folder (no config.json or adapter_config.json)")
-        src = str(p)
-    elif spec.startswith((".", "/", "~")) or spec.count("/") > 1:
+        if (p / "adapter_config.json").is_file() and not (p / "config.json").is_file():
+            return _load_lora_checkpoint(p, spec, dtype)
+        src = str(p.resolve())  # absolute: a LoRA checkpoint of this model records where its base is, from any folder
+    elif looks_like_path(spec):
         raise ValueError(f"model {spec!r}: no such folder")
     else:
+        problem = hub_model_problem(spec)
+        if problem is not None:
+            raise ValueError(f"model {problem}")
         src = spec
     try:
         tok = AutoTokenizer.from_pretrained(src)
         model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype)
     except (OSError, ValueError) as e:  # huggingface_hub's offline / not-found errors are OSError subclasses
-        if src != spec:
+        if local:
             raise ValueError(f"model {spec!r}: could not load the folder ({_one_line(e)})") from None
         from huggingface_hub import constants
 
         why = "not in the Hugging Face cache and HF_HUB_OFFLINE=1" if constants.HF_HUB_OFFLINE else _one_line(e)
         raise ValueError(f"model {spec!r}: not a local folder, and the Hugging Face hub id could not be loaded ({why}); "
                          "download it once where there is network, or pass a save_pretrained folder") from None
+    return model, tok
+
+
+def lora_base(ckpt: str | Path) -> str:
+    """Where the base model of the LoRA checkpoint folder ``ckpt`` is (``base_model_name_or_path`` of its
+    ``adapter_config.json``): an absolute folder as recorded; a relative one (checkpoints written before
+    slca recorded absolute paths) in the working folder or in a folder above the checkpoint (the folder
+    its run was started from, usually); else a hub id the cache or the hub has. A base that is found
+    nowhere is a one-line ValueError naming it and where it was looked for.
+    """
+    ckpt = Path(ckpt)
+    try:
+        base = json.loads((ckpt / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError) as e:
+        raise ValueError(f"model {str(ckpt)!r}: unreadable adapter_config.json ({_one_line(e)})") from None
+    if not isinstance(base, str) or not base.strip():
+        raise ValueError(f"model {str(ckpt)!r}: its adapter_config.json names no base model (base_model_name_or_path)")
+    b = Path(base).expanduser()
+    if b.is_absolute():
+        where = [b]
+    else:
+        where = [Path.cwd() / b, *(d / b for d in ckpt.resolve().parents)]
+    for cand in where:
+        if (cand / "config.json").is_file():
+            return str(cand.resolve())
+    if not b.is_absolute() and not looks_like_path(base) and hub_model_problem(base) is None:
+        return base  # a hub id
+    looked = "" if b.is_absolute() else " (looked in the working folder and in each folder above the checkpoint)"
+    raise ValueError(f"model {str(ckpt)!r}: a LoRA checkpoint of the base model {base!r}, which is not there{looked}; "
+                     f"put the base model back, or set base_model_name_or_path in {str(ckpt / 'adapter_config.json')!r} to where it is now")
+
+
+def _load_lora_checkpoint(p: Path, spec: str, dtype: torch.dtype) -> tuple[torch.nn.Module, Any]:
+    """A LoRA checkpoint folder: its base model (:func:`lora_base`) with the adapters loaded onto it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = lora_base(p)
+    try:
+        import peft  # noqa: F401
+    except ImportError:
+        raise ValueError(f"model {spec!r}: a LoRA checkpoint; loading it needs peft, which is not installed (pip install \"slca[peft]\")") from None
+    has_tok = any((p / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
+    try:
+        tok = AutoTokenizer.from_pretrained(str(p) if has_tok else base)
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
+        model.load_adapter(str(p))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"model {spec!r}: could not load the LoRA checkpoint on its base model {base!r} ({_one_line(e)})") from None
     return model, tok
 
 

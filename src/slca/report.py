@@ -24,7 +24,7 @@ PLOTS = [
     ("grad/cosine_tool_summary", "cosine(tool grad, summary grad)"),
     ("grad/volatility", "grad-norm volatility (rolling CV)"),
     ("adv/contamination", "advantage contamination"),
-    ("grad/norm", "gradient norm (pre-clip)"),
+    ("grad/norm", "gradient norm (pre-clip, mean over minibatches)"),
 ]
 SMOOTH_K = 5
 """Training reward, gradient-norm and cosine curves are drawn as a trailing mean over this many steps."""

@@ -32,7 +32,7 @@ import torch
 from slca.config import ConfigError, TrainConfig, config_diff, to_dict
 
 __all__ = [
-    "RunFolder", "read_jsonl", "write_atomic", "save_checkpoint", "verify_checkpoint", "list_checkpoints",
+    "RunFolder", "read_jsonl", "write_atomic", "temp_dir", "umask", "umask_modes", "save_checkpoint", "verify_checkpoint", "list_checkpoints",
     "newest_intact_checkpoint", "load_checkpoint", "encode_state", "decode_state", "rng_state", "set_rng_state",
     "RESUME_MAY_CHANGE", "checkpoint_step",
 ]
@@ -64,11 +64,47 @@ def _fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
+def umask() -> int:
+    """The process's file-mode creation mask (read without changing it where Linux allows)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and restore (not thread-safe, but only for a moment)
+    os.umask(mask)
+    return mask
+
+
+def temp_dir(prefix: str, dir: str | Path) -> Path:
+    """``tempfile.mkdtemp`` with the mode ``mkdir`` would give (``0o777`` less the umask), not 0700:
+    a folder renamed into place (a checkpoint, a built model) is readable as any other output."""
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir=dir))
+    os.chmod(d, 0o777 & ~umask())
+    return d
+
+
+def umask_modes(root: str | Path) -> None:
+    """Give every file and folder under ``root`` (``root`` included) the mode a plain ``open`` /
+    ``mkdir`` gives under the umask: safetensors writes its files 0600, mkdtemp its folder 0700."""
+    mask = umask()
+    root = Path(root)
+    for p in [root, *root.rglob("*")]:
+        if not p.is_symlink():
+            os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~mask)
+
+
 def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and a rename (never a torn file)."""
+    """Write ``text`` to ``path`` via a temporary file and a rename (never a torn file).
+
+    The file gets the mode ``open`` would give it (``0o666`` less the umask), not the
+    temporary file's 0600."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -232,7 +268,7 @@ def save_checkpoint(root: str | Path, step: int, *, model: Any, tokenizer: Any, 
     root.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(root)
     final = root / f"{CKPT_PREFIX}{step:06d}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=root))
+    tmp = temp_dir(f".tmp-{final.name}-", root)
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
@@ -240,6 +276,7 @@ def save_checkpoint(root: str | Path, step: int, *, model: Any, tokenizer: Any, 
         meta, tensors = encode_state(state)
         save_file(tensors, str(tmp / STATE_TENSORS))
         (tmp / STATE_JSON).write_text(json.dumps({"format": FORMAT_VERSION, "step": step, "state": meta}))
+        umask_modes(tmp)
         files = {}
         for p in sorted(tmp.rglob("*")):
             if p.is_file():
@@ -340,19 +377,24 @@ class RunFolder:
             ...  # run.checkpoint: the checkpoint to resume from, or None
     """
 
-    def __init__(self, cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False) -> None:
+    def __init__(self, cfg: TrainConfig, *, resume: bool = False, overwrite: bool = False, defer_write: bool = False) -> None:
         if resume and overwrite:
             raise ConfigError("--overwrite", "--resume and --overwrite exclude each other")
         self.cfg, self.resume, self.overwrite = cfg, resume, overwrite
         self.path = Path(cfg.run_dir)
         self.checkpoint: Path | None = None
         self.notes: list[str] = []
+        self.defer_write = defer_write
+        self.committed = False
         self._fd: int | None = None
+        self._created: Path | None = None  # the topmost folder this object made (removed again if the run never starts)
 
     # ------------------------------------------------------------------ lock
 
     def _lock(self) -> None:
+        missing = [p for p in (self.path, *self.path.parents) if not p.exists()]
         self.path.mkdir(parents=True, exist_ok=True)
+        self._created = missing[-1] if missing else None
         try:
             import fcntl
         except ImportError:  # pragma: no cover - Windows: no lock
@@ -374,7 +416,9 @@ class RunFolder:
         self.open()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is not None and not self.committed:
+            self.discard()
         self.release()
 
     # ------------------------------------------------------------------ checks
@@ -383,14 +427,44 @@ class RunFolder:
         return self.path.is_dir() and any((self.path / m).exists() for m in RUN_MARKERS)
 
     def open(self) -> "RunFolder":
-        """Lock the folder, apply the resume / overwrite rules, write config.json."""
+        """Lock the folder and apply the resume / overwrite rules; then, unless ``defer_write``,
+        :meth:`commit` (empty the folder for ``overwrite``, write config.json)."""
         self._lock()
         try:
             self._prepare()
+            if not self.defer_write:
+                self.commit()
         except BaseException:
+            self.discard()
             self.release()
             raise
         return self
+
+    def commit(self) -> None:
+        """The run starts: with ``overwrite`` the old run is deleted; config.json is written.
+
+        :func:`slca.trainer.train` commits once the tasks and the model have loaded, so a
+        bad data file or a model that does not load leaves the folder as it was."""
+        if self.overwrite and self.holds_run():
+            self._clear()
+        write_atomic(self.path / "config.json", json.dumps(to_dict(self.cfg), indent=2))
+        self.committed = True
+
+    def discard(self) -> None:
+        """Remove the folders :meth:`open` made, when nothing was committed into them (a refused start)."""
+        if self._created is None or self.committed:
+            return
+        for p in (self.path, *self.path.parents):
+            if p == self.path:
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                try:
+                    p.rmdir()  # only while empty
+                except OSError:
+                    break
+            if p == self._created:
+                break
+        self._created = None
 
     def _prepare(self) -> None:
         cfg, d = self.cfg, self.path
@@ -398,19 +472,21 @@ class RunFolder:
             if not (self.resume or self.overwrite):
                 raise ConfigError("run_dir", f"{str(d)!r} already holds a run; pass --resume to continue it or --overwrite to replace it")
             if self.overwrite:
-                self._clear()
+                self._check_clearable()
             else:
                 self.checkpoint = self._resume_point()
         elif self.resume:
             self.notes.append(f"{d} holds no run yet; starting from step 0")
-        write_atomic(d / "config.json", json.dumps(to_dict(cfg), indent=2))
 
-    def _clear(self) -> None:
+    def _check_clearable(self) -> None:
         d = self.path.resolve()
         cwd = Path.cwd().resolve()
         if d == cwd or d in cwd.parents or d == Path.home().resolve():
             raise ConfigError("run_dir", f"{str(self.path)!r} is the working folder, a folder above it or the home folder; --overwrite will not empty it")
-        for p in d.iterdir():
+
+    def _clear(self) -> None:
+        self._check_clearable()
+        for p in self.path.resolve().iterdir():
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
 
     def _stored_config(self) -> dict[str, Any] | None:

@@ -7,10 +7,13 @@ the flat ``metrics.jsonl`` row.
 Metric names (a row also holds ``eval/*`` and ``probe/*`` when it evaluates):
 
 * ``perf/gen_tokens_per_s``, ``perf/train_tokens_per_s``: throughput (wall clock);
-* ``grad/norm`` (pre-clip, last minibatch), ``grad/volatility`` (rolling CV),
-  ``grad/tool_norm``, ``grad/summary_norm``, ``grad/cosine_tool_summary``
-  (the per-segment split, on diagnostic steps);
-* ``loss``, ``ppo/clip_frac``, ``ppo/kl`` (with a reference model), ``lr``;
+* ``grad/norm``: the pre-clip gradient norm, mean over the step's minibatches (every PPO epoch);
+  ``grad/volatility``: the rolling coefficient of variation of ``grad/norm``;
+* on diagnostic steps, of the step's first minibatch (where the backward is split by segment):
+  ``grad/first_minibatch_norm`` (its pre-clip norm), ``grad/tool_norm``, ``grad/summary_norm``
+  (the norms of its tool-token and summary-token parts) and ``grad/cosine_tool_summary``;
+* ``loss``, ``ppo/clip_frac``, ``ppo/kl`` (with a reference model): means over the step's
+  minibatches; ``lr``: the rate the step's update used;
 * ``reward/tool``, ``reward/summary``, ``reward/unscored``, ``reward/exec/*``,
   ``reward/summary/*``, ``reward/turn`` (estimators with turn rewards);
 * ``adv/{tool,summary}_{mean,std,abs_mean}``, ``adv/contamination``,
@@ -58,13 +61,24 @@ class UpdateStats:
     losses: list[float] = field(default_factory=list)
     clip_fracs: list[float] = field(default_factory=list)
     kls: list[float] = field(default_factory=list)
-    grad_norm: float = float("nan")
-    """Pre-clip gradient norm of the last minibatch."""
+    grad_norms: list[float] = field(default_factory=list)
+    """Pre-clip gradient norm of each minibatch, in order."""
     grad_split: GradSplit | None = None
+    """The segment split of the first minibatch's gradient (diagnostic steps)."""
     seconds: float = 0.0
+    lr: float = float("nan")
+    """The learning rate of this step's optimizer steps (the schedule advances after them)."""
+
+    @property
+    def grad_norm(self) -> float:
+        """The step's gradient norm: the mean of the minibatches' pre-clip norms."""
+        return nanmean(self.grad_norms)
 
     def metrics(self, volatility: float, lr: float) -> dict[str, Any]:
-        m: dict[str, Any] = self.grad_split.metrics() if self.grad_split is not None else {}
+        m: dict[str, Any] = {}
+        if self.grad_split is not None:  # the split and the norm it splits, of the same (first) minibatch
+            m["grad/first_minibatch_norm"] = self.grad_norms[0] if self.grad_norms else float("nan")
+            m.update(self.grad_split.metrics())
         m.update({"grad/norm": self.grad_norm, "grad/volatility": volatility, "loss": nanmean(self.losses),
                   "ppo/clip_frac": nanmean(self.clip_fracs)})
         if self.kls:

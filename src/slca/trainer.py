@@ -130,7 +130,6 @@ class Trainer:
     ) -> None:
         self.cfg = validate(cfg)
         self.run_dir = Path(cfg.run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
@@ -166,7 +165,8 @@ class Trainer:
         self.grad_norms: list[float] = []
         self.samples: list[SampleGroup] = []
         self._log = log
-        self._trackers = make_trackers(cfg)
+        self._trackers = make_trackers(cfg)  # opened on the first record
+        self.run_dir.mkdir(parents=True, exist_ok=True)  # last: a refused task file or model leaves no folder behind
 
     # ------------------------------------------------------------------ one step
 
@@ -247,7 +247,7 @@ class Trainer:
         c = self.cfg
         t0 = time.perf_counter()
         self.model.train()
-        st = UpdateStats()
+        st = UpdateStats(lr=self.opt.param_groups[0]["lr"])  # the rate this step's updates use (logged as `lr`)
         for epoch in range(c.ppo_epochs):
             for k, idx in enumerate(self._minibatch_rows(credit.inputs.group_ids, step, epoch)):
                 split = epoch == 0 and k == 0 and bool(c.diag_every) and step % c.diag_every == 0
@@ -287,7 +287,7 @@ class Trainer:
         else:
             loss = loss_of(per_tok)
             loss.backward()
-        st.grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, c.max_grad_norm))
+        st.grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, c.max_grad_norm)))
         self.opt.step()
         st.losses.append(float(loss.detach()))
         st.clip_fracs.append(sur.clip_frac(mask))
@@ -330,7 +330,7 @@ class Trainer:
         rs = RolloutStats(len(ro.trajs), n_tok, int(b.model_mask.sum()), [len(t.calls) for t in ro.trajs],
                           [t.stop_reason for t in ro.trajs], ro.gen_tokens_per_s)
         return step_metrics(step, rs, rewards, cs, update, volatility=rolling_cv(self.grad_norms, c.volatility_window),
-                            lr=self.sched.get_last_lr()[0], train_tokens_per_s=n_tok * c.ppo_epochs / max(update.seconds, 1e-9))
+                            lr=update.lr, train_tokens_per_s=n_tok * c.ppo_epochs / max(update.seconds, 1e-9))
 
     def _record_group(self, step: int, trajs: list[Trajectory], credit: Credit) -> SampleGroup:
         """One group's tokens with the advantages the reference estimators (grpo, slca, gdpo) would give them.
@@ -554,12 +554,16 @@ def train(
     from slca.runs import RunFolder, write_atomic
 
     validate(cfg)  # before the run folder is touched or a model loads
-    with RunFolder(cfg, resume=resume, overwrite=overwrite) as run:
+    # the folder is locked and checked first; it is written (config.json, an --overwrite emptied) only once
+    # the tasks, the model and the checkpoint have loaded: a start refused until then leaves it as it was
+    with RunFolder(cfg, resume=resume, overwrite=overwrite, defer_write=True) as run:
         for note in run.notes:
             print(f"[slca] {note}")
         tr = Trainer(cfg, log=on_step, **trainer_kwargs)
         if run.checkpoint is not None:
             tr.resume(run.checkpoint)
+        run.commit()
+        if run.checkpoint is not None:
             print(f"[slca] resumed from step {tr.step} ({run.checkpoint})")
         _truncate_metrics(tr.run_dir / "metrics.jsonl", tr.step)
         try:

@@ -360,12 +360,15 @@ def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, pro
         mean_length=sum(lengths) / len(lengths), max_length=max(lengths),
     )
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
+    from slca.runs import temp_dir, umask_modes
+
+    tmp = temp_dir(out.name + ".tmp-", out.parent)  # the mode mkdir gives, not mkdtemp's 0700
     model.save_pretrained(tmp)
     add_response_template(tokenizer).save_pretrained(tmp)
     info = {"fingerprint": default_model_dir(None, cfg).name, "config": cfg.to_dict(), "report": report.__dict__, "losses": stats.losses,
             "induction_losses": ind}
     (tmp / _INFO).write_text(json.dumps(info, indent=1))
+    umask_modes(tmp)  # safetensors writes 0600
     if (out / _INFO).exists():
         shutil.rmtree(tmp)  # another process finished the same build first
     else:
