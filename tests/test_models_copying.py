@@ -102,13 +102,29 @@ def test_demo_verdict_reads_the_warm_start_and_says_who_did_better(tmp_path):
 
     runs = {"GRPO": _run(tmp_path / "g", rows(0.5, [0.3] * 4 + [0.2] * 4)), "SLCA": _run(tmp_path / "s", rows(0.3, [0.3] * 4 + [0.4] * 4))}
     lines = demo_verdict(runs)
-    assert "GRPO: held-out success on tool-needing tasks 0.500 vs the warm start's 0.250" in lines[0]
+    assert "GRPO: held-out tool-task Success on new requests of the training distribution 0.500 (warm start 0.250)" in lines[0]
     assert lines[0].endswith("did not rise.") and lines[1].endswith("rose.")
     assert lines[2].startswith("GRPO did as well as or better than SLCA") and "(0.500 vs 0.300)" in lines[2]
+    assert len(lines) == 3  # no out-of-distribution set in these runs: no sentence about it
     runs = {"GRPO": _run(tmp_path / "g0", rows(0.0, [0.3] * 8)), "SLCA": _run(tmp_path / "s0", rows(0.0, [0.3] * 8))}
-    assert demo_verdict(runs)[2].startswith("Neither run solved a tool-needing task at the end (the warm start solved 0.250):")
+    assert demo_verdict(runs)[2] == "Neither run solved a held-out tool-needing task at the end (the warm start solved 0.250)."
     runs = {"GRPO": _run(tmp_path / "g1", rows(0.1, [0.3] * 8)), "SLCA": _run(tmp_path / "s1", rows(0.4, [0.3] * 8))}
-    assert demo_verdict(runs)[2] == "SLCA ended above GRPO on tool-needing tasks (0.400 vs 0.100)."
+    assert demo_verdict(runs)[2].startswith("SLCA ended above GRPO on held-out tool-task Success in distribution (0.400 vs 0.100)")
+
+    def with_ood(final, ood_final, split=None):
+        out = rows(final, [0.3] * 8)
+        out[0].update({"eval_test/tool_tasks/success": 0.03, "eval/parallel_split": 0.4})
+        out[-1].update({"eval_test/tool_tasks/success": ood_final, **({"eval/parallel_split": split} if split is not None else {})})
+        return out
+
+    # the primary endpoint first, the diagnostic case beside it, then the out-of-distribution set stated plainly
+    runs = {"GRPO": _run(tmp_path / "g2", with_ood(0.9, 0.03, 0.1)), "SLCA": _run(tmp_path / "s2", with_ood(0.95, 0.04, 0.0))}
+    lines = demo_verdict(runs)
+    assert "parallel steps split over turns 0.100 (warm start 0.400)" in lines[0] and "0.000 (warm start 0.400)" in lines[1]
+    assert lines[3].startswith("Out of distribution (toolworld's test split") and "0.030 before training and GRPO 0.030, SLCA 0.040" in lines[3]
+    assert "left it where it was (within 0.03)" in lines[3] and "rarely solves these" in lines[3]
+    runs = {"GRPO": _run(tmp_path / "g3", with_ood(0.9, 0.30)), "SLCA": _run(tmp_path / "s3", with_ood(0.95, 0.03))}
+    assert "moved it" in demo_verdict(runs)[3]
 
 
 def _tiny_tokenizer(digit_runs=False):
