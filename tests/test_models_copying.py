@@ -102,13 +102,14 @@ def test_demo_verdict_reads_the_warm_start_and_says_who_did_better(tmp_path):
 
     runs = {"GRPO": _run(tmp_path / "g", rows(0.5, [0.3] * 4 + [0.2] * 4)), "SLCA": _run(tmp_path / "s", rows(0.3, [0.3] * 4 + [0.4] * 4))}
     lines = demo_verdict(runs)
-    assert "GRPO: held-out success on tool-needing tasks 0.500 vs the warm start's 0.250" in lines[0]
+    assert "GRPO: held-out tool-task Success on new requests of the training distribution 0.500 (warm start 0.250)" in lines[0]
     assert lines[0].endswith("did not rise.") and lines[1].endswith("rose.")
     assert lines[2].startswith("GRPO did as well as or better than SLCA") and "(0.500 vs 0.300)" in lines[2]
     runs = {"GRPO": _run(tmp_path / "g0", rows(0.0, [0.3] * 8)), "SLCA": _run(tmp_path / "s0", rows(0.0, [0.3] * 8))}
-    assert demo_verdict(runs)[2].startswith("Neither run solved a tool-needing task at the end (the warm start solved 0.250):")
+    # every number the verdict quotes names its metric
+    assert demo_verdict(runs)[2] == "Neither run solved a held-out tool-needing task at the end (the warm start's held-out tool-task Success was 0.250)."
     runs = {"GRPO": _run(tmp_path / "g1", rows(0.1, [0.3] * 8)), "SLCA": _run(tmp_path / "s1", rows(0.4, [0.3] * 8))}
-    assert demo_verdict(runs)[2] == "SLCA ended above GRPO on tool-needing tasks (0.400 vs 0.100)."
+    assert demo_verdict(runs)[2].startswith("SLCA ended above GRPO on held-out tool-task Success in distribution (0.400 vs 0.100);")
 
 
 def _tiny_tokenizer(digit_runs=False):
