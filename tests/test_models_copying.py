@@ -107,7 +107,8 @@ def test_demo_verdict_reads_the_warm_start_and_says_who_did_better(tmp_path):
     assert lines[2].startswith("GRPO did as well as or better than SLCA") and "(0.500 vs 0.300)" in lines[2]
     assert len(lines) == 3  # no out-of-distribution set in these runs: no sentence about it
     runs = {"GRPO": _run(tmp_path / "g0", rows(0.0, [0.3] * 8)), "SLCA": _run(tmp_path / "s0", rows(0.0, [0.3] * 8))}
-    assert demo_verdict(runs)[2] == "Neither run solved a held-out tool-needing task at the end (the warm start solved 0.250)."
+    # every number the verdict quotes names its metric
+    assert demo_verdict(runs)[2] == "Neither run solved a held-out tool-needing task at the end (the warm start's held-out tool-task Success was 0.250)."
     runs = {"GRPO": _run(tmp_path / "g1", rows(0.1, [0.3] * 8)), "SLCA": _run(tmp_path / "s1", rows(0.4, [0.3] * 8))}
     assert demo_verdict(runs)[2].startswith("SLCA ended above GRPO on held-out tool-task Success in distribution (0.400 vs 0.100)")
 

@@ -347,3 +347,76 @@ def test_lora_checkpoint_loads_from_any_folder_and_says_when_its_base_is_gone(tm
                            "or set base_model_name_or_path in"), line
     with pytest.raises(ConfigError, match=r"^model: a LoRA checkpoint of the base model 'models/tiny', which is not there"):
         load_config(None, [f"model={ckpt}"])
+
+
+# ---------------------------------------------------------------- 9: small things
+
+
+def test_a_run_writes_nothing_to_stderr(tmp_path, tiny_model_dir):
+    """No transformers progress bars (loading, saving) and no FutureWarnings (LoRA's peft included)."""
+    pytest.importorskip("peft")
+    r = slca("train", *sets(*SMALL, f"model={tiny_model_dir}", "run_dir=runs/x", "steps=1", "save_every=1", "lora_r=2"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stderr == ""
+
+
+def test_plots_tick_whole_steps(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    from slca.compare import RunSpec, _plot_curves
+    from slca.report import write_report
+
+    figures = []
+    real = matplotlib.figure.Figure.savefig
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, *a, **kw: (figures.append(self), real(self, *a, **kw))[1])
+    runs = [_fake_run(tmp_path / f"r{i}", [0.1 * i, 0.2, 0.3]) for i in range(2)]  # three steps: matplotlib would tick 0.5
+    write_report({"a": runs[0], "b": runs[1]}, tmp_path / "out")
+    _plot_curves([RunSpec("grpo", i, d) for i, d in enumerate(runs)], ["grpo"], tmp_path / "c.png")
+    assert len(figures) == 2
+    for fig in figures:
+        for ax in fig.axes:
+            if ax.lines:
+                ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+                assert ticks and all(float(t).is_integer() for t in ticks), (ax.get_title(), ticks)
+
+
+@pytest.mark.parametrize("given,meant", [("learning_rate", "lr"), ("num_generations", "group_size"), ("beta", "kl_coef"), ("lrr", "lr")])
+def test_trl_names_get_a_did_you_mean(given, meant):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [f"{given}=1"])
+    assert str(e.value).startswith(f"{given}: unknown config field (did you mean {meant!r}?")
+
+
+def test_a_row_of_no_known_format_names_the_keys_each_needs(tmp_path):
+    from slca.env import load_tasks
+
+    (tmp_path / "t.jsonl").write_text(json.dumps({"question": "hi", "answer": "x"}) + "\n")
+    with pytest.raises(ValueError) as e:
+        load_tasks(tmp_path / "t.jsonl")
+    msg = str(e.value)
+    assert "format=" not in msg  # the CLI has no such option
+    assert "a slca row has 'messages' and 'gold', a verl row 'prompt' and 'reward_model'" in msg
+
+
+@pytest.mark.parametrize("args,line", [
+    (["compare", "--jobs", "abc"], "error: --jobs: Input should be a valid integer"),
+    (["train", "--nope"], "error: No such option: --nope"),
+    (["trian"], "error: No such command 'trian'. Did you mean 'train'?"),
+])
+def test_usage_errors_are_one_line(tmp_path, args, line):
+    got = one_error_line(slca(*args, cwd=tmp_path))
+    assert got.startswith(line) and got.endswith("--help)"), got
+
+
+def test_a_peft_model_gets_its_base_models_cache_argument(tiny_model_dir):
+    """peft's forward takes **kwargs: the KV cache goes under the base model's own name (``cache`` in
+    transformers >= 5.2x; ``past_key_values`` there is deprecated, a FutureWarning per rollout)."""
+    pytest.importorskip("peft")
+    import inspect
+
+    from slca.kvcache import cache_arg
+    from slca.policy import load_policy
+
+    model, _ = load_policy(str(tiny_model_dir), lora_r=2)
+    base = model.get_base_model().forward
+    assert cache_arg(model.forward) == cache_arg(base) == ("cache" if "cache" in inspect.signature(base).parameters else "past_key_values")

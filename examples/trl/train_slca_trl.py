@@ -7,7 +7,7 @@ Every ``SLCAGRPOConfig`` option (TRL's ``GRPOConfig`` plus ``advantage_estimator
 ``--advantage_estimator slca_turn --estimator_options '{"turn_lambda": 0.5}'``
 (the inputs ``slca_cond`` / ``slca_turn`` need are computed from the tasks).
 
-CPU, the embedded model (built on first use, a few minutes)::
+CPU, the embedded model (its weights ship with slca and load at once, docs/warmstart.md)::
 
     python examples/trl/train_slca_trl.py --model default --output_dir runs/trl-cpu --use_cpu --bf16 false \\
         --max_steps 2 --per_device_train_batch_size 4 --num_generations 4 --max_completion_length 256 \\

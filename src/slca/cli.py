@@ -12,7 +12,41 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Segment-Locked Credit Assignment for tool-calling RL.")
+class _OneLineErrors(typer.core.TyperGroup):
+    """Usage errors of the command line itself (``--jobs abc``, an unknown option, a missing one) as one
+    ``error: <option>: <what is wrong>`` line on stderr, exit 2, like every other refusal (not a box)."""
+
+    def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None, standalone_mode: bool = True, **extra: Any) -> Any:
+        import importlib
+        import sys
+
+        cx = importlib.import_module(typer.BadParameter.__module__)  # click's exceptions, as this typer ships them
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except cx.NoArgsIsHelpError as e:  # plain `slca`: the help, as before
+            from typer import rich_utils
+
+            rich_utils.rich_format_error(e)
+            sys.exit(e.exit_code)
+        except cx.ClickException as e:
+            if isinstance(e, cx.BadParameter) and e.param is not None and not isinstance(e, cx.MissingParameter):
+                name = e.param.opts[0] if getattr(e.param, "opts", None) else e.param.human_readable_name
+                msg = f"{name}: {e.message}"
+            else:
+                msg = e.format_message()
+            where = f" (see {e.ctx.command_path} --help)" if getattr(e, "ctx", None) is not None else ""
+            typer.secho("error: ", fg="red", err=True, nl=False)
+            typer.echo(" ".join(f"{msg}{where}".split()), err=True)
+            sys.exit(e.exit_code)
+        except (typer.Abort, getattr(cx, "Abort", typer.Abort)):
+            typer.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+app = typer.Typer(cls=_OneLineErrors, add_completion=False, no_args_is_help=True, help="Segment-Locked Credit Assignment for tool-calling RL.")
 console = Console()
 console.soft_wrap = not console.is_terminal  # in logs and CI, long lines (paths, errors) stay whole, not wrapped at 80 columns
 
@@ -65,12 +99,25 @@ def _refuse_value_errors(fn):
         _fail(str(e))
 
 
+def _quiet_loading() -> None:
+    """transformers' progress bars for every model load and save ("Loading weights", "Writing model
+    shards": stderr noise in every run and checkpoint) off; downloads from the hub keep theirs."""
+    import transformers
+    from huggingface_hub.utils import are_progress_bars_disabled, enable_progress_bars
+
+    hub_off = are_progress_bars_disabled()
+    transformers.utils.logging.disable_progress_bar()
+    if not hub_off:
+        enable_progress_bars()
+
+
 def _run_with_progress(cfg, label: str, **kw: Any):
     """Train one run with a rich progress bar showing live metrics."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from slca.trainer import train
 
+    _quiet_loading()
     prog = Progress(
         TextColumn(f"[bold]{label}[/bold]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"),
         console=console,
@@ -213,7 +260,7 @@ def demo_verdict(runs: dict[str, Path], k: int = 4, frozen: list[float] | None =
     if {"GRPO", "SLCA"} <= set(final) and all(v == v for v in final.values()):
         g, s_ = final["GRPO"], final["SLCA"]
         if max(g, s_) == 0:
-            had = f" (the warm start solved {base:.3f})" if base == base and base > 0 else ""
+            had = f" (the warm start's held-out tool-task Success was {base:.3f})" if base == base and base > 0 else ""
             lines.append(f"Neither run solved a held-out tool-needing task at the end{had}.")
         elif s_ > g:
             lines.append(f"SLCA ended above GRPO on held-out tool-task Success in distribution ({s_:.3f} vs {g:.3f}); "
@@ -247,6 +294,7 @@ def demo(
     from slca.report import write_report, write_token_html
 
     t0 = time.time()
+    _quiet_loading()
     console.print("[bold]slca demo[/bold]: embedded tiny model, toolworld, GRPO vs SLCA")
     model, tok = load_default(progress=True)
     init_state = {k: v.clone() for k, v in model.state_dict().items()}
@@ -514,6 +562,7 @@ def eval_(
             data=str(data) if data else None, gen=gen, user=user, user_base_url=user_url, user_model=user_model,
             user_api_key=os.environ.get("SLCA_USER_API_KEY"), max_steps=max_steps,
         )
+        _quiet_loading()
         rep = run_eval(cfg, out)
     except (ValueError, ModuleNotFoundError) as e:
         _fail(str(e))

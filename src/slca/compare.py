@@ -426,6 +426,7 @@ def _plot_curves(specs: list[RunSpec], ests: list[str], png: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(3, 3, figsize=(16, 12))
     for ax, (key, ttl) in zip(axes.flat, PANELS):
@@ -437,6 +438,7 @@ def _plot_curves(specs: list[RunSpec], ests: list[str], png: Path) -> None:
             ax.fill_between(xs, *band(key, mu, hw), alpha=0.2)
         ax.set_title(ttl, fontsize=10)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers: no 0.5 ticks
         ax.grid(alpha=0.3)
     axes.flat[0].legend()
     fig.suptitle("lines: mean over seeds per step; bands: 95% Student-t intervals over seeds, clipped to each metric's range", fontsize=10)

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["TrainConfig", "ConfigError", "CHECKS", "load_config", "resume_config", "read_config_file", "file_overrides", "apply_overrides", "validate", "config_diff", "to_dict"]
+__all__ = ["TrainConfig", "ConfigError", "CHECKS", "OTHER_NAMES", "load_config", "resume_config", "read_config_file", "file_overrides", "apply_overrides", "validate", "config_diff", "to_dict"]
 
 
 @dataclass
@@ -535,6 +535,23 @@ def _coerce(name: str, raw: str, hint: Any) -> Any:
     return raw
 
 
+OTHER_NAMES: dict[str, str] = {
+    "learning_rate": "lr", "max_steps": "steps", "num_generations": "group_size", "beta": "kl_coef", "epsilon": "clip_low",
+    "epsilon_high": "clip_high", "num_iterations": "ppo_epochs", "scale_rewards": "scale", "output_dir": "run_dir",
+    "save_steps": "save_every", "eval_steps": "eval_every", "save_total_limit": "keep_checkpoints", "model_name_or_path": "model",
+    "torch_dtype": "dtype",
+}
+"""TRL / transformers names (``GRPOConfig``, ``TrainingArguments``, ``ModelConfig``) of slca fields, for the
+``did you mean`` of an unknown field: a TRL user types ``learning_rate``, not ``lr``."""
+
+
+def _did_you_mean(name: str, names: list[str]) -> str:
+    if name in OTHER_NAMES:
+        return f" (did you mean {OTHER_NAMES[name]!r}? slca's name for TRL's {name})"
+    close = difflib.get_close_matches(name, names, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else "; `slca train --help-config` lists every field"
+
+
 def apply_overrides(cfg: TrainConfig, overrides: list[str] | dict[str, Any]) -> TrainConfig:
     """Apply ``["field=value", ...]`` (strings, coerced to the field's type) or a dict."""
     hints = typing.get_type_hints(type(cfg))
@@ -542,9 +559,7 @@ def apply_overrides(cfg: TrainConfig, overrides: list[str] | dict[str, Any]) -> 
     items = overrides.items() if isinstance(overrides, dict) else (_split(o) for o in overrides)
     for k, v in items:
         if k not in names:
-            close = difflib.get_close_matches(str(k), names, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else "; `slca train --help-config` lists every field"
-            raise ConfigError(str(k), f"unknown config field{hint}")
+            raise ConfigError(str(k), f"unknown config field{_did_you_mean(str(k), names)}")
         setattr(cfg, k, _coerce(k, v, hints[k]) if isinstance(v, str) else v)
     return cfg
 

@@ -74,8 +74,16 @@ def pad_chunk(seqs: Sequence[Sequence[int] | None], pad_id: int) -> tuple[torch.
 
 
 def cache_arg(forward: Any) -> str:
-    """The name ``forward`` takes its KV cache under: ``cache`` (transformers >= 5.2x) or ``past_key_values``."""
-    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+    """The name ``forward`` takes its KV cache under: ``cache`` (transformers >= 5.2x) or ``past_key_values``.
+
+    A peft wrapper's ``forward`` takes ``**kwargs`` and passes them on: the name is its base model's."""
+    params = inspect.signature(forward).parameters
+    if "cache" in params:
+        return "cache"
+    base = getattr(getattr(forward, "__self__", None), "get_base_model", None)
+    if "past_key_values" not in params and callable(base):
+        return cache_arg(base().forward)
+    return "past_key_values"
 
 
 def chunk_positions(next_pos: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,9 +8,11 @@ naming what was wrong, raised before any training work.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -186,10 +188,22 @@ def _load_lora_checkpoint(p: Path, spec: str, dtype: torch.dtype) -> tuple[torch
     try:
         tok = AutoTokenizer.from_pretrained(str(p) if has_tok else base)
         model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
-        model.load_adapter(str(p))
+        with _peft_quiet():
+            model.load_adapter(str(p))
     except (OSError, ValueError) as e:
         raise ValueError(f"model {spec!r}: could not load the LoRA checkpoint on its base model {base!r} ({_one_line(e)})") from None
     return model, tok
+
+
+@contextlib.contextmanager
+def _peft_quiet() -> Iterator[None]:
+    """peft reads transformers' deprecated ``is_gradient_checkpointing``: a FutureWarning in every LoRA
+    run that is neither slca's nor the user's to act on."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
 
 
 def apply_lora(model: torch.nn.Module, r: int, alpha: float, dropout: float = 0.0, target_modules: list[str] | None = None) -> torch.nn.Module:
@@ -204,7 +218,8 @@ def apply_lora(model: torch.nn.Module, r: int, alpha: float, dropout: float = 0.
         raise ValueError("lora_r: > 0 needs peft, which is not installed (pip install \"slca[peft]\")") from None
     cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules or []) or None, task_type="CAUSAL_LM")
     try:
-        return get_peft_model(model, cfg)
+        with _peft_quiet():
+            return get_peft_model(model, cfg)
     except ValueError as e:
         raise ValueError(f"lora_target_modules: {list(target_modules or [])}: {_one_line(e)}") from None
 

@@ -498,7 +498,9 @@ def detect_format(row: dict[str, Any]) -> str:
         return "slca"
     if "messages" in row and any(k in row for k in ("available_tools", "target_tools", "subset_name")):
         return "toucan"
-    raise ValueError(f"cannot tell the row's format from its keys {sorted(row)}; pass format= one of {FORMATS}")
+    raise ValueError(f"cannot tell the row's format from its keys {sorted(row)}: a slca row has 'messages' and 'gold', a verl row "
+                     "'prompt' and 'reward_model', a Toucan row 'messages' and one of 'available_tools', 'target_tools', 'subset_name' "
+                     "(docs/environment.md, Loaders)")
 
 
 def task_from_row(row: dict[str, Any], format: str = "auto", *, where: str = "row", index: int = 0) -> Task:
