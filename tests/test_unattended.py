@@ -151,7 +151,8 @@ def test_ctrl_c_says_the_step_what_is_saved_and_the_resume_command(tmp_path, tin
     import shlex
     import signal
 
-    args = sets(*SMALL, f"model={tiny_model_dir}", "run_dir=runs/x", "steps=3", "save_every=1", "keep_checkpoints=1")
+    # 12 steps: the signal is sent after step 1's checkpoint and must land before the run ends, also on a busy machine
+    args = sets(*SMALL, f"model={tiny_model_dir}", "run_dir=runs/x", "steps=12", "save_every=1", "keep_checkpoints=1")
     p = subprocess.Popen([sys.executable, "-m", "slca.cli", "train", *args], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     _wait_for(tmp_path / "runs" / "x" / "checkpoints" / "step-000001", p)
@@ -160,9 +161,9 @@ def test_ctrl_c_says_the_step_what_is_saved_and_the_resume_command(tmp_path, tin
     assert p.returncode == 130, (out[-2000:], err[-2000:])
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
     lines = err.strip().splitlines()[-3:]
-    assert lines[0].startswith("interrupted (Ctrl-C): ") and " of 3 steps done" in lines[0], err
+    assert lines[0].startswith("interrupted (Ctrl-C): ") and " of 12 steps done" in lines[0], err
     done = int(lines[0].split(": ")[1].split()[0])
-    assert done in (1, 2)
+    assert 1 <= done < 12
     ckpt = sorted((tmp_path / "runs" / "x" / "checkpoints").glob("step-*"))[-1]
     assert lines[1].startswith(f"saved: the checkpoint of step {int(ckpt.name[5:])} (runs/x/checkpoints/{ckpt.name})"), lines
     assert lines[2].startswith("resume: slca train "), lines
@@ -172,7 +173,7 @@ def test_ctrl_c_says_the_step_what_is_saved_and_the_resume_command(tmp_path, tin
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     assert "resumed from step" in r.stdout
     rows = [json.loads(x) for x in (tmp_path / "runs" / "x" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["step"] for r in rows] == list(range(1, 13))
 
 
 def test_ctrl_c_before_training_started_says_nothing_was_written(tmp_path):
