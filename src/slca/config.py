@@ -646,12 +646,7 @@ def resume_config(run_dir: str | Path | None, path: str | Path | None = None, ov
     stored_path = d / "config.json"
     cfg = TrainConfig()
     if stored_path.is_file():
-        try:
-            stored = json.loads(stored_path.read_text())
-        except ValueError as e:
-            raise ConfigError("--resume", f"{str(stored_path)!r} is not valid JSON ({e}); pass --overwrite to start over") from None
-        if not isinstance(stored, dict):
-            raise ConfigError("--resume", f"{str(stored_path)!r} does not hold a config mapping; pass --overwrite to start over")
+        stored = read_stored_config(stored_path, "--resume")
         names = {f.name for f in dataclasses.fields(TrainConfig)}
         apply_overrides(cfg, {k: v for k, v in stored.items() if k in names})  # a field no longer known: refused by the config check
     elif run_dir is not None:
@@ -679,6 +674,17 @@ def config_diff(stored: dict[str, Any], cfg: TrainConfig, ignore: tuple[str, ...
         elif old_v != new[k]:
             out.append(f"{k}: {old_v!r} -> {new[k]!r}")
     return out
+
+
+def read_stored_config(path: Path, what: str) -> dict[str, Any]:
+    """A run's saved ``config.json`` as a mapping; :class:`ConfigError` on ``what`` if it is not one."""
+    try:
+        stored = json.loads(path.read_text())
+    except ValueError as e:
+        raise ConfigError(what, f"{str(path)!r} is not valid JSON ({e}); pass --overwrite to start over") from None
+    if not isinstance(stored, dict):
+        raise ConfigError(what, f"{str(path)!r} does not hold a config mapping; pass --overwrite to start over")
+    return stored
 
 
 def to_dict(cfg: TrainConfig) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from slca.config import ConfigError, TrainConfig, config_diff, to_dict
+from slca.config import ConfigError, TrainConfig, config_diff, read_stored_config, to_dict
 
 __all__ = [
     "RunFolder", "read_jsonl", "write_atomic", "temp_dir", "umask", "umask_modes", "save_checkpoint", "verify_checkpoint", "list_checkpoints",
@@ -493,13 +493,7 @@ class RunFolder:
         p = self.path / "config.json"
         if not p.exists():
             return None
-        try:
-            stored = json.loads(p.read_text())
-        except ValueError as e:
-            raise ConfigError("run_dir", f"{str(p)!r} is not valid JSON ({e}); pass --overwrite to start over") from None
-        if not isinstance(stored, dict):
-            raise ConfigError("run_dir", f"{str(p)!r} does not hold a config mapping; pass --overwrite to start over")
-        return stored
+        return read_stored_config(p, "run_dir")
 
     def _resume_point(self) -> Path | None:
         stored = self._stored_config()
