@@ -295,7 +295,8 @@ STOP_REASONS = ("final_answer", "max_turns", "max_tokens")
 NULL_FIRST_STEP = {"grad/volatility"}
 NULL_IF_NO_SEGMENT = {"grad/cosine_tool_summary", "adv/contamination", "adv/tool_mean", "adv/tool_std",
                       "adv/tool_abs_mean", "adv/summary_mean", "adv/summary_std", "adv/summary_abs_mean"}
-UNIT_INTERVAL = ("ppo/clip_frac", "rollout/policy_token_frac", "reward/exec/", "reward/summary/")
+UNIT_INTERVAL = ("ppo/clip_frac", "rollout/policy_token_frac", "rollout/no_tool_segment", "rollout/no_summary_segment",
+                 "rollout/mixed_call_groups", "reward/exec/", "reward/summary/")
 # held-out rates, of eval/ and each eval_<split>/: name_f1, success, kind/<kind>/success, tool_tasks/success, ...
 EVAL_RATE = re.compile(r"^eval(_\w+)?/(name_f1|arg_match|process|success|parse_ok|parallel_split|.*/success)$")
 

@@ -51,6 +51,10 @@ __all__ = [
 SCALES = ("group", "batch", "none")
 EMPTY_TOOL_MODES = ("response", "include", "exclude", "both")
 EMPTY_SUMMARY_MODES = ("drop", "last_turn")
+EMPTY_TOOL_DEFAULT = "response"
+"""What every host does by default with a rollout that made no call (docs/beyond.md, "Segments that are missing")."""
+EMPTY_SUMMARY_DEFAULT = "drop"
+"""What every host does by default with a rollout that never answered (same section)."""
 
 
 def _group_stats(r: torch.Tensor, idx: torch.Tensor, n_groups: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -199,8 +203,8 @@ def slca_advantages(
     *,
     scale: str = "group",
     eps: float = 1e-6,
-    empty_tool: str = "response",
-    empty_summary: str = "drop",
+    empty_tool: str = EMPTY_TOOL_DEFAULT,
+    empty_summary: str = EMPTY_SUMMARY_DEFAULT,
 ) -> torch.Tensor:
     """Segment-Locked Credit Assignment (SLCA-GRPO, arXiv 2609.29050, Eq. 6-8).
 
@@ -265,7 +269,7 @@ def slca_advantages(
 
 def _route(
     rt: torch.Tensor, a_sum: torch.Tensor, group_ids: Any, tm: torch.Tensor, sm: torch.Tensor, scale: str, eps: float,
-    empty_tool: str, empty_summary: str = "drop",
+    empty_tool: str, empty_summary: str = EMPTY_SUMMARY_DEFAULT,
 ) -> torch.Tensor:
     """SLCA's routing: the normalised tool reward to tool tokens, ``a_sum`` (B,) to summary tokens.
 
@@ -781,8 +785,8 @@ def fill_inputs(inputs: AdvantageInputs, name: str, trajectories: Sequence[Any])
 
 _SCALE = Option("scale", "group", "advantage normalisation: 'group' (GRPO), 'batch', 'none' (centre only)", SCALES)
 _EPS = Option("eps", 1e-6, "added to the std in the normalisation")
-_EMPTY_TOOL = Option("empty_tool", "response", "rollouts with no tool segment (see slca_advantages)", EMPTY_TOOL_MODES)
-_EMPTY_SUMMARY = Option("empty_summary", "drop", "rollouts with no summary segment (see slca_advantages)", EMPTY_SUMMARY_MODES)
+_EMPTY_TOOL = Option("empty_tool", EMPTY_TOOL_DEFAULT, "rollouts with no tool segment (see slca_advantages)", EMPTY_TOOL_MODES)
+_EMPTY_SUMMARY = Option("empty_summary", EMPTY_SUMMARY_DEFAULT, "rollouts with no summary segment (see slca_advantages)", EMPTY_SUMMARY_MODES)
 
 
 @register_estimator("grpo", options=(_SCALE, _EPS), reference=True, trajectory=True)
@@ -889,7 +893,7 @@ def conditional_normalize(
 
 
 def _segment_checks(
-    tool_rewards: Any, summary_rewards: Any, tool_mask: Any, summary_mask: Any, empty_tool: str, empty_summary: str = "drop"
+    tool_rewards: Any, summary_rewards: Any, tool_mask: Any, summary_mask: Any, empty_tool: str, empty_summary: str = EMPTY_SUMMARY_DEFAULT
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Validated ``(tool_mask, summary_mask, tool_rewards, summary_rewards)`` as in :func:`slca_advantages`."""
     tm = check_mask("tool_mask", as_2d("tool_mask", tool_mask))
@@ -917,9 +921,9 @@ def slca_cond_advantages(
     *,
     scale: str = "group",
     eps: float = 1e-6,
-    empty_tool: str = "response",
+    empty_tool: str = EMPTY_TOOL_DEFAULT,
     cond_std: str = "group",
-    empty_summary: str = "drop",
+    empty_summary: str = EMPTY_SUMMARY_DEFAULT,
 ) -> torch.Tensor:
     """SLCA with a summary baseline conditioned on the tool outcome (``slca_cond``).
 
@@ -994,8 +998,8 @@ def slca_turn_advantages(
     turn_lambda: float = 1.0,
     scale: str = "group",
     eps: float = 1e-6,
-    empty_tool: str = "response",
-    empty_summary: str = "drop",
+    empty_tool: str = EMPTY_TOOL_DEFAULT,
+    empty_summary: str = EMPTY_SUMMARY_DEFAULT,
 ) -> torch.Tensor:
     """SLCA with temporal credit inside the tool segment (``slca_turn``).
 

@@ -27,6 +27,8 @@ from typing import Any
 
 import yaml
 
+from slca.advantages import EMPTY_SUMMARY_DEFAULT, EMPTY_SUMMARY_MODES, EMPTY_TOOL_DEFAULT, EMPTY_TOOL_MODES
+
 __all__ = ["TrainConfig", "ConfigError", "CHECKS", "OTHER_NAMES", "load_config", "resume_config", "read_config_file", "file_overrides", "apply_overrides", "validate", "config_diff", "to_dict"]
 
 
@@ -96,9 +98,9 @@ class TrainConfig:
     """Advantage normalisation: 'group' (GRPO), 'batch' (TRL scale_rewards='batch'), 'none' (Dr. GRPO)."""
     eps: float = 1e-6
     """Added to the std in the normalisation."""
-    empty_tool: str = "response"
+    empty_tool: str = EMPTY_TOOL_DEFAULT
     """SLCA: rollouts with no tool segment ('response', 'include', 'exclude', 'both'; see slca_advantages and docs/beyond.md, "Segments that are missing")."""
-    empty_summary: str = "drop"
+    empty_summary: str = EMPTY_SUMMARY_DEFAULT
     """SLCA: rollouts with no summary segment, i.e. no final answer ('drop': the summary advantage is dropped; 'last_turn': added to the last tool turn's tokens; see slca_advantages and docs/beyond.md, "Segments that are missing")."""
     turn_lambda: float = 1.0
     """slca_turn: weight of the per-turn advantage added on each tool turn's tokens (beyond the paper, docs/beyond.md)."""
@@ -386,8 +388,8 @@ CHECKS: dict[str, Check] = {
     "estimator": _estimator,
     "scale": _one_of("group", "batch", "none"),
     "eps": _ge(0),
-    "empty_tool": _one_of("response", "include", "exclude", "both"),
-    "empty_summary": _one_of("drop", "last_turn"),
+    "empty_tool": _one_of(*EMPTY_TOOL_MODES),
+    "empty_summary": _one_of(*EMPTY_SUMMARY_MODES),
     "turn_lambda": _ge(0),
     "tool_weight": _ge(0),
     "summary_weight": _ge(0),

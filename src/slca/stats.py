@@ -19,7 +19,9 @@ Metric names (a row also holds ``eval/*`` and ``probe/*`` when it evaluates):
 * ``adv/{tool,summary}_{mean,std,abs_mean}``, ``adv/contamination``,
   ``adv/cond_subgroup_frac`` (estimators with tool signatures);
 * ``rollout/response_tokens``, ``rollout/policy_token_frac``,
-  ``rollout/tool_turns``, ``rollout/stop_<reason>``.
+  ``rollout/tool_turns``, ``rollout/stop_<reason>``, ``rollout/no_tool_segment`` and
+  ``rollout/no_summary_segment`` (shares of rollouts missing a segment),
+  ``rollout/mixed_call_groups`` (share of groups where some rollouts called and some did not).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import torch
 if TYPE_CHECKING:
     from slca.rewards.batch import RewardComponents
 
-__all__ = ["nanmean", "GradSplit", "UpdateStats", "RolloutStats", "RewardStats", "CreditStats", "step_metrics"]
+__all__ = ["nanmean", "mixed_fraction", "GradSplit", "UpdateStats", "RolloutStats", "RewardStats", "CreditStats", "step_metrics"]
 
 
 def nanmean(x: list[float] | torch.Tensor) -> float:
@@ -87,6 +89,14 @@ class UpdateStats:
         return m
 
 
+def mixed_fraction(group_ids: Any, flags: torch.Tensor) -> float:
+    """Share of groups whose rollouts disagree on ``flags`` (B,) bool; NaN for an empty batch."""
+    groups: dict[Any, set[bool]] = {}
+    for g, f in zip(list(group_ids), flags.tolist()):
+        groups.setdefault(g, set()).add(bool(f))
+    return sum(len(v) == 2 for v in groups.values()) / len(groups) if groups else float("nan")
+
+
 @dataclass(frozen=True)
 class RolloutStats:
     """Shape of one rollout batch."""
@@ -99,6 +109,13 @@ class RolloutStats:
     """Tool calls per rollout (logged as ``rollout/tool_turns``)."""
     stop_reasons: list[str]
     gen_tokens_per_s: float
+    no_tool_segment: int = 0
+    """Rollouts with no tool segment: no tool reply before their last turn (no call, or a call turn cut by the
+    token budget; docs/beyond.md, "Segments that are missing")."""
+    no_summary_segment: int = 0
+    """Rollouts with a tool segment and no summary segment (no answer: turn limit, or budget after a reply)."""
+    mixed_call_groups: float = 0.0
+    """Share of groups in which some rollouts have a tool segment and some do not (where ``empty_tool`` acts)."""
 
     def metrics(self) -> dict[str, Any]:
         B, n = self.n_rollouts, self.response_tokens
@@ -106,6 +123,9 @@ class RolloutStats:
             "rollout/response_tokens": n / B,
             "rollout/policy_token_frac": self.policy_tokens / max(n, 1),
             "rollout/tool_turns": nanmean(self.calls),
+            "rollout/no_tool_segment": self.no_tool_segment / B,
+            "rollout/no_summary_segment": self.no_summary_segment / B,
+            "rollout/mixed_call_groups": self.mixed_call_groups,
         }
         for r in sorted(set(self.stop_reasons)):
             m[f"rollout/stop_{r}"] = self.stop_reasons.count(r) / B

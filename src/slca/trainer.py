@@ -47,7 +47,7 @@ from slca.policy import load_policy, policy_options, prepare_policy
 from slca.rewards.batch import ScoredBatch, score_batch
 from slca.samples import SampleGroup, SampleRollout, samples_from_json, samples_to_json
 from slca.segments import segment_masks
-from slca.stats import CreditStats, GradSplit, RewardStats, RolloutStats, UpdateStats, nanmean, step_metrics
+from slca.stats import CreditStats, GradSplit, RewardStats, RolloutStats, UpdateStats, mixed_fraction, nanmean, step_metrics
 from slca.tracking import make_trackers
 from slca.types import Task, Trajectory
 
@@ -327,8 +327,11 @@ class Trainer:
             subgroup_fraction(list(inp.group_ids), list(sigs)) if sigs is not None else None,
         )
         n_tok = int(b.valid_mask.sum())
+        has_tool, has_sum = credit.tool_mask.any(dim=1), credit.summary_mask.any(dim=1)
         rs = RolloutStats(len(ro.trajs), n_tok, int(b.model_mask.sum()), [len(t.calls) for t in ro.trajs],
-                          [t.stop_reason for t in ro.trajs], ro.gen_tokens_per_s)
+                          [t.stop_reason for t in ro.trajs], ro.gen_tokens_per_s,
+                          no_tool_segment=int((~has_tool).sum()), no_summary_segment=int((has_tool & ~has_sum).sum()),
+                          mixed_call_groups=mixed_fraction(inp.group_ids, has_tool))
         return step_metrics(step, rs, rewards, cs, update, volatility=rolling_cv(self.grad_norms, c.volatility_window),
                             lr=update.lr, train_tokens_per_s=n_tok * c.ppo_epochs / max(update.seconds, 1e-9))
 

@@ -63,7 +63,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from slca.advantages import EMPTY_SUMMARY_MODES, EMPTY_TOOL_MODES, AdvantageInputs, EstimatorSpec, get_estimator, get_input, group_normalize, resolve_estimator
+from slca.advantages import EMPTY_SUMMARY_DEFAULT, EMPTY_SUMMARY_MODES, EMPTY_TOOL_DEFAULT, EMPTY_TOOL_MODES, AdvantageInputs, EstimatorSpec, get_estimator, get_input, group_normalize, resolve_estimator
 from slca.segments import segment_masks
 from slca.types import Task, ToolResult, Trajectory, Turn
 
@@ -179,12 +179,12 @@ class SLCAGRPOConfig(GRPOConfig):
                   "the first the execution reward, the second the summary reward."},
     )
     empty_tool: str = field(
-        default="response",
+        default=EMPTY_TOOL_DEFAULT,
         metadata={"help": "Rollouts that made no call: 'response', 'include', 'exclude' or 'both' (see "
                   "slca.slca_advantages and docs/beyond.md, 'Segments that are missing')."},
     )
     empty_summary: str = field(
-        default="drop",
+        default=EMPTY_SUMMARY_DEFAULT,
         metadata={"help": "Rollouts that end on a tool response (no final answer): 'drop' or 'last_turn' (see "
                   "slca.slca_advantages). A rollout that ends on an unexecuted call (TRL's "
                   "max_tool_calling_iterations) has that call turn as its summary segment and is not affected."},
@@ -314,8 +314,8 @@ def trl_batch_advantages(
     estimator: str = "slca",
     scale: str = "group",
     eps: float = 1e-4,
-    empty_tool: str = "response",
-    empty_summary: str = "drop",
+    empty_tool: str = EMPTY_TOOL_DEFAULT,
+    empty_summary: str = EMPTY_SUMMARY_DEFAULT,
     aggregation: str = "sum_then_normalize",
     options: Mapping[str, Any] | None = None,
     extra_inputs: Mapping[str, Any] | None = None,
@@ -623,10 +623,10 @@ class SLCAGRPOTrainer(GRPOTrainer):
         self.slca_tiers = list(tiers)
         self.slca_aggregation = getattr(self, "multi_objective_aggregation", "sum_then_normalize")
         check_aggregation(self.slca_estimator, self.slca_aggregation)
-        self.slca_empty_tool = getattr(a, "empty_tool", "response")
+        self.slca_empty_tool = getattr(a, "empty_tool", EMPTY_TOOL_DEFAULT)
         if self.slca_empty_tool not in EMPTY_TOOL_MODES:
             raise ValueError(f"empty_tool must be one of {EMPTY_TOOL_MODES}, got {self.slca_empty_tool!r}")
-        self.slca_empty_summary = getattr(a, "empty_summary", "drop")
+        self.slca_empty_summary = getattr(a, "empty_summary", EMPTY_SUMMARY_DEFAULT)
         if self.slca_empty_summary not in EMPTY_SUMMARY_MODES:
             raise ValueError(f"empty_summary must be one of {EMPTY_SUMMARY_MODES}, got {self.slca_empty_summary!r}")
         self.slca_eps = float(getattr(a, "advantage_eps", 1e-4))

@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from slca.advantages import EMPTY_TOOL_MODES, AdvantageInputs, EstimatorSpec, resolve_estimator
+from slca.advantages import EMPTY_TOOL_DEFAULT, EMPTY_TOOL_MODES, AdvantageInputs, EstimatorSpec, resolve_estimator
 from slca.segments import segment_masks
 
 __all__ = [
@@ -277,7 +277,7 @@ def compute_slca_outcome_advantage(
     else:
         r_tool, r_sum = unpack_token_rewards(token_level_rewards, mask)
     scale = "group" if (norm_adv_by_std_in_grpo and _cfg(config, "norm_adv_by_std_in_grpo", True)) else "none"
-    empty_tool = os.environ.get("SLCA_EMPTY_TOOL", "response")
+    empty_tool = os.environ.get("SLCA_EMPTY_TOOL", EMPTY_TOOL_DEFAULT)
     if empty_tool not in EMPTY_TOOL_MODES:
         raise ValueError(f"SLCA_EMPTY_TOOL must be one of {EMPTY_TOOL_MODES}, got {empty_tool!r}")
     tool_seg, summary_seg = segment_masks(mask)
