@@ -14,7 +14,9 @@ seeds that every compared run finished:
   (means over the 16 steps), OOD test and heldout_tools tool-task Success, the training
   execution reward (mean over the 16 steps);
 * the mechanism arm: (noise - clean) per estimator and the interaction
-  ``(slca_noise - slca) - (grpo_noise - grpo)``, paired by seed.
+  ``(slca_noise - slca) - (grpo_noise - grpo)``, paired by seed;
+* stage D (issue 26, item 9): SLCA with ``empty_tool=both``, ``empty_summary=last_turn``
+  minus stage A's SLCA, paired by seed, and how often those options acted.
 
 Nothing here is tuned: the endpoints and the pairing are the plan's.
 """
@@ -62,6 +64,8 @@ def run_numbers(run: Path) -> dict[str, float] | None:
         elif k != "auc":
             v = ev.get(k)
             out[k] = float(v) if isinstance(v, (int, float)) else math.nan
+    for k in ("rollout/no_tool_segment", "rollout/no_summary_segment", "rollout/mixed_call_groups"):
+        out[f"train/{k}"] = mean_of(train, k)  # logged from stage D on
     out["step0/tool_tasks/success"] = next((r["eval/tool_tasks/success"] for r in rows if r.get("step") == 0 and "eval/tool_tasks/success" in r), math.nan)
     return out
 
@@ -91,7 +95,7 @@ def paired(a: dict[int, dict[str, float]], b: dict[int, dict[str, float]], key: 
 
 
 def main() -> None:
-    A, B, C = stage("A"), stage("B_noise"), stage("C")
+    A, B, C, D = stage("A"), stage("B_noise"), stage("C"), stage("D_segments")
     arms = {**A, **C}
     print(f"# Study 25 tables ({ROOT})\n")
     print("Finished runs: " + ", ".join(f"{e} {len(v)}" for e, v in arms.items()) + (", " + ", ".join(f"{e}+noise {len(v)}" for e, v in B.items()) if B else ""))
@@ -125,6 +129,27 @@ def main() -> None:
         seeds = sorted(set(A["grpo"]) & set(A["slca"]) & set(B["grpo"]) & set(B["slca"]))
         inter = {k: [(B["slca"][s][k] - A["slca"][s][k]) - (B["grpo"][s][k] - A["grpo"][s][k]) for s in seeds] for k in keys}
         print(f"| interaction (slca_noise - slca) - (grpo_noise - grpo) | {len(seeds)} | " + " | ".join(fmt(inter[k], sign=True) for k in keys) + " |")
+        print("\nWithin stage B (both under noise; the volatility of B is issue 28's definition, comparable within B only):\n")
+        keys_b = ["auc", "eval/tool_tasks/success", "eval/parallel_split", "train/reward/tool", "train/adv/contamination",
+                  "train/grad/volatility"]
+        diffs, seeds = paired(B["slca"], B["grpo"], PRIMARY)
+        print("| pair | seeds | " + " | ".join(KEYS[k] for k in keys_b) + " | AUC: seeds a > b |")
+        print("|---" * (len(keys_b) + 3) + "|")
+        print(f"| slca_noise - grpo_noise | {len(seeds)} | " + " | ".join(fmt(paired(B["slca"], B["grpo"], k)[0], sign=True) for k in keys_b)
+              + f" | {sum(d > 0 for d in diffs)}/{len(seeds)} |")
+
+    if "slca" in D and "slca" in A:
+        print("\n## Stage D: the unbiased missing-segment options (D's slca - A's slca, same seed)\n")
+        cols_d = [k for k in cols if not k.startswith("train/adv")] + ["train/adv/contamination"]
+        diffs, seeds = paired(D["slca"], A["slca"], PRIMARY)
+        print("| pair | seeds | " + " | ".join(KEYS[k] for k in cols_d) + " | AUC: seeds D > A |")
+        print("|---" * (len(cols_d) + 3) + "|")
+        print(f"| D - A (slca) | {len(seeds)} | " + " | ".join(fmt(paired(D["slca"], A["slca"], k)[0], sign=True) for k in cols_d)
+              + f" | {sum(d > 0 for d in diffs)}/{len(seeds)} |")
+        acted = ["train/rollout/no_tool_segment", "train/rollout/no_summary_segment", "train/rollout/mixed_call_groups"]
+        runs = D["slca"]
+        print("\nHow often the options acted (D, mean over training steps and seeds): "
+              + ", ".join(f"{k[len('train/rollout/'):]} {fmt([runs[s][k] for s in sorted(runs)])}" for k in acted))
 
 
 if __name__ == "__main__":
