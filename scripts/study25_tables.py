@@ -140,7 +140,8 @@ def main() -> None:
 
     if "slca" in D and "slca" in A:
         print("\n## Stage D: the unbiased missing-segment options (D's slca - A's slca, same seed)\n")
-        cols_d = [k for k in cols if not k.startswith("train/adv")] + ["train/adv/contamination"]
+        # volatility left out: A logged the pre-issue-28 definition, D the current one
+        cols_d = [k for k in cols if not k.startswith(("train/adv", "train/grad/volatility"))] + ["train/adv/contamination"]
         diffs, seeds = paired(D["slca"], A["slca"], PRIMARY)
         print("| pair | seeds | " + " | ".join(KEYS[k] for k in cols_d) + " | AUC: seeds D > A |")
         print("|---" * (len(cols_d) + 3) + "|")
