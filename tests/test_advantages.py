@@ -246,9 +246,18 @@ def test_slca_equals_grpo_when_rewards_equal_and_segments_cover(batch):
     model, rt, _, gids = batch
     tm, sm = segment_masks(model)
     # tool reward == summary reward, and GRPO on that same single reward
-    s = slca_advantages(rt, rt, gids, tm, sm)
     g = grpo_advantages(rt, gids, model)
+    # with the mean on no-call rollouts and nothing for no-answer ones: equal everywhere
+    s = slca_advantages(rt, rt, gids, tm, sm, empty_tool="response", empty_summary="drop")
     assert torch.allclose(s, g, atol=1e-6)
+    # the unbiased defaults give a rollout missing a segment both verdicts in full on the
+    # tokens of its decision (docs/beyond.md): equal on rollouts with both segments, and
+    # 2x GRPO's on a no-call rollout's tokens and on a no-answer rollout's last tool turn
+    s = slca_advantages(rt, rt, gids, tm, sm)
+    both = (tm.any(1) & sm.any(1)).unsqueeze(1)
+    assert torch.allclose(s * both, g * both, atol=1e-6)
+    no_tool = (~tm.any(1)).unsqueeze(1)
+    assert torch.allclose(s * no_tool, 2 * g * no_tool, atol=1e-6)
 
 
 @settings(max_examples=100, deadline=None)

@@ -97,7 +97,8 @@ def _ref_turn_index(model_row, tool_row):
     return out
 
 
-def _ref_slca_family(rt, rs, groups, model, tm, sm, *, sigs=None, rk=None, lam=1.0, scale="group", eps=1e-6, empty_tool="response"):
+def _ref_slca_family(rt, rs, groups, model, tm, sm, *, sigs=None, rk=None, lam=1.0, scale="group", eps=1e-6, empty_tool="response",
+                     empty_summary="drop"):
     """Token-by-token loop: SLCA, with a conditional summary baseline (sigs) and/or a turn term (rk)."""
     B, T = len(rt), len(model[0])
     has_tool = [any(tm[i]) for i in range(B)]
@@ -113,12 +114,19 @@ def _ref_slca_family(rt, rs, groups, model, tm, sm, *, sigs=None, rk=None, lam=1
     out = []
     for i in range(B):
         ti = _ref_turn_index(model[i], tm[i])
+        last = max(ti)  # the last tool turn (-1: none)
+        no_answer = has_tool[i] and not any(sm[i])
         row = []
         for t in range(T):
             if tm[i][t]:
-                row.append(a_tool[i] + (lam * a_turn[i][ti[t]] if ti[t] < K else 0.0))
+                extra = a_sum[i] if (empty_summary == "last_turn" and no_answer and ti[t] == last) else 0.0
+                row.append(a_tool[i] + (lam * a_turn[i][ti[t]] if ti[t] < K else 0.0) + extra)
+            elif sm[i][t] and not has_tool[i] and empty_tool == "response":
+                row.append(0.5 * (a_tool[i] + a_sum[i]))
+            elif sm[i][t] and not has_tool[i] and empty_tool == "both":
+                row.append(a_tool[i] + a_sum[i])
             elif sm[i][t]:
-                row.append(0.5 * (a_tool[i] + a_sum[i]) if (empty_tool == "response" and not has_tool[i]) else a_sum[i])
+                row.append(a_sum[i])
             else:
                 row.append(0.0)
         out.append(row)
@@ -339,7 +347,8 @@ def turn_batches(draw, max_groups=3):
     return model, vm, torch.tensor(rt), torch.tensor(rs), torch.tensor(rk, dtype=torch.float32).reshape(B, K), sigs, gids
 
 
-MODES = ("response", "include", "exclude")
+MODES = ("response", "include", "exclude", "both")
+SUMMARY_MODES = ("drop", "last_turn")
 
 
 @settings(max_examples=150, deadline=None)
@@ -361,12 +370,17 @@ def test_vectorised_estimators_match_token_loop(batch, mode, scale, lam):
     tm, sm = segment_masks(model, vm)
     ti = turn_index(model, vm)
     ml, tl, sl = model.tolist(), tm.tolist(), sm.tolist()
-    cond = slca_cond_advantages(rt, rs, gids, sigs, tm, sm, scale=scale, empty_tool=mode)
-    ref = _ref_slca_family(rt.tolist(), rs.tolist(), gids, ml, tl, sl, sigs=sigs, scale=scale, empty_tool=mode)
-    assert cond.tolist() == [pytest.approx(r, abs=1e-4, rel=1e-4) for r in ref]
-    turn = slca_turn_advantages(rt, rs, rk, gids, tm, sm, ti, turn_lambda=lam, scale=scale, empty_tool=mode)
-    ref = _ref_slca_family(rt.tolist(), rs.tolist(), gids, ml, tl, sl, rk=rk.tolist(), lam=lam, scale=scale, empty_tool=mode)
-    assert turn.tolist() == [pytest.approx(r, abs=1e-4, rel=1e-4) for r in ref]
+    for es in SUMMARY_MODES:
+        opts = {"scale": scale, "empty_tool": mode, "empty_summary": es}
+        cond = slca_cond_advantages(rt, rs, gids, sigs, tm, sm, **opts)
+        ref = _ref_slca_family(rt.tolist(), rs.tolist(), gids, ml, tl, sl, sigs=sigs, **opts)
+        assert cond.tolist() == [pytest.approx(r, abs=1e-4, rel=1e-4) for r in ref], es
+        turn = slca_turn_advantages(rt, rs, rk, gids, tm, sm, ti, turn_lambda=lam, **opts)
+        ref = _ref_slca_family(rt.tolist(), rs.tolist(), gids, ml, tl, sl, rk=rk.tolist(), lam=lam, **opts)
+        assert turn.tolist() == [pytest.approx(r, abs=1e-4, rel=1e-4) for r in ref], es
+    # the defaults are the unbiased options of docs/beyond.md
+    torch.testing.assert_close(slca_cond_advantages(rt, rs, gids, sigs, tm, sm, scale=scale),
+                               slca_cond_advantages(rt, rs, gids, sigs, tm, sm, scale=scale, empty_tool="both", empty_summary="last_turn"))
 
 
 @settings(max_examples=100, deadline=None)
@@ -405,14 +419,18 @@ def test_locking_holds_for_both(batch, data):
     B = len(gids)
     i = data.draw(st.integers(0, B - 1))
     has_tool = tm.any(1, keepdim=True)
-    # a summary reward never reaches tool tokens
+    answered = sm.any(1, keepdim=True)
+    # a summary reward never reaches tool tokens, except the last tool turn of a rollout that never
+    # answered under empty_summary="last_turn" (the default; docs/beyond.md)
     rs2 = rs.clone()
     rs2[i] = data.draw(st.floats(-3, 3))
     for mode in MODES:
-        a, b = slca_cond_advantages(rt, rs, gids, sigs, tm, sm, empty_tool=mode), slca_cond_advantages(rt, rs2, gids, sigs, tm, sm, empty_tool=mode)
-        assert torch.equal(a * tm, b * tm)
-        a, b = slca_turn_advantages(rt, rs, rk, gids, tm, sm, ti, empty_tool=mode), slca_turn_advantages(rt, rs2, rk, gids, tm, sm, ti, empty_tool=mode)
-        assert torch.equal(a * tm, b * tm)
+        for es, locked in (("drop", tm), ("last_turn", tm * answered)):
+            o = {"empty_tool": mode, "empty_summary": es}
+            a, b = slca_cond_advantages(rt, rs, gids, sigs, tm, sm, **o), slca_cond_advantages(rt, rs2, gids, sigs, tm, sm, **o)
+            assert torch.equal(a * locked, b * locked)
+            a, b = slca_turn_advantages(rt, rs, rk, gids, tm, sm, ti, **o), slca_turn_advantages(rt, rs2, rk, gids, tm, sm, ti, **o)
+            assert torch.equal(a * locked, b * locked)
     # a tool reward or a turn reward never reaches summary tokens (of rollouts with a tool segment)
     rt2 = rt.clone()
     rt2[i] = data.draw(st.floats(-3, 3))
@@ -420,7 +438,7 @@ def test_locking_holds_for_both(batch, data):
     if rk.shape[1]:
         rk2[i, data.draw(st.integers(0, rk.shape[1] - 1))] = data.draw(st.floats(-3, 3))
     for mode in MODES:
-        keep = sm * (has_tool if mode == "response" else 1)
+        keep = sm * (has_tool if mode in ("response", "both") else 1)
         a, b = slca_cond_advantages(rt, rs, gids, sigs, tm, sm, empty_tool=mode), slca_cond_advantages(rt2, rs, gids, sigs, tm, sm, empty_tool=mode)
         assert torch.equal(a * keep, b * keep)
         a = slca_turn_advantages(rt, rs, rk, gids, tm, sm, ti, empty_tool=mode)
@@ -617,7 +635,8 @@ def test_trainer_step_fills_the_inputs(tmp_path, world, estimator):
     tr = Trainer(cfg, model=copy.deepcopy(model), tokenizer=tok, train_tasks=tasks, eval_tasks=[], make_env=toolworld.make_env)
     m = tr.train_step()
     assert math.isfinite(m["loss"])
-    assert m["adv/contamination"] == 0.0 or math.isnan(m["adv/contamination"])  # summary rewards stay off tool tokens
+    if m["rollout/no_summary_segment"] == 0:  # summary rewards stay off tool tokens (but see empty_summary="last_turn")
+        assert m["adv/contamination"] == 0.0 or math.isnan(m["adv/contamination"])
     if estimator == "slca_cond":
         assert 0.0 <= m["adv/cond_subgroup_frac"] <= 1.0 and "reward/turn" not in m
     else:

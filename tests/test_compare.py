@@ -55,10 +55,15 @@ def test_compare_cli_tiny_budget(tmp_path, tiny_model_dir):
     summary = json.loads((out / "summary.json").read_text())
     assert sorted((x["estimator"], x["seed"]) for x in summary["runs"]) == [("grpo", 0), ("grpo", 1), ("slca", 0), ("slca", 1)]
     assert (out / "curves_compare.png").stat().st_size > 10_000
-    # contamination is measured per run: exactly 0 under SLCA where defined
+    # contamination is measured per step: exactly 0 under SLCA on a step where every rollout
+    # answered (a rollout without an answer gives its summary verdict to its last tool turn:
+    # empty_summary="last_turn", docs/beyond.md)
     for x in summary["runs"]:
-        if x["estimator"] == "slca" and not math.isnan(x["adv/contamination"]):
-            assert x["adv/contamination"] == 0.0
+        assert x["estimator"] == "grpo" or math.isnan(x["adv/contamination"]) or 0.0 <= x["adv/contamination"] <= 1.0
+    for run in out.glob("slca-seed*"):
+        for row in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()):
+            if row.get("adv/contamination") is not None and row["rollout/no_summary_segment"] == 0:
+                assert row["adv/contamination"] == 0.0, (run.name, row["step"])
     # the same comparison again reuses the finished runs: nothing is retrained
     metrics = {p: p.read_bytes() for p in out.glob("*/metrics.jsonl")}
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

@@ -512,7 +512,7 @@ def test_environment_factory_step_with_slca_rewards(tmp_path):
     Trainer = recording(SLCAGRPOTrainer)
     trainer = Trainer(
         model=build_policy(tok), processing_class=tok,
-        reward_funcs=[recorded(f) for f in slca_reward_funcs(tasks)],
+        reward_funcs=[recorded(f) for f in slca_reward_funcs(tasks, unanswered="unscored")],
         args=base_args(tmp_path, max_tool_calling_iterations=2, seed=5, max_completion_length=512),
         train_dataset=ds, environment_factory=simulator_environment(tasks, make_env),
     )

@@ -199,12 +199,13 @@ def test_trainer_credit_on_missing_segments_equals_the_loop_reference(estimator,
     torch.testing.assert_close(credit.advantages, want, atol=1e-5, rtol=1e-5)
 
 
-def test_trainer_default_drops_the_summary_verdict_of_a_rollout_that_never_answered():
-    """Default (empty_summary='drop'): the summary tier's 0 lowers the others' summary baseline, but no token of
+def test_trainer_drop_loses_the_summary_verdict_of_a_rollout_that_never_answered():
+    """empty_summary='drop' (the default before issue 26): the summary tier's 0 lowers the others' summary baseline, but no token of
     the rollout that ran out of turns carries its own (negative) summary advantage: its tokens get its tool
-    advantage only. 'last_turn' adds that summary advantage to its last tool turn, and to nothing else."""
-    trajs, scored, drop = trainer_credit("slca")
-    _, _, last = trainer_credit("slca", empty_summary="last_turn")
+    advantage only. 'last_turn' (the default) adds that summary advantage to its last tool turn, and to nothing
+    else."""
+    trajs, scored, drop = trainer_credit("slca", empty_summary="drop")
+    _, _, last = trainer_credit("slca")
     rt, rs = scored.tool.tolist(), scored.summary.tolist()
     a_tool, a_sum = _gn(rt, range(5)), _gn(rs, range(5))
     tm = drop.tool_mask.bool()
@@ -224,7 +225,7 @@ def test_trainer_default_drops_the_summary_verdict_of_a_rollout_that_never_answe
 
 def test_trainer_no_call_modes_weigh_the_tool_verdict_0_half_and_1():
     """A rollout that never called: its tokens get A^sum ('include'), (A^tool + A^sum) / 2 ('response', the
-    default) or A^tool + A^sum ('both'); the task needed a call, so its tool advantage is negative."""
+    default before issue 26) or A^tool + A^sum ('both', the default); the task needed a call, so its tool advantage is negative."""
     _, scored, _ = trainer_credit("slca")
     a_tool, a_sum = _gn(scored.tool.tolist(), range(5)), _gn(scored.summary.tolist(), range(5))
     i = NO_CALL
@@ -311,7 +312,7 @@ def test_grpo_and_gdpo_credit_each_decision_with_its_full_effect(estimator, p):
 @pytest.mark.parametrize("p", PS)
 @pytest.mark.parametrize("estimator", SEGMENTED)
 def test_no_call_decision_tool_tier_attenuated_by_empty_tool_mode(estimator, p):
-    """Whether to call at all, tool tier: 'both' gives the full effect; 'response' (default) (1 - p/2), 'include'
+    """Whether to call at all, tool tier: 'both' gives the full effect; 'response' (the old default) (1 - p/2), 'include'
     (1 - p), 'exclude' 0 (the dropped or halved verdict of the no-call branch is an action-dependent baseline)."""
     want = {"both": 1.0, "response": 1 - p / 2, "include": 1 - p, "exclude": 0.0}
     for mode, w in want.items():
@@ -333,13 +334,15 @@ def test_no_call_decision_summary_tier_is_locking_boundary_effect(p):
 @pytest.mark.parametrize("estimator", ["slca", "slca_turn"])
 def test_no_answer_decision_summary_tier(estimator, p):
     """Answer at the last allowed turn or call again and never answer (summary reward 0): 'last_turn' gives the
-    summary tier's full effect; 'drop' (default) (1 - p); leaving the unanswered rollout out of the summary
+    summary tier's full effect; 'drop' (the old default) (1 - p); leaving the unanswered rollout out of the summary
     statistics (its reward NaN) gives 0. slca_turn's turn term adds nothing to this decision, whatever the
     score of the extra turn (its (group, turn) cell holds only rollouts that made that turn)."""
     extra = {"b_turn": 0.3} if estimator == "slca_turn" else {}
     assert decision_credit(estimator, "answer", "summary", p, b_reward=0.0, empty_summary="last_turn", **extra) == (
         pytest.approx(1.0, abs=1e-5))
-    assert decision_credit(estimator, "answer", "summary", p, b_reward=0.0, **extra) == pytest.approx(1 - p, abs=1e-5)
+    assert decision_credit(estimator, "answer", "summary", p, b_reward=0.0, empty_summary="drop", **extra) == (
+        pytest.approx(1 - p, abs=1e-5))
+    assert decision_credit(estimator, "answer", "summary", p, b_reward=0.0, **extra) == pytest.approx(1.0, abs=1e-5)  # the default
     for es in ("drop", "last_turn"):
         got = decision_credit(estimator, "answer", "summary", p, b_reward=0.0, b_nan=True, empty_summary=es, **extra)
         assert got == pytest.approx(0.0, abs=1e-5)
@@ -360,8 +363,8 @@ def test_no_answer_decision_slca_cond_nearly_loses_the_summary_tier(p):
     zero of the unanswered branch only enters through the fallback: (1 - p)^(G-1) with 'drop', plus p^(G-1)
     with 'last_turn' (the true effect is 1). The exact fix needs the no-answer rollout keyed by its tool outcome
     before its last turn (not implemented; docs/beyond.md)."""
-    drop = decision_credit("slca_cond", "answer", "summary", p, b_reward=0.0)
-    last = decision_credit("slca_cond", "answer", "summary", p, b_reward=0.0, empty_summary="last_turn")
+    drop = decision_credit("slca_cond", "answer", "summary", p, b_reward=0.0, empty_summary="drop")
+    last = decision_credit("slca_cond", "answer", "summary", p, b_reward=0.0)  # the default, last_turn
     assert drop == pytest.approx((1 - p) ** (G - 1), abs=1e-5)
     assert last == pytest.approx((1 - p) ** (G - 1) + p ** (G - 1), abs=1e-5)
 
@@ -376,10 +379,11 @@ def _msgs_call(c: ToolCall, result: ToolResult | None):
     return out
 
 
-def test_trl_reward_funcs_unanswered_calls_unscored_by_default_not_executed_on_request():
+def test_trl_reward_funcs_unanswered_calls_not_executed_by_default_unscored_on_request():
     """TRL's loop stops at max_tool_calling_iterations right after a call turn, without running it. By default
-    the execution tier is None (NaN: the rollout is left out of the tool statistics); unanswered='not_executed'
-    scores the calls as made and not executed, as slca's engine and verl's reward function do."""
+    (unanswered='not_executed') the calls are scored as made and not executed, as slca's engine and verl's
+    reward function do; unanswered='unscored' makes the execution tier None (NaN: the rollout is left out of
+    the tool statistics)."""
     pytest.importorskip("trl")
     from slca.integrations.trl import NOT_EXECUTED, slca_reward_funcs
 
@@ -389,9 +393,9 @@ def test_trl_reward_funcs_unanswered_calls_unscored_by_default_not_executed_on_r
         {"role": "assistant", "content": TASK.meta["reference_answer"]}]
     tasks = {TASK.id: TASK}
     ids = {"task_id": [TASK.id, TASK.id]}
-    ex, su = slca_reward_funcs(tasks)
+    ex, su = slca_reward_funcs(tasks, unanswered="unscored")
     assert ex([cut, full], **ids)[0] is None and su([cut, full], **ids)[0] == 0.0
-    ex2, su2 = slca_reward_funcs(tasks, unanswered="not_executed")
+    ex2, su2 = slca_reward_funcs(tasks)
     r_cut, r_full = ex2([cut, full], **ids)
     assert r_full == ex([cut, full], **ids)[1] == pytest.approx(1.0)
     env = tw.make_env(TASK)
@@ -420,13 +424,13 @@ def test_trl_drop_in_on_missing_segments(estimator):
     """trl_batch_advantages on TRL's masks: the iteration-limited rollout's unexecuted last call turn is its
     summary segment (it gets A^sum of its 0, so its summary verdict is not dropped), and a completion whose
     budget ends on a tool reply has an empty summary segment (empty_summary applies, as in slca's trainer).
-    Equal to the estimator on those segments; a NaN tool reward (default reward functions) gives the rollout's
+    Equal to the estimator on those segments; a NaN tool reward (reward functions with unanswered='unscored') gives the rollout's
     tool tokens 0."""
     pytest.importorskip("trl")
     from slca.integrations.trl import trl_batch_advantages
 
     completion, tool = _trl_masks(TRL_LAYOUTS)
-    r_tool = torch.tensor([1.0, 1.0, 0.0, math.nan, 1.0])  # NaN: TRL's default for the unanswered rollout
+    r_tool = torch.tensor([1.0, 1.0, 0.0, math.nan, 1.0])  # NaN: the unanswered rollout under slca_reward_funcs(unanswered='unscored')
     r_sum = torch.tensor([1.0, 0.3, 0.4, 0.0, 0.0])
     extra = {}
     if estimator == "slca_cond":

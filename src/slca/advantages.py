@@ -51,9 +51,9 @@ __all__ = [
 SCALES = ("group", "batch", "none")
 EMPTY_TOOL_MODES = ("response", "include", "exclude", "both")
 EMPTY_SUMMARY_MODES = ("drop", "last_turn")
-EMPTY_TOOL_DEFAULT = "response"
+EMPTY_TOOL_DEFAULT = "both"
 """What every host does by default with a rollout that made no call (docs/beyond.md, "Segments that are missing")."""
-EMPTY_SUMMARY_DEFAULT = "drop"
+EMPTY_SUMMARY_DEFAULT = "last_turn"
 """What every host does by default with a rollout that never answered (same section)."""
 
 
@@ -217,21 +217,19 @@ def slca_advantages(
     ``empty_tool`` decides what happens to a rollout whose tool segment is empty
     (it made no call, so ``tool_mask`` is all 0 on its row):
 
-    * ``"response"`` (default): its tool reward takes part in the tool group's
-      statistics, and its policy tokens (all in its summary mask) get the mean of
-      its two advantages, ``(A^tool_i + A^sum_i) / 2``. Why the default: the only
+    * ``"response"`` (the default until issue 26): its tool reward takes part in
+      the tool group's statistics, and its policy tokens (all in its summary mask)
+      get the mean of its two advantages, ``(A^tool_i + A^sum_i) / 2``: the only
       tool decision such a rollout made was *not to call*, and that decision lives
-      in those tokens. Without it, answering without a tool when one was needed
-      would get no execution signal on its own tokens, and correctly abstaining on
-      a no-tool task no credit. The mean (not the sum) keeps its per-token scale
-      equal to the other rollouts', so with equal rewards SLCA still equals GRPO.
-      On every rollout that has a tool segment, locking is unchanged.
+      in those tokens. The mean keeps its per-token scale equal to the other
+      rollouts', but halves the tool verdict on that decision (a biased baseline,
+      factor ``1 - p/2``; docs/beyond.md).
     * ``"include"``: its tool reward takes part in the statistics (so it still
       moves the baseline of the others) but its tool advantage has no token to go
       to and is dropped (the paper's literal rule).
     * ``"exclude"``: its tool reward is left out of the tool group's statistics
       (as if NaN), so it moves nobody's tool advantage.
-    * ``"both"``: its tool reward counts in the statistics (as ``"include"``) and
+    * ``"both"`` (default): its tool reward counts in the statistics (as ``"include"``) and
       its policy tokens get the sum ``A^tool_i + A^sum_i``: each tier's advantage
       in full, as on the tokens of a rollout that called. The decision not to call
       then gets the tool tier's verdict with the weight the decision to call gets,
@@ -244,9 +242,10 @@ def slca_advantages(
     right after a tool response: no final answer; its summary reward, 0 for an
     empty answer, counts in the summary group's statistics either way):
 
-    * ``"drop"`` (default): its summary advantage has no token to go to and is
-      dropped.
-    * ``"last_turn"``: its summary advantage is added, in full, to the tokens of
+    * ``"drop"`` (the default until issue 26): its summary advantage has no token
+      to go to and is dropped, so the summary baseline is subtracted on the
+      answering branch only (biased, factor ``1 - p``; docs/beyond.md).
+    * ``"last_turn"`` (default): its summary advantage is added, in full, to the tokens of
       its last tool turn (the turn that called instead of answering), on top of
       their tool advantage. This is the summary tier's verdict on not answering,
       on the tokens that decided it (docs/beyond.md, "Segments that are

@@ -449,7 +449,7 @@ def mark_unanswered(turns: list[Turn]) -> list[Turn]:
 
 
 def slca_reward_funcs(
-    tasks: Mapping[str, Task], id_column: str = "task_id", *, unanswered: str = "unscored"
+    tasks: Mapping[str, Task], id_column: str = "task_id", *, unanswered: str = "not_executed"
 ) -> list[Callable[..., list[float | None]]]:
     """TRL reward functions ``[execution, summary]`` from :mod:`slca.rewards`.
 
@@ -462,10 +462,10 @@ def slca_reward_funcs(
     ``unanswered`` decides what a completion whose last turn's calls TRL never
     executed (it hit ``max_tool_calling_iterations``) scores on the execution tier:
 
-    * ``"unscored"`` (default): None (NaN): that rollout is left out of the
-      tool tier's statistics and gets no tool advantage.
-    * ``"not_executed"``: the calls count as made and not executed
-      (:func:`mark_unanswered`), as in slca's trainer and in verl. Leaving a
+    * ``"not_executed"`` (default since issue 26): the calls count as made and
+      not executed (:func:`mark_unanswered`), as in slca's trainer and in verl.
+    * ``"unscored"`` (the default before): None (NaN): that rollout is left out
+      of the tool tier's statistics and gets no tool advantage. Leaving a
       rollout out because of what the policy did (it kept calling) is an
       action-dependent baseline: the tool tier then never sees the cost of
       running out of turns (docs/beyond.md, "Segments that are missing").

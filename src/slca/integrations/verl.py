@@ -32,8 +32,9 @@ How the two rewards reach the estimator (verl 0.9.1)
       So verl's own layout (the score alone at the last valid token) reads as
       tool 0 and summary = score for *every* row, one-token responses included:
       ``grpo`` and ``gdpo`` then equal verl's GRPO, and the SLCA estimators give
-      each row's policy tokens its GRPO advantage (``SLCA_EMPTY_TOOL=include`` /
-      ``exclude`` on rows without a tool segment), half of it (``response``), or
+      each row's policy tokens its GRPO advantage (``SLCA_EMPTY_TOOL=both``, the
+      default, ``include`` or ``exclude`` on rows without a tool segment), half of
+      it (``response``), or
       0 (tool tokens: no execution reward), never the opposite sign.
 
     :class:`slca.integrations.verl_agent_loop.SLCAToolAgentLoop` writes this layout
@@ -255,7 +256,8 @@ def compute_slca_outcome_advantage(
         config: verl ``AlgoConfig``; ``use_kl_in_reward`` must be False.
             (``AlgoConfig`` takes no extra keys, so the no-call rule of
             :func:`slca.slca_advantages` comes from the environment variable
-            ``SLCA_EMPTY_TOOL``, default ``response``.)
+            ``SLCA_EMPTY_TOOL``, default ``both``; a verl row never lacks a
+            summary segment, so there is no ``empty_summary`` to set.)
         non_tensor_batch: when given and holding ``tool_reward`` /
             ``summary_reward`` (verl's ``reward_extra_info``), the rewards are
             read from there instead of the token layout.
