@@ -39,12 +39,16 @@ What each piece is, in the order a run meets it:
 * **Process group.** verl builds ``cpu:gloo,<device>:<backend>``, which on CPU
   reads ``cpu:gloo,cpu:gloo`` and torch rejects; on the CPU platform
   ``verl.utils.distributed.initialize_global_process_group_ray`` asks for gloo
-  alone (the one function this module replaces; :func:`check_verl_contract`
-  checks that verl still builds the string that way).
+  alone (one of the two names this module replaces at run time, both only
+  acting on the CPU platform; :func:`check_verl_contract` checks that verl still
+  builds the string that way).
 * **Training engine.** verl registers its FSDP engines for ``cuda`` and ``npu``;
   this module registers the same classes for ``cpu`` with the ``fsdp2`` strategy
   (FSDP2 runs on CPU with gloo; FSDP1 does not) when ``verl.workers.engine`` is
-  first imported. Attention must be ``sdpa`` (the default is flash_attention_2).
+  first imported, and the offload policy verl gives forward-only engines (the
+  reference model) pins no memory there (pinning needs an accelerator: the other
+  name replaced, ``CPUOffloadPolicy`` in verl's FSDP engine module). Attention
+  must be ``sdpa`` (the default is flash_attention_2).
 * **Rollout** (``actor_rollout_ref.rollout.name=hf``): verl's trainer rolls out
   only through a server ``RolloutReplica`` (vLLM, SGLang, TensorRT-LLM).
   :mod:`slca.integrations.verl_cpu_rollout` is a small one over
@@ -302,18 +306,36 @@ def _install_gloo_process_group() -> None:
 # --------------------------------------------------------------------------------------------------
 
 
+def _unpinned_on_cpu(policy_cls):
+    """FSDP2's ``CPUOffloadPolicy`` that pins no memory on the CPU platform (pinning needs an accelerator; verl
+    gives every forward-only engine, e.g. the reference model, ``CPUOffloadPolicy(pin_memory=True)``)."""
+
+    class CPUOffloadPolicy(policy_cls):
+        def __init__(self, pin_memory: bool = True):
+            super().__init__(pin_memory=pin_memory and not _on_cpu())
+
+    CPUOffloadPolicy.__slca_cpu_original__ = policy_cls
+    CPUOffloadPolicy.__doc__ = _unpinned_on_cpu.__doc__
+    return CPUOffloadPolicy
+
+
 def register_cpu_engines() -> None:
-    """Register verl's FSDP engines (language model, value model) for ``cpu`` under :data:`ENGINE_STRATEGIES`.
+    """Register verl's FSDP engines (language model, value model) for ``cpu`` under :data:`ENGINE_STRATEGIES`, and
+    make their forward-only engines' offload policy pin no memory there (:func:`_unpinned_on_cpu`).
 
     Idempotent. Runs by itself when ``verl.workers.engine`` is first imported (:class:`_AfterImport`).
     """
     from verl.workers.engine import EngineRegistry
+    from verl.workers.engine.fsdp import transformer_impl
     from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
 
     for model_type, cls in (("language_model", FSDPEngineWithLMHead), ("value_model", FSDPEngineWithValueHead)):
         for strategy in ENGINE_STRATEGIES:
             if EngineRegistry._engines.get(model_type, {}).get(strategy, {}).get(PLATFORM) is None:
                 EngineRegistry.register(model_type=model_type, backend=strategy, device=PLATFORM)(cls)
+    policy = getattr(transformer_impl, "CPUOffloadPolicy", None)
+    if policy is not None and getattr(policy, "__slca_cpu_original__", None) is None:
+        transformer_impl.CPUOffloadPolicy = _unpinned_on_cpu(policy)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -468,6 +490,10 @@ def check_verl_contract() -> None:
                  f"({model_type}, fsdp2, cpu) is not registered")
         need("get_device_name()" in _src(EngineRegistry.get_engine_cls),
              "EngineRegistry.get_engine_cls no longer looks engines up by get_device_name()")
+        need("offload_policy = CPUOffloadPolicy(pin_memory=True)" in _src(transformer_impl.FSDPEngine._build_fsdp_module),
+             "FSDPEngine._build_fsdp_module no longer builds CPUOffloadPolicy(pin_memory=True) by that module-level name")
+        need(getattr(transformer_impl.CPUOffloadPolicy, "__slca_cpu_original__", None) is not None,
+             "verl's fsdp transformer_impl.CPUOffloadPolicy is not the unpinned-on-cpu policy (register_cpu_engines not run?)")
     except (ImportError, AttributeError) as e:
         problems.append(f"verl's engine registry moved: {e!r}")
 
