@@ -243,7 +243,11 @@ class _TreeCPU:
 def _run_main_ppo(tmp: Path, estimator: str = "slca") -> tuple[subprocess.CompletedProcess, float, float]:
     """examples/verl/run_slca.sh as a user runs it, with the CPU backend and the test's shrink; (result, wall s,
     CPU s of the whole process tree)."""
+    import shutil
+    import tempfile
+
     venv_bin = str(Path(sys.executable).parent)
+    ray_tmp = tempfile.mkdtemp(prefix="slca-ray-", dir="/tmp")
     env = {
         **os.environ,
         **verl_cpu.cpu_env(),
@@ -252,7 +256,7 @@ def _run_main_ppo(tmp: Path, estimator: str = "slca") -> tuple[subprocess.Comple
         "MODEL": str(MODEL), "NNODES": "1", "DATA": str(tmp / "data"), "TASKS": "2", "EXP": f"cpu-{estimator}",
         "VERL_FILE_LOGGER_PATH": str(tmp / "metrics.jsonl"),
         "SLCA_VERL_DUMP_DIR": str(tmp / "advantages"),
-        "RAY_TMPDIR": str(tmp / "ray"),
+        "RAY_TMPDIR": ray_tmp,  # short: Ray's socket paths under it must fit AF_UNIX's 107 bytes
         "RAY_DEDUP_LOGS": "0",
         "HYDRA_FULL_ERROR": "1",
     }
@@ -268,6 +272,7 @@ def _run_main_ppo(tmp: Path, estimator: str = "slca") -> tuple[subprocess.Comple
         if proc.poll() is None:
             proc.kill()
         cpu = meter.stop()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     wall = time.monotonic() - t0
     r = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     (tmp / "main_ppo.log").write_text(out + "\n--- stderr ---\n" + err)

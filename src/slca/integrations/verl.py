@@ -263,6 +263,9 @@ def compute_slca_outcome_advantage(
             ``summary_reward`` (verl's ``reward_extra_info``), the rewards are
             read from there instead of the token layout.
 
+    With ``SLCA_VERL_DUMP_DIR`` set, each call saves its batch and its advantages
+    there (:func:`dump_batch`).
+
     Returns:
         ``(advantages, returns)``, both (B, T), equal (outcome-only, as GRPO).
     """

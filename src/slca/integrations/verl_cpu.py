@@ -10,16 +10,19 @@ rollouts (``actor_rollout_ref.rollout.name=vllm``), not this.
 Use (no file of verl changes; verl imports the module in every process)::
 
     VERL_USE_EXTERNAL_MODULES=slca.integrations.verl_cpu VERL_PLATFORM=cpu \\
+    RAY_enable_worker_prestart=0 RAY_prestart_worker_first_driver=0 \\
     python -m verl.trainer.main_ppo ... \\
-      trainer.device=cpu trainer.n_gpus_per_node=1 \\
+      trainer.device=cpu trainer.n_gpus_per_node=1 trainer.nnodes=1 \\
       +ray_kwargs.ray_init.num_gpus=1 ray_kwargs.ray_init.num_cpus=16 \\
+      +ray_kwargs.ray_init.include_dashboard=False \\
       transfer_queue.backend.SimpleStorage.num_data_storage_units=1 \\
       actor_rollout_ref.actor.strategy=fsdp2 actor_rollout_ref.ref.strategy=fsdp2 \\
       +actor_rollout_ref.model.override_config.attn_implementation=sdpa \\
       actor_rollout_ref.model.use_remove_padding=False \\
       actor_rollout_ref.rollout.name=hf actor_rollout_ref.rollout.tensor_model_parallel_size=1
 
-(:func:`cpu_overrides` lists them; docs/integrations.md has the whole command.)
+(:func:`cpu_env` and :func:`cpu_overrides` return them; docs/integrations.md has the
+whole command, through ``examples/verl/run_slca.sh``.)
 
 What each piece is, in the order a run meets it:
 
