@@ -68,8 +68,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import importlib.abc
+import importlib.util
 import inspect
 import os
 import sys

@@ -256,8 +256,7 @@ class HFReplica(RolloutReplica):
             )
 
     def _prefix(self) -> str:
-        kind = "reward_" if self.is_reward_model else "teacher_" if self.is_teacher_model else ""
-        return f"{kind}"
+        return "reward_" if self.is_reward_model else "teacher_" if self.is_teacher_model else ""
 
     async def launch_servers(self) -> None:
         options: dict[str, Any] = {
