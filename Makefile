@@ -49,5 +49,5 @@ demo: setup
 	$(VENV)/bin/slca demo
 
 test: setup-test
-	$(VENV)/bin/python -m pytest -q -m "not verl" --ignore=tests/test_integration_verl.py
-	$(VERL_VENV)/bin/python -m pytest -q -m verl tests/test_integration_verl.py tests/test_conformance.py tests/test_missing_segments.py
+	$(VENV)/bin/python -m pytest -q -m "not verl" --ignore=tests/test_integration_verl.py --ignore=tests/test_integration_verl_cpu.py
+	$(VERL_VENV)/bin/python -m pytest -q -m verl tests/test_integration_verl.py tests/test_integration_verl_cpu.py tests/test_conformance.py tests/test_missing_segments.py

@@ -64,7 +64,8 @@ EXCEPTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("docs/integrations.md", "accelerate launch"): ("skip", "multi-GPU launches (accelerate, DeepSpeed)"),
     ("docs/integrations.md", "SLCA_EMPTY_TOOL=response ray start"): ("skip", "starts a Ray cluster node"),
     ("docs/integrations.md", "python -m verl.trainer.main_ppo"): (
-        "skip", "a multi-GPU verl run; tests/test_integration_verl.py checks every override of examples/verl/run_slca.sh against verl's config"),
+        "skip", "a multi-GPU verl run; tests/test_integration_verl.py checks every override of examples/verl/run_slca.sh against verl's "
+                "config, and tests/test_integration_verl_cpu.py runs the script on CPU (2 steps, the CPU backend)"),
     ("docs/results.md", ".venv/bin/python scripts/study_tables.py"): ("compile", "reads the study's runs (hours of training) and has no --help"),
 }
 
@@ -92,7 +93,7 @@ model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), hidden_size=16, interm
 }
 
 SHELL_LANGS = ("bash", "sh", "shell", "console")
-COMMAND = re.compile(r"^(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:/usr/bin/time\s+-v\s+)?(?:\.venv(?:-verl)?/bin/)?(slca|python3?|make|pip|bash|ray|accelerate)\b")
+COMMAND = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*(?:/usr/bin/time\s+-v\s+)?(?:\.venv(?:-verl)?/bin/)?(slca|python3?|make|pip|bash|ray|accelerate)\b")
 
 
 @dataclass
@@ -262,8 +263,8 @@ def script_help() -> dict[str, list]:
 
 def _tokens(cmd: Command) -> list[str]:
     toks = shlex.split(cmd.raw.split("<<")[0], comments=True)
-    while toks and re.match(r"^[A-Z_][A-Z0-9_]*=", toks[0]):
-        toks = toks[1:]  # environment assignments
+    while toks and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", toks[0]):
+        toks = toks[1:]  # environment assignments (Ray's have lower case: RAY_enable_worker_prestart=0)
     if toks[:2] == ["/usr/bin/time", "-v"]:
         toks = toks[2:]
     if ">" in toks:

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # SLCA-GRPO with verl 0.9.1 on N nodes x 8 GPUs (Ray). Run on the head node after
 # `ray start` on every node (see docs/integrations.md). Needs: pip install 'slca[verl]'
-# plus vllm (or sglang) on every node.
+# plus vllm (or sglang) on every node. Extra arguments are appended as verl overrides
+# (the last value of a key wins); docs/integrations.md shows the CPU test command.
 set -euo pipefail
 MODEL=${MODEL:-Qwen/Qwen2.5-7B-Instruct}
 NNODES=${NNODES:-2}
 DATA=${DATA:-data/toolworld}
 EXP=${EXP:-slca-toolworld}
+TASKS=${TASKS:-}  # tasks per split (default: all); e.g. TASKS=2 for a quick try
 HERE=$(cd "$(dirname "$0")" && pwd)
 
-python "$HERE/prepare_data.py" --out "$DATA"
+python "$HERE/prepare_data.py" --out "$DATA" ${TASKS:+--n "$TASKS"}
 
 python -m verl.trainer.main_ppo \
   algorithm.adv_estimator=slca \

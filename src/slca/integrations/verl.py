@@ -71,6 +71,7 @@ __all__ = [
     "pack_token_rewards",
     "unpack_token_rewards",
     "compute_slca_outcome_advantage",
+    "dump_batch",
     "selected_estimator",
     "register",
     "compute_score",
@@ -78,6 +79,8 @@ __all__ = [
 
 ESTIMATOR_NAME = "slca"
 ESTIMATOR_ENV = "SLCA_ESTIMATOR"
+DUMP_ENV = "SLCA_VERL_DUMP_DIR"
+_DUMPS = 0
 TOOL_KEY = "tool_reward"
 NOT_EXECUTED = "not executed: the rollout ended before the environment answered"
 SUMMARY_KEY = "summary_reward"
@@ -262,6 +265,9 @@ def compute_slca_outcome_advantage(
             ``summary_reward`` (verl's ``reward_extra_info``), the rewards are
             read from there instead of the token layout.
 
+    With ``SLCA_VERL_DUMP_DIR`` set, each call saves its batch and its advantages
+    there (:func:`dump_batch`).
+
     Returns:
         ``(advantages, returns)``, both (B, T), equal (outcome-only, as GRPO).
     """
@@ -300,7 +306,44 @@ def compute_slca_outcome_advantage(
     inputs = inputs.with_inputs({n: _as_input(non_tensor_batch[n]) for n in spec.needs})
     adv = spec(inputs, **spec.pick({"scale": scale, "eps": epsilon, "empty_tool": empty_tool}))
     adv = adv.to(device=mask.device, dtype=torch.as_tensor(token_level_rewards).dtype)
+    if os.environ.get(DUMP_ENV):
+        dump_batch(os.environ[DUMP_ENV], spec.name, token_level_rewards, mask, index, r_tool, r_sum, adv)
     return adv, adv
+
+
+def dump_batch(directory: str, estimator: str, token_level_rewards, response_mask, index, tool_rewards,
+               summary_rewards, advantages) -> str:
+    """Save what the estimator was handed and what it returned, one ``torch.save`` file per call.
+
+    Set ``SLCA_VERL_DUMP_DIR`` (where Ray starts, like ``SLCA_ESTIMATOR``) to see, from a real verl run,
+    the batch verl's dispatch passed and the advantages it got back: a dict with ``estimator`` (the
+    slca estimator's name), ``token_level_rewards``, ``response_mask``, ``advantages`` (all (B, T)),
+    ``index`` (the uids), ``tool_rewards`` and ``summary_rewards`` ((B,), as read from the batch).
+    Files are ``advantages-<pid>-<n>.pt``, ``n`` counting this process's calls from 1.
+
+    Returns:
+        The file's path.
+    """
+    from pathlib import Path
+
+    global _DUMPS
+    _DUMPS += 1
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"advantages-{os.getpid()}-{_DUMPS}.pt"
+    torch.save(
+        {
+            "estimator": estimator,
+            "token_level_rewards": torch.as_tensor(token_level_rewards).detach().cpu(),
+            "response_mask": torch.as_tensor(response_mask).detach().cpu(),
+            "advantages": advantages.detach().cpu(),
+            "index": [str(u) for u in np.asarray(index).tolist()],
+            "tool_rewards": tool_rewards.detach().cpu(),
+            "summary_rewards": summary_rewards.detach().cpu(),
+        },
+        path,
+    )
+    return str(path)
 
 
 def selected_estimator() -> EstimatorSpec:
