@@ -187,8 +187,8 @@ def check_routing(out: dict, a_tool: np.ndarray, a_sum: np.ndarray, tok) -> None
             assert (ids[i][tool_tok] == call_id).any()
             torch.testing.assert_close(a[tool_tok], torch.full_like(a[tool_tok], a_tool[i]), atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(a[summ_tok], torch.full_like(a[summ_tok], a_sum[i]), atol=1e-5, rtol=1e-5)
-        else:  # no call: default empty_tool="response" gives the mean of both advantages
-            expect = (a_tool[i] + a_sum[i]) / 2
+        else:  # no call: default empty_tool="both" gives the sum of both advantages
+            expect = a_tool[i] + a_sum[i]
             torch.testing.assert_close(a[model_tok], torch.full_like(a[model_tok], expect), atol=1e-5, rtol=1e-5)
 
 
@@ -301,7 +301,7 @@ def test_rollout_func_env_mask_exact_positions(tmp_path):
             if part == "env":
                 expect += [0.0] * n
             elif last_env < 0:
-                expect += [(a_tool[i] + a_sum[i]) / 2] * n
+                expect += [a_tool[i] + a_sum[i]] * n  # no call: empty_tool="both"
             else:
                 expect += [a_tool[i] if k < last_env else a_sum[i]] * n
         got = adv[i, : len(expect)]
@@ -453,7 +453,7 @@ def test_two_processes_normalise_a_group_split_across_them(tmp_path):
             pos = torch.arange(len(adv))
             expect = torch.zeros_like(adv)
             if b < 0:
-                expect[model_tok] = (a_tool[row] + a_sum[row]) / 2
+                expect[model_tok] = a_tool[row] + a_sum[row]  # no call: empty_tool="both"
             else:
                 expect[model_tok & (pos < b)] = float(a_tool[row])
                 expect[model_tok & (pos > b)] = float(a_sum[row])
@@ -602,7 +602,7 @@ def test_none_rows_are_summed_like_trl_for_grpo_and_left_out_per_tier_for_slca()
     adv, _ = trl_batch_advantages(rpf, ["tool", "summary"], torch.tensor([1.0, 2.0]), mask, None, 4, estimator="slca")
     a_t = group_norm(rpf[:, 0].numpy(), 4)
     a_s = group_norm(rpf[:, 1].numpy() * 2, 4)
-    torch.testing.assert_close(adv[:, 0], torch.tensor((a_t + a_s) / 2, dtype=torch.float32), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(adv[:, 0], torch.tensor(a_t + a_s, dtype=torch.float32), atol=1e-5, rtol=1e-5)  # no call: "both"
 
 
 @pytest.mark.parametrize("name", BUILTIN_ESTIMATORS)
@@ -727,7 +727,7 @@ def test_every_registered_estimator_takes_a_trainer_step_with_its_inputs(tmp_pat
         torch.tensor(r_tool), torch.tensor(r_sum), torch.arange(16) // 4, model_tok, tool_seg, sum_seg,
         tool_signatures=signatures, turn_rewards=torch.tensor(turns), extra={"call_counts": torch.tensor(n_calls)},
     )
-    host = get_estimator(name).pick({"scale": "group", "eps": EPS, "empty_tool": "response"})
+    host = get_estimator(name).pick({"scale": "group", "eps": EPS})  # empty_tool / empty_summary: the defaults
     expect = compute_advantages(name, inputs, **host, **OPTIONS.get(name, {}))
     assert torch.isfinite(adv).all()
     torch.testing.assert_close(adv, expect, atol=1e-5, rtol=1e-5)

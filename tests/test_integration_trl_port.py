@@ -145,8 +145,8 @@ def check_batches(trainer, estimator, tiers):
 
         scale = trainer.scale_rewards
         a_sum = group_norm(tier_sum(tier["summary"]), b["G"], scale)
-        if len(tier["tool"]):  # no call in any completion: empty_tool="response" mixes both tiers
-            expect = (group_norm(tier_sum(tier["tool"]), b["G"], scale) + a_sum) / 2
+        if len(tier["tool"]):  # no call in any completion: empty_tool="both" sums both tiers
+            expect = group_norm(tier_sum(tier["tool"]), b["G"], scale) + a_sum
         else:  # summary tier only: the summary advantage on every token (equals TRL's here)
             expect = a_sum
             torch.testing.assert_close(b["adv"], b["trl"].unsqueeze(1) * mask, atol=1e-5, rtol=1e-5)

@@ -35,7 +35,7 @@ def _inputs():
 def test_builtin_specs_declare_their_options_and_inputs():
     slca = get_estimator("slca")
     assert [o.name for o in slca.options] == ["scale", "eps", "empty_tool", "empty_summary"] and slca.needs == ()
-    assert slca.defaults() == {"scale": "group", "eps": 1e-6, "empty_tool": "response", "empty_summary": "drop"}
+    assert slca.defaults() == {"scale": "group", "eps": 1e-6, "empty_tool": "both", "empty_summary": "last_turn"}
     assert get_estimator("slca_cond").needs == ("tool_signatures",)
     assert "cond_std" in {o.name for o in get_estimator("slca_cond").options}
     assert get_estimator("slca_turn").needs == ("turn_rewards",)
