@@ -74,6 +74,7 @@ import inspect
 import os
 import sys
 import types
+from collections.abc import Callable
 from typing import Any, Optional
 
 import torch
@@ -410,30 +411,8 @@ def _src(obj) -> str:
         return ""
 
 
-def check_verl_contract() -> None:
-    """Raise RuntimeError naming each verl internal this backend relies on that changed.
-
-    Checked (verl 0.9.1): the platform interface (every abstract method of ``PlatformBase`` is
-    implemented here; ``VERL_PLATFORM`` selects a registered platform; ``auto_set_device`` leaves a
-    ``cpu`` platform alone); the process-group string and the call that builds it in the training
-    worker; the engine registry (``EngineRegistry.register`` / ``_engines``, the FSDP engine classes
-    registered for ``cuda`` under ``fsdp2``, the lookup by ``get_device_name()``); the two rollout
-    registries; the abstract methods of ``BaseRollout`` and ``RolloutReplica``; every method verl calls
-    on a rollout server handle (``server.<name>.remote`` in verl's replica, LLM client and load
-    balancer) exists on :class:`~slca.integrations.verl_cpu_rollout.HFRolloutServer`; the ``TokenOutput``
-    fields and ``extra_fields["global_steps"]``; the weight-sync call from the training worker to the
-    rollout adapter; and the FLOPs counter's device lookup. (The config keys :func:`cpu_overrides` sets are
-    checked against verl's config schema by the tests.)
-    """
-    import verl
-
-    problems: list[str] = []
-
-    def need(cond: bool, what: str) -> None:
-        if not cond:
-            problems.append(what)
-
-    # platform
+def _contract_platform(need: Callable[[bool, str], None], problems: list[str]) -> None:
+    """Platform: part of :func:`check_verl_contract`."""
     from verl.plugin.platform import platform_manager
 
     missing = sorted(getattr(PlatformBase, "__abstractmethods__", set()) - {
@@ -450,7 +429,9 @@ def check_verl_contract() -> None:
     need("get_platform().device_module" in _src(vdevice.get_torch_device),
          "verl.utils.device.get_torch_device no longer returns the platform's device_module")
 
-    # process group
+
+def _contract_process_group(need: Callable[[bool, str], None], problems: list[str]) -> None:
+    """Process group: part of :func:`check_verl_contract`."""
     import verl.utils.distributed as vdist
 
     fn = vdist.initialize_global_process_group_ray
@@ -477,7 +458,9 @@ def check_verl_contract() -> None:
         need("get_rollout_class(rollout_config.name, rollout_config.mode)" in _src(engine_workers.ActorRolloutRefWorker.init_model),
              "ActorRolloutRefWorker.init_model no longer builds the rollout with get_rollout_class(name, mode)")
 
-    # engines
+
+def _contract_engines(need: Callable[[bool, str], None], problems: list[str]) -> None:
+    """Engines: part of :func:`check_verl_contract`."""
     try:
         from verl.workers.engine import EngineRegistry
         from verl.workers.engine.fsdp import transformer_impl
@@ -500,7 +483,9 @@ def check_verl_contract() -> None:
     except (ImportError, AttributeError) as e:
         problems.append(f"verl's engine registry moved: {e!r}")
 
-    # rollout registries and interfaces
+
+def _contract_rollout(need: Callable[[bool, str], None], problems: list[str]) -> None:
+    """Rollout registries and interfaces: part of :func:`check_verl_contract`."""
     from verl.workers.rollout import base, replica
     from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
@@ -532,11 +517,43 @@ def check_verl_contract() -> None:
     need("get_rollout_replica_class(" in _src(llm_server.LLMServerManager.__init__),
          "LLMServerManager no longer picks the replica class with get_rollout_replica_class")
 
-    # FLOPs counter and config keys
+
+def _contract_flops(need: Callable[[bool, str], None], problems: list[str]) -> None:
+    """FLOPs counter and config keys: part of :func:`check_verl_contract`."""
     from verl.utils import flops_counter
 
     need("get_torch_device()" in _src(flops_counter.get_device_flops) and "get_device_name()" in _src(flops_counter.get_device_flops),
          "verl.utils.flops_counter.get_device_flops no longer asks get_torch_device() for the device name")
+
+
+def check_verl_contract() -> None:
+    """Raise RuntimeError naming each verl internal this backend relies on that changed.
+
+    Checked (verl 0.9.1): the platform interface (every abstract method of ``PlatformBase`` is
+    implemented here; ``VERL_PLATFORM`` selects a registered platform; ``auto_set_device`` leaves a
+    ``cpu`` platform alone); the process-group string and the call that builds it in the training
+    worker; the engine registry (``EngineRegistry.register`` / ``_engines``, the FSDP engine classes
+    registered for ``cuda`` under ``fsdp2``, the lookup by ``get_device_name()``); the two rollout
+    registries; the abstract methods of ``BaseRollout`` and ``RolloutReplica``; every method verl calls
+    on a rollout server handle (``server.<name>.remote`` in verl's replica, LLM client and load
+    balancer) exists on :class:`~slca.integrations.verl_cpu_rollout.HFRolloutServer`; the ``TokenOutput``
+    fields and ``extra_fields["global_steps"]``; the weight-sync call from the training worker to the
+    rollout adapter; and the FLOPs counter's device lookup. (The config keys :func:`cpu_overrides` sets are
+    checked against verl's config schema by the tests.)
+    """
+    import verl
+
+    problems: list[str] = []
+
+    def need(cond: bool, what: str) -> None:
+        if not cond:
+            problems.append(what)
+
+    _contract_platform(need, problems)
+    _contract_process_group(need, problems)
+    _contract_engines(need, problems)
+    _contract_rollout(need, problems)
+    _contract_flops(need, problems)
     if problems:
         raise RuntimeError(
             f"verl {verl.__version__} changed internals slca's CPU backend relies on "
