@@ -513,8 +513,9 @@ def compare(
 
 @app.command("eval")
 def eval_(
-    model: str = typer.Option(..., "--model", "-m", help="A save_pretrained model folder with a chat template, a Hugging Face hub id (from_pretrained), or 'default' (the embedded model)."),
+    model: str = typer.Option(..., "--model", "-m", help="A save_pretrained model folder with a chat template, a Hugging Face hub id (from_pretrained), 'default' (the embedded model) or 'smollm2' (SmolLM2-135M-Instruct, the smollm2 extra)."),
     suite: str = typer.Option(..., "--suite", help="toolworld | toucan | bfcl | tau2."),
+    split: str = typer.Option("test", "--split", help="toolworld split: test (unseen names and phrasings) or train_heldout (new requests of the training distribution)."),
     categories: str = typer.Option("", "--categories", help="Comma-separated: BFCL categories or groups (simple, non_live, non_python, python, live, single_turn, multi_turn, all); tau2 domains (airline, retail); in-domain task kinds."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Records per BFCL category / tau2 domain / in-domain suite."),
     samples: int = typer.Option(1, "--samples", "-k", help="K rollouts per record (pass^k for k <= K)."),
@@ -559,7 +560,7 @@ def eval_(
         )
         cfg = EvalConfig(
             model=model, suite=suite, categories=[c.strip() for c in categories.split(",") if c.strip()], limit=limit, samples=samples, format=format,
-            data=str(data) if data else None, gen=gen, user=user, user_base_url=user_url, user_model=user_model,
+            data=str(data) if data else None, split=split, gen=gen, user=user, user_base_url=user_url, user_model=user_model,
             user_api_key=os.environ.get("SLCA_USER_API_KEY"), max_steps=max_steps,
         )
         _quiet_loading()
