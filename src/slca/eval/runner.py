@@ -49,6 +49,8 @@ class EvalConfig:
     """tau2 user simulator model name on that endpoint."""
     user_api_key: str | None = None
     """Bearer token for that endpoint (``EMPTY`` if unset)."""
+    user_max_tokens: int | None = None
+    """Longest tau2 user turn in tokens (None: the server's default)."""
     max_steps: int = 100
     """tau2 orchestrator steps per simulation."""
     progress: bool = True
@@ -89,7 +91,7 @@ def _tau2(cfg: EvalConfig) -> SuiteRun:
         raise ValueError("--suite tau2 needs --user-url and --user-model (an OpenAI-compatible endpoint for tau2's user simulator), or --user scripted")
     return functools.partial(
         run_tau2, domains=cfg.categories or None, limit=cfg.limit, samples=cfg.samples, user=cfg.user, user_base_url=cfg.user_base_url,
-        user_model=cfg.user_model, user_api_key=cfg.user_api_key, max_steps=cfg.max_steps, progress=cfg.progress, model_label=cfg.model,
+        user_model=cfg.user_model, user_api_key=cfg.user_api_key, user_max_tokens=cfg.user_max_tokens, max_steps=cfg.max_steps, progress=cfg.progress, model_label=cfg.model,
     )
 
 
