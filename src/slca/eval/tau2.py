@@ -337,7 +337,8 @@ def _summarize(records: list[Record], domains: list[str], samples: int) -> tuple
     records = [r for r in records if r.detail.get("termination") != USER_FAILURE]
     groups, counts = group_means(records, ["reward"])
     for d in domains:
-        groups[d].update(pass_k([r for r in records if r.group == d], "reward", range(1, samples + 1)))
+        groups.setdefault(d, {"reward": float("nan")}).update(pass_k([r for r in records if r.group == d], "reward", range(1, samples + 1)))
+        counts.setdefault(d, 0)
     metrics = {"avg_reward": mean(r.scores["reward"] for r in records), **pass_k(records, "reward", range(1, samples + 1))}
     return metrics, groups, counts
 
