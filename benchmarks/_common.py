@@ -272,9 +272,11 @@ def build_smollm2(tok, size: Size, script: list[list[int]] | None = None, seed: 
     """SmolLM2-135M-Instruct (pretrained weights, float32) with the workload's script: the same work as
     :func:`build_model` at 135M parameters (``size``'s architecture fields do not apply)."""
     from transformers import LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
 
     from slca.models.smollm2 import smollm2_dir
 
+    hf_logging.disable_progress_bar()  # "Loading weights" bars would split the table's rows
     cls = _scripted(LlamaForCausalLM)
     model = cls.from_pretrained(smollm2_dir(), dtype=torch.float32).configure(tok, script)
     model.generation_config.eos_token_id = tok.convert_tokens_to_ids("<|im_end|>")
