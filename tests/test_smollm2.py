@@ -95,7 +95,7 @@ def test_lora_slca_train_on_smollm2(tmp_path):
     # summary_noise: two samples of a model this small often earn the same reward (advantage 0, no gradient);
     # noise on the summary tier makes the step move the adapters on any CPU
     sets = ["model=smollm2", "lora_r=8", "lora_alpha=16", "lora_target_modules=q_proj,v_proj", "steps=1", "tasks_per_step=1",
-            "group_size=2", "minibatches=1", "max_turns=1", "max_new_tokens=16", "summary_noise=0.1", "eval_every=0", "eval_tasks=1",
+            "group_size=2", "minibatches=1", "max_turns=2", "max_new_tokens=16", "summary_noise=0.1", "eval_every=0", "eval_tasks=1",
             "diag_every=0", "report_to=none", "sample_html_every=0", "ood_splits=none", "save_every=1", f"run_dir={run}"]
     r = CliRunner().invoke(app, ["train", *[x for s in sets for x in ("--set", s)]])
     assert r.exit_code == 0, r.output
