@@ -85,6 +85,7 @@ def served(tmp_path_factory):
     server.folders = {k: str(v) for k, v in folders.items()}
     yield server
     server.stop()
+    shutil.rmtree(root / "smollm2", ignore_errors=True)  # 540 MB of weights; pytest keeps its last three temporary folders
 
 
 def _folder(served, name: str) -> str:
