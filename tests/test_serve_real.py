@@ -33,12 +33,10 @@ import httpx  # noqa: E402
 
 from slca.env import toolworld as tw  # noqa: E402
 from slca.env.llm import LLMSimulator  # noqa: E402
-from slca.models.serving import export_for_serving  # noqa: E402
+from slca.models.serving import TransformersServer, export_for_serving  # noqa: E402
 from slca.rewards import OpenAIJudge, summary_reward  # noqa: E402
 from slca.rewards.execution import Unscorable  # noqa: E402
 from slca.types import ParsedTurn, Turn  # noqa: E402
-
-from _serve import TransformersServer  # noqa: E402
 
 TASK = next(t for t in tw.make_tasks("train", n=100) if t.meta["task_type"] == "weather")
 LONG = 900.0  # a request's deadline: a 135M model on one busy CPU core answers in tens of seconds

@@ -21,10 +21,15 @@ the 500s, which slca's clients count and report as endpoint faults.
 from __future__ import annotations
 
 import copy
+import os
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TEXT_RESPONSE_TEMPLATE", "export_for_serving"]
+__all__ = ["TEXT_RESPONSE_TEMPLATE", "export_for_serving", "TransformersServer"]
 
 TEXT_RESPONSE_TEMPLATE: dict = {
     "defaults": {"role": "assistant"},
@@ -64,3 +69,85 @@ def export_for_serving(spec: str, out: str | Path, *, tool_calls: bool = False, 
 
     umask_modes(out)
     return out
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class TransformersServer:
+    """``transformers serve`` on loopback in a subprocess: one torch thread, offline, CPU; a context manager.
+
+    No model is pinned: each request names a model folder (written by :func:`export_for_serving`), which the
+    server loads on first use. ``base_url`` is the ``/v1`` root for :class:`slca.env.LLMSimulator`,
+    :class:`slca.rewards.OpenAIJudge` or tau2's user simulator. :meth:`start` waits for ``/health`` (at most
+    ``start_timeout`` seconds) and, when the server does not come up, raises with the end of its log (``log``:
+    its stdout and stderr). Needs the ``serve`` extra (fastapi, uvicorn, openai)::
+
+        with TransformersServer("server.log") as server:
+            sim = LLMSimulator(tools, base_url=server.base_url, model=str(folder), max_tokens=64)
+    """
+
+    def __init__(self, log: str | Path, *, port: int | None = None, start_timeout: float = 600.0, device: str = "cpu"):
+        self.port = port or _free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.log, self.start_timeout, self.device = Path(log), float(start_timeout), device
+        self.proc: subprocess.Popen | None = None
+        self._out = None
+
+    def start(self) -> "TransformersServer":
+        import httpx
+
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "HF_HUB_OFFLINE": "1",
+               "HF_HUB_DISABLE_UPDATE_CHECK": "1", "TOKENIZERS_PARALLELISM": "false"}
+        cmd = [sys.executable, "-m", "transformers.cli.transformers", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+               "--device", self.device, "--log-level", "warning"]
+        self._out = open(self.log, "wb")
+        self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"transformers serve exited with {self.proc.returncode}: {self.tail()}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"transformers serve not up within {self.start_timeout:.0f} s: {self.tail()}")
+
+    def tail(self, n: int = 3000) -> str:
+        """The last ``n`` characters of the server's log."""
+        try:
+            return self.log.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU seconds the server process has used so far (Linux ``/proc``)."""
+        assert self.proc is not None
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        """Terminate the server (kill it after 30 s)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+
+    def __enter__(self) -> "TransformersServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
