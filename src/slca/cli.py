@@ -285,22 +285,37 @@ def demo(
     quick: bool = typer.Option(False, "--quick", help="A run of a few minutes that still trains and compares."),
     out: Path = typer.Option(Path("runs/demo"), help="Folder for both runs and the report."),
     seed: int = typer.Option(0, help="Seed shared by both runs."),
+    model_spec: str = typer.Option("default", "--model", "-m", help="The policy: 'default' (the embedded tiny model), 'smollm2' "
+                                   "(SmolLM2-135M-Instruct, the smollm2 extra), a save_pretrained folder or a hub id. The budget is "
+                                   "sized for the embedded model: a 135M model on CPU takes hours (use --quick, or --set lora_r=8)."),
+    set_: list[str] = typer.Option([], "--set", "-s", help="Override a training field of both runs: --set lora_r=8 (repeatable)."),
 ) -> None:
     """Train GRPO and SLCA on toolworld side by side (same seed, same budget) and compare."""
     from dataclasses import replace
 
-    from slca.config import TrainConfig, validate
-    from slca.models import load_default
+    from slca.config import TrainConfig, apply_overrides, validate
+    from slca.policy import load_policy, policy_options
     from slca.report import write_report, write_token_html
 
     t0 = time.time()
     _quiet_loading()
-    console.print("[bold]slca demo[/bold]: embedded tiny model, toolworld, GRPO vs SLCA")
-    model, tok = load_default(progress=True)
+    fixed = ("run_dir", "estimator", "seed", "model")
+    bad = [o for o in set_ if o.split("=", 1)[0].strip() in fixed]
+    if bad:
+        _fail(f"--set {bad[0]}: the demo sets {', '.join(fixed)} itself (use --out, --seed, --model)")
+
+    def demo_cfg(est: str) -> TrainConfig:
+        cfg = TrainConfig(run_dir=str(out / est), estimator=est, seed=seed, model=model_spec, eval_on_start=True, **DEMO_OVERRIDES["quick" if quick else "full"])
+        return validate(apply_overrides(cfg, list(set_)))
+
+    cfg = _refuse_value_errors(lambda: demo_cfg("grpo"))
+    what = "embedded tiny model" if model_spec == "default" else f"model {model_spec}"
+    console.print(f"[bold]slca demo[/bold]: {what}, toolworld, GRPO vs SLCA")
+    model, tok = _refuse_value_errors(lambda: load_policy(model_spec, **policy_options(cfg)))
     init_state = {k: v.clone() for k, v in model.state_dict().items()}
     runs: dict[str, Path] = {}
     for est in ("grpo", "slca"):
-        cfg = validate(TrainConfig(run_dir=str(out / est), estimator=est, seed=seed, eval_on_start=True, **DEMO_OVERRIDES["quick" if quick else "full"]))
+        cfg = demo_cfg(est)
         model.load_state_dict(init_state)  # both runs start from the same weights
         tr = _run_with_progress(cfg, est.upper(), model=model, tokenizer=tok, overwrite=True)  # the demo replaces its last run
         runs[est.upper()] = out / est
@@ -488,10 +503,10 @@ def compare(
         console.print(f"note: compare sets estimator, seed and run_dir per run; {config} sets {', '.join(dropped)}, not used")
     set_ = shared + list(set_)
     cfg = _refuse_value_errors(lambda: check_runs(est, sds, out, set_, overwrite=overwrite))
-    if cfg.model == "default":  # build the embedded model once, before runs start in parallel
-        from slca.models import load_default
+    from slca.models.named import NAMED_MODELS, prepare_named
 
-        load_default(progress=True)
+    if cfg.model in NAMED_MODELS:  # build (or convert) a named model once, before runs start in parallel
+        prepare_named(cfg.model, progress=True)
     t0 = time.time()
     n = len(est) * len(sds)
     done = [0]
@@ -513,8 +528,9 @@ def compare(
 
 @app.command("eval")
 def eval_(
-    model: str = typer.Option(..., "--model", "-m", help="A save_pretrained model folder with a chat template, a Hugging Face hub id (from_pretrained), or 'default' (the embedded model)."),
+    model: str = typer.Option(..., "--model", "-m", help="A save_pretrained model folder with a chat template, a Hugging Face hub id (from_pretrained), 'default' (the embedded model) or 'smollm2' (SmolLM2-135M-Instruct, the smollm2 extra)."),
     suite: str = typer.Option(..., "--suite", help="toolworld | toucan | bfcl | tau2."),
+    split: str = typer.Option("test", "--split", help="toolworld split: test (unseen names and phrasings) or train_heldout (new requests of the training distribution)."),
     categories: str = typer.Option("", "--categories", help="Comma-separated: BFCL categories or groups (simple, non_live, non_python, python, live, single_turn, multi_turn, all); tau2 domains (airline, retail); in-domain task kinds."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Records per BFCL category / tau2 domain / in-domain suite."),
     samples: int = typer.Option(1, "--samples", "-k", help="K rollouts per record (pass^k for k <= K)."),
@@ -528,6 +544,7 @@ def eval_(
     user: str = typer.Option("llm", "--user", help="tau2 user: llm (tau2's user simulator on --user-url) or scripted (offline smoke run)."),
     user_url: Optional[str] = typer.Option(None, "--user-url", help="OpenAI-compatible base URL of the tau2 user simulator, e.g. http://localhost:8000/v1."),
     user_model: Optional[str] = typer.Option(None, "--user-model", help="Model name for the tau2 user simulator on that endpoint."),
+    user_max_tokens: Optional[int] = typer.Option(None, "--user-max-tokens", help="Longest tau2 user turn in tokens (default: the server's)."),
     max_steps: int = typer.Option(100, "--max-steps", help="tau2 orchestrator steps per simulation."),
 ) -> None:
     """Evaluate a model: in-domain (toolworld / toucan), BFCL or tau2-bench."""
@@ -543,6 +560,7 @@ def eval_(
         ("--max-new-tokens", max_new_tokens, max_new_tokens >= 1, ">= 1"),
         ("--batch-size", batch_size, batch_size >= 1, ">= 1"),
         ("--max-steps", max_steps, max_steps >= 1, ">= 1"),
+        ("--user-max-tokens", user_max_tokens, user_max_tokens is None or user_max_tokens >= 1, ">= 1"),
         ("--seed", seed, 0 <= seed < 2**32, "in [0, 2**32)"),
         ("--temperature", temperature, temperature is None or (math.isfinite(temperature) and temperature >= 0), "a finite number >= 0"),
         ("--format", format, format in list_formats(), f"one of {list_formats()}"),
@@ -559,8 +577,8 @@ def eval_(
         )
         cfg = EvalConfig(
             model=model, suite=suite, categories=[c.strip() for c in categories.split(",") if c.strip()], limit=limit, samples=samples, format=format,
-            data=str(data) if data else None, gen=gen, user=user, user_base_url=user_url, user_model=user_model,
-            user_api_key=os.environ.get("SLCA_USER_API_KEY"), max_steps=max_steps,
+            data=str(data) if data else None, split=split, gen=gen, user=user, user_base_url=user_url, user_model=user_model,
+            user_api_key=os.environ.get("SLCA_USER_API_KEY"), user_max_tokens=user_max_tokens, max_steps=max_steps,
         )
         _quiet_loading()
         rep = run_eval(cfg, out)
@@ -588,6 +606,23 @@ def build_model(
     tmp.rename(out)
     console.print(f"built {rep.n_params / 1e6:.2f}M parameters in {rep.total_seconds / 60:.1f} min "
                   f"({rep.total_cpu_seconds / 60:.1f} min CPU), fingerprint {name}: {out}")
+
+
+@app.command("export-model")
+def export_model(
+    model: str = typer.Option(..., "--model", "-m", help="'smollm2', 'default', a model folder, a LoRA checkpoint or a hub id."),
+    out: Path = typer.Option(..., "--out", help="New folder to write (save_pretrained) for transformers serve."),
+    tool_calls: bool = typer.Option(False, "--tool-calls", help="Have the server parse <tool_call> blocks into OpenAI tool_calls "
+                                    "(a malformed call from the model then makes transformers serve answer HTTP 500)."),
+    chat_template: str = typer.Option("", "--chat-template", help="A .jinja file or inline template replacing the model's."),
+) -> None:
+    """Write a model as a folder for an OpenAI-compatible server (transformers serve, vLLM); see docs/environment.md."""
+    from slca.models.serving import export_for_serving
+
+    _quiet_loading()
+    path = _refuse_value_errors(lambda: export_for_serving(model, out, tool_calls=tool_calls, chat_template=chat_template))
+    console.print(f"saved: [bold]{path}[/bold]; serve it with: transformers serve --host 127.0.0.1 --port 8000 "
+                  f"(requests name the model {str(path.resolve())!r})", soft_wrap=True)
 
 
 def main() -> None:  # pragma: no cover

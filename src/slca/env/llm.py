@@ -40,10 +40,18 @@ Failures never raise into the rollout: they become ``ToolResult(ok=False,
 error=...)`` and are counted in ``metrics``: one count per failed HTTP attempt by
 kind (``timeouts``, ``connection_errors``, ``incomplete_responses``,
 ``http_errors``, ``bad_responses``), ``requests`` (attempts sent),
-``http_retries``, and per call ``invalid_json``, ``schema_violations``,
-``retries`` (answers asked again with feedback) and ``failed``. One simulated
-tool call sends at most ``max_retries + 1`` requests, so it takes at most
-``(max_retries + 1) * (timeout + DEADLINE_SLACK)`` seconds.
+``http_retries``, ``tool_call_replies`` (replies whose server parsed the model's turn into
+OpenAI ``tool_calls`` with no text: returned as the ``<tool_call>`` text the model wrote), and per
+call ``invalid_json``, ``schema_violations``, ``retries`` (answers asked again with feedback) and
+``failed``. One simulated tool call sends at most ``max_retries + 1`` requests, so it takes at
+most ``(max_retries + 1) * (timeout + DEADLINE_SLACK)`` seconds.
+
+A real server on loopback: ``slca export-model --model smollm2 --out DIR`` then
+``transformers serve --host 127.0.0.1 --port 8000``; requests name the folder as the model
+(docs/environment.md). A server whose response template parses ``<tool_call>`` blocks answers
+HTTP 500 to a malformed call from its model; that is an ``http_error`` here like any other 5xx
+(retried, then a ``ToolResult(ok=False)`` naming the status), and the folder
+:func:`slca.models.serving.export_for_serving` writes avoids it.
 """
 
 from __future__ import annotations
@@ -326,9 +334,17 @@ class ChatClient:
         if reason is not None:
             raise EndpointError("bad_response", f"reply from {self.shown_url} is not JSON: {reason}")
         try:
-            content = doc["choices"][0]["message"]["content"]
+            message = doc["choices"][0]["message"]
+            content = message["content"]
         except (KeyError, IndexError, TypeError):
             raise EndpointError("bad_response", f"reply from {self.shown_url} has no choices[0].message.content") from None
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        if calls and not content:
+            # The server parsed the model's turn into OpenAI tool calls (its response template reads <tool_call>
+            # blocks). Here a text answer was asked for: the calls come back as the text the model wrote, so the
+            # caller sees what the model said (and, for a simulator or a judge, that it is not the answer asked).
+            self.metrics["tool_call_replies"] += 1
+            return _calls_as_text(calls)
         if not isinstance(content, str):
             raise EndpointError("bad_response", f"message content is {type(content).__name__}, expected a string")
         return content
@@ -342,6 +358,24 @@ class ChatClient:
                 fut.result(timeout=5.0)
             except Exception:  # closing is best effort: the pool is dropped either way
                 pass
+
+
+def _calls_as_text(calls: Any) -> str:
+    """OpenAI ``tool_calls`` as hermes text (``<tool_call>{"name", "arguments"}</tool_call>`` per call); never raises."""
+    out = []
+    for c in calls if isinstance(calls, list) else [calls]:
+        fn = c.get("function", c) if isinstance(c, dict) else c
+        name = fn.get("name") if isinstance(fn, dict) else None
+        args = fn.get("arguments") if isinstance(fn, dict) else None
+        if isinstance(args, str):
+            decoded, reason = _bounded_loads(args)
+            args = decoded if reason is None else args
+        try:
+            body = json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
+        except (TypeError, ValueError):
+            body = json.dumps({"name": str(name), "arguments": str(args)}, ensure_ascii=False)
+        out.append(f"<tool_call>\n{body}\n</tool_call>")
+    return "\n".join(out)
 
 
 def parse_json_reply(text: str) -> Any:
@@ -380,6 +414,8 @@ class LLMSimulator(BaseSimulator):
         temperature: sampling temperature sent to the endpoint (0 for repeatability).
         seed: sent as the request ``seed`` (servers that honour it are reproducible).
         max_history: how many earlier calls of the episode go into the prompt.
+        max_tokens: longest answer in tokens, sent as ``max_tokens`` (None: the server's default;
+            ``transformers serve`` allows 1,024, minutes on a CPU when a small model rambles).
         **http: the HTTP options of :class:`ChatClient` (``api_key``, ``timeout``: a total
             deadline per request, ``http_attempts`` per answer, ``backoff``, ``max_backoff``,
             ``max_response_bytes``), its defaults when not given.
@@ -395,14 +431,18 @@ class LLMSimulator(BaseSimulator):
         temperature: float = 0.0,
         seed: int = 0,
         max_history: int = 8,
+        max_tokens: int | None = None,
         **http: Any,
     ):
         super().__init__(tools)
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        if max_tokens is not None and int(max_tokens) < 1:
+            raise ValueError(f"max_tokens must be >= 1 or None, got {max_tokens}")
         self.client = ChatClient(base_url, metrics=self.metrics, **http)
         self.model, self.max_retries = model, int(max_retries)
         self.temperature, self.seed, self.max_history = float(temperature), int(seed), int(max_history)
+        self.max_tokens = None if max_tokens is None else int(max_tokens)
 
     @property
     def base_url(self) -> str:
@@ -437,6 +477,7 @@ class LLMSimulator(BaseSimulator):
                 text = self.client.complete(
                     self.model, messages,
                     temperature=self.temperature, seed=self.seed, response_format={"type": "json_object"},
+                    **({"max_tokens": self.max_tokens} if self.max_tokens is not None else {}),
                 )
             except EndpointError as e:
                 # What the model reads: the kind of fault, never a URL or a server's body.

@@ -45,11 +45,12 @@ def group_of(task: Task, group_by: str) -> str:
     raise ValueError(f"group_by must be one of {GROUPINGS}, got {group_by!r}")
 
 
-def toolworld_tasks(limit: int | None = None, seed: int = 0) -> tuple[list[Task], Callable[[Task], object]]:
-    """The toolworld test split and its environment factory."""
+def toolworld_tasks(limit: int | None = None, seed: int = 0, split: str = "test") -> tuple[list[Task], Callable[[Task], object]]:
+    """A toolworld split (default ``test``: unseen names and phrasings; ``train_heldout``: new requests of the
+    training distribution) and its environment factory."""
     from slca.env import toolworld
 
-    return toolworld.make_tasks("test", n=limit, seed=seed), lambda t: toolworld.make_env(t, seed=seed)
+    return toolworld.make_tasks(split, n=limit, seed=seed), lambda t: toolworld.make_env(t, seed=seed)
 
 
 def loaded_tasks(path: str, limit: int | None = None, seed: int = 0) -> tuple[list[Task], Callable[[Task], object]]:

@@ -20,7 +20,8 @@ class EvalConfig:
     """One ``slca eval`` run."""
 
     model: str
-    """A Hugging Face model folder (``save_pretrained`` output with a chat template), or ``default`` (the embedded model)."""
+    """A Hugging Face model folder (``save_pretrained`` output with a chat template), a hub id, or a named model
+    (``default``, the embedded model; ``smollm2``, SmolLM2-135M-Instruct)."""
     suite: str
     """toolworld | toucan | bfcl | tau2."""
     categories: list[str] = field(default_factory=list)
@@ -33,6 +34,9 @@ class EvalConfig:
     """Tool-call format the model writes (:func:`slca.chat.get_format`)."""
     data: str | None = None
     """Rows to load for the toucan suite (Toucan, verl/paper or slca format)."""
+    split: str = "test"
+    """toolworld split for ``--suite toolworld`` (:data:`slca.env.toolworld.SPLITS`): ``test`` (unseen names and
+    phrasings) or ``train_heldout`` (new requests of the training distribution), ..."""
     gen: GenerationConfig = field(default_factory=GenerationConfig)
     """Sampling settings."""
     max_turns: int = 4
@@ -45,6 +49,8 @@ class EvalConfig:
     """tau2 user simulator model name on that endpoint."""
     user_api_key: str | None = None
     """Bearer token for that endpoint (``EMPTY`` if unset)."""
+    user_max_tokens: int | None = None
+    """Longest tau2 user turn in tokens (None: the server's default)."""
     max_steps: int = 100
     """tau2 orchestrator steps per simulation."""
     progress: bool = True
@@ -85,7 +91,7 @@ def _tau2(cfg: EvalConfig) -> SuiteRun:
         raise ValueError("--suite tau2 needs --user-url and --user-model (an OpenAI-compatible endpoint for tau2's user simulator), or --user scripted")
     return functools.partial(
         run_tau2, domains=cfg.categories or None, limit=cfg.limit, samples=cfg.samples, user=cfg.user, user_base_url=cfg.user_base_url,
-        user_model=cfg.user_model, user_api_key=cfg.user_api_key, max_steps=cfg.max_steps, progress=cfg.progress, model_label=cfg.model,
+        user_model=cfg.user_model, user_api_key=cfg.user_api_key, user_max_tokens=cfg.user_max_tokens, max_steps=cfg.max_steps, progress=cfg.progress, model_label=cfg.model,
     )
 
 
@@ -93,7 +99,7 @@ def _in_domain(cfg: EvalConfig) -> SuiteRun:
     """toolworld / toucan: the tasks load (and ``--categories``, their kinds, are checked) here."""
     from slca.eval.in_domain import loaded_tasks, run_in_domain, toolworld_tasks
 
-    tasks, make_env = toolworld_tasks(None, cfg.gen.seed) if cfg.suite == "toolworld" else loaded_tasks(cfg.data, None, cfg.gen.seed)
+    tasks, make_env = toolworld_tasks(None, cfg.gen.seed, cfg.split) if cfg.suite == "toolworld" else loaded_tasks(cfg.data, None, cfg.gen.seed)
     if cfg.categories:
         kinds = sorted({t.kind for t in tasks})
         bad = [c for c in cfg.categories if c not in kinds]
@@ -116,6 +122,12 @@ def _check(cfg: EvalConfig) -> None:
         raise ValueError(f"--samples must be >= 1, got {cfg.samples}")
     if cfg.limit is not None and cfg.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {cfg.limit}")
+    from slca.env.toolworld import SPLITS
+
+    if cfg.split not in SPLITS:
+        raise ValueError(f"--split {cfg.split!r}: toolworld splits are {list(SPLITS)}")
+    if cfg.split != "test" and cfg.suite != "toolworld":
+        raise ValueError(f"--split is for --suite toolworld, not {cfg.suite}")
     if cfg.suite == "toucan" and not cfg.data:
         raise ValueError("--suite toucan needs --data PATH (Toucan, verl/paper or slca rows)")
     from slca.chat import get_format
@@ -134,6 +146,8 @@ def run_eval(cfg: EvalConfig, out_dir: str | pathlib.Path | None = None) -> Suit
     agent = PolicyAgent(model, tok, cfg.format, cfg.gen)
     report = run_suite(agent)
     report.config.update({"generated_tokens": agent.generated_tokens, "max_new_tokens": cfg.gen.max_new_tokens, "temperature": cfg.gen.temperature})
+    if cfg.suite == "toolworld":
+        report.config["split"] = cfg.split
     if out_dir is not None:
         report.save(out_dir)
     return report

@@ -42,7 +42,8 @@ from slca.eval.agent import PolicyAgent
 from slca.eval.report import Record, SuiteReport, group_means, mean, pass_k, truncation
 from slca.types import ToolCall
 
-__all__ = ["DOMAINS", "import_tau2", "load_tasks", "make_policy_agent", "prompt_overflow", "ScriptedUser", "scripted_user_for", "llm_user", "run_simulation", "run_tau2"]
+__all__ = ["DOMAINS", "USER_FAILURE", "UserSimulatorError", "import_tau2", "load_tasks", "make_policy_agent", "prompt_overflow", "ScriptedUser",
+           "scripted_user_for", "llm_user", "run_simulation", "run_tau2"]
 
 DOMAINS = ("airline", "retail")
 
@@ -182,22 +183,63 @@ def scripted_user_for(task: Any):
     return ScriptedUser([first or str(task.user_scenario)])
 
 
-def llm_user(task: Any, environment: Any, *, base_url: str, model: str, api_key: str | None = None, temperature: float = 0.0):
+class UserSimulatorError(RuntimeError):
+    """The tau2 user simulator's endpoint failed (an HTTP error status, a refused connection, a timeout): the
+    simulation has no user to go on with. The message names the exception type, the HTTP status and the
+    redacted URL, never the server's body."""
+
+
+def _endpoint_fault(e: BaseException) -> bool:
+    """Whether ``e`` is a failure of the request to the endpoint (litellm / openai / httpx), not a bug in a caller."""
+    return type(e).__module__.split(".")[0] in ("litellm", "openai", "httpx", "httpcore")
+
+
+@functools.lru_cache(maxsize=1)
+def _llm_user_class():
+    t = import_tau2()
+
+    class _EndpointUser(t.UserSimulator):
+        """tau2's ``UserSimulator``; a failed request to its endpoint is a :class:`UserSimulatorError`."""
+
+        shown_url: str = ""
+
+        def generate_next_message(self, message, state):
+            try:
+                return super().generate_next_message(message, state)
+            except Exception as e:
+                if not _endpoint_fault(e):
+                    raise
+                status = getattr(e, "status_code", None)
+                what = f"{type(e).__name__}" + (f", HTTP {status}" if status else "")
+                raise UserSimulatorError(f"tau2 user simulator endpoint {self.shown_url} failed ({what})") from None
+
+    return _EndpointUser
+
+
+def llm_user(task: Any, environment: Any, *, base_url: str, model: str, api_key: str | None = None, temperature: float = 0.0,
+             max_tokens: int | None = None):
     """tau2's ``UserSimulator`` for ``task`` on an OpenAI-compatible endpoint.
+
+    A failed request (an HTTP error status such as the 500 ``transformers serve`` answers when its response
+    template cannot parse the model's output, a refused connection, a timeout) raises
+    :class:`UserSimulatorError`; :func:`run_tau2` records the simulation as a user failure, not as the policy's.
 
     Args:
         base_url: the endpoint's ``/v1`` base, e.g. ``http://localhost:8000/v1``.
         model: the model name the server serves.
         api_key: sent as the bearer token (``EMPTY`` when None; local servers ignore it).
+        max_tokens: longest user turn in tokens (None: the server's default; ``transformers serve`` allows 1,024).
     """
+    from slca.env.llm import safe_url
+
     t = import_tau2()
     user_tools = environment.get_user_tools() if environment.user_tools else None
-    return t.UserSimulator(
-        tools=user_tools,
-        instructions=str(task.user_scenario),
-        llm=f"openai/{model}",
-        llm_args={"api_base": base_url, "api_key": api_key or "EMPTY", "temperature": temperature},
-    )
+    args: dict[str, Any] = {"api_base": base_url, "api_key": api_key or "EMPTY", "temperature": temperature}
+    if max_tokens is not None:
+        args["max_tokens"] = int(max_tokens)
+    user = _llm_user_class()(tools=user_tools, instructions=str(task.user_scenario), llm=f"openai/{model}", llm_args=args)
+    user.shown_url = safe_url(base_url)
+    return user
 
 
 def run_simulation(domain: str, task: Any, make_agent: Callable[[Any], Any], make_user: Callable[[Any, Any], Any], *, max_steps: int = 100, max_errors: int = 10, seed: int | None = None) -> Any:
@@ -236,13 +278,14 @@ def prompt_overflow(policy: PolicyAgent, domains: list[str]) -> dict[str, int]:
     return out
 
 
-def _user_factory(user: str, base_url: str | None = None, model: str | None = None, api_key: str | None = None) -> Callable[[Any, Any], Any]:
+def _user_factory(user: str, base_url: str | None = None, model: str | None = None, api_key: str | None = None,
+                  max_tokens: int | None = None) -> Callable[[Any, Any], Any]:
     """``(task, environment) -> tau2 user`` for ``user``: ``llm`` (:func:`llm_user` on ``base_url`` /
     ``model``) or ``scripted`` (:func:`scripted_user_for`)."""
     if user == "llm":
         if not base_url or not model:
             raise ValueError("tau2 with user='llm' needs user_base_url and user_model (an OpenAI-compatible endpoint for the user simulator)")
-        return functools.partial(llm_user, base_url=base_url, model=model, api_key=api_key)
+        return functools.partial(llm_user, base_url=base_url, model=model, api_key=api_key, max_tokens=max_tokens)
     if user == "scripted":
         return lambda task, env: scripted_user_for(task)
     raise ValueError(f"user must be 'llm' or 'scripted', got {user!r}")
@@ -268,7 +311,11 @@ def _simulate(policy: PolicyAgent, domain: str, task: Any, sample: int, make_use
         agents.append(make_policy_agent(policy, env.get_tools(), env.get_policy()))
         return agents[-1]
 
-    sim = run_simulation(domain, task, make_agent, make_user, max_steps=max_steps, seed=policy.gen.seed + sample)
+    try:
+        sim = run_simulation(domain, task, make_agent, make_user, max_steps=max_steps, seed=policy.gen.seed + sample)
+    except UserSimulatorError as e:  # no user to talk to: not the policy's failure, left out of the metrics
+        return Record(id=f"{domain}/{task.id}", group=domain, sample=sample, scores={"reward": float("nan")}, error=str(e),
+                      detail={"termination": USER_FAILURE, "truncated_turns": agents[-1].truncated_turns if agents else 0})
     ri = sim.reward_info
     return Record(
         id=f"{domain}/{task.id}",
@@ -281,11 +328,17 @@ def _simulate(policy: PolicyAgent, domain: str, task: Any, sample: int, make_use
     )
 
 
+USER_FAILURE = "user_simulator_failed"
+"""``detail["termination"]`` of a record whose simulation stopped because the user simulator's endpoint failed."""
+
+
 def _summarize(records: list[Record], domains: list[str], samples: int) -> tuple[dict[str, float], dict[str, dict[str, float]], dict[str, int]]:
-    """Mean reward and pass^1 ... pass^K, overall and per domain."""
+    """Mean reward and pass^1 ... pass^K, overall and per domain, over the simulations whose user answered."""
+    records = [r for r in records if r.detail.get("termination") != USER_FAILURE]
     groups, counts = group_means(records, ["reward"])
     for d in domains:
-        groups[d].update(pass_k([r for r in records if r.group == d], "reward", range(1, samples + 1)))
+        groups.setdefault(d, {"reward": float("nan")}).update(pass_k([r for r in records if r.group == d], "reward", range(1, samples + 1)))
+        counts.setdefault(d, 0)
     metrics = {"avg_reward": mean(r.scores["reward"] for r in records), **pass_k(records, "reward", range(1, samples + 1))}
     return metrics, groups, counts
 
@@ -300,6 +353,7 @@ def run_tau2(
     user_base_url: str | None = None,
     user_model: str | None = None,
     user_api_key: str | None = None,
+    user_max_tokens: int | None = None,
     split: str = "base",
     max_steps: int = 100,
     progress: bool = True,
@@ -310,6 +364,10 @@ def run_tau2(
     Args:
         user: ``llm`` (tau2's user simulator on ``user_base_url`` / ``user_model``)
             or ``scripted`` (:func:`scripted_user_for`; offline smoke runs only).
+        user_max_tokens: longest user turn (None: the server's default).
+
+    A simulation whose user simulator's endpoint failed (:class:`UserSimulatorError`) is kept as a record
+    with its error and reward NaN, left out of the metrics and counted in ``metrics["user_failures"]``.
     """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
@@ -317,7 +375,7 @@ def run_tau2(
     for d in doms:
         if d not in DOMAINS:
             raise ValueError(f"unknown tau2 domain {d!r}; choose from {list(DOMAINS)}")
-    make_user = _user_factory(user, user_base_url, user_model, user_api_key)
+    make_user = _user_factory(user, user_base_url, user_model, user_api_key, user_max_tokens)
     from rich.progress import Progress
 
     _warn_overflow(policy, doms)
@@ -330,6 +388,11 @@ def run_tau2(
             bar.advance(bid)
     metrics, groups, counts = _summarize(records, doms, samples)
     metrics["truncated_records"], cut = truncation(records, policy.prompt_limit(), ": their numbers do not measure the policy on tau2's prompts")
+    failed = [r for r in records if r.detail.get("termination") == USER_FAILURE]
+    metrics["user_failures"] = len(failed)
+    if failed:
+        cut.append(f"{len(failed)} of {len(records)} simulations stopped because the user simulator's endpoint failed "
+                   f"(first: {failed[0].error}): left out of every metric")
     notes = ["reward: tau2 evaluate_simulation (EvaluationType.ALL); a rollout passes when reward == 1",
              "pass^k: mean over tasks of C(successes, k) / C(samples, k)"]
     if user == "scripted":

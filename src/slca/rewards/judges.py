@@ -52,27 +52,31 @@ class OpenAIJudge:
     ending it within ``timeout + slca.env.llm.DEADLINE_SLACK`` seconds;
     ``http_attempts`` attempts with exponential ``backoff`` up to ``max_backoff``
     while the deadline allows) pass through ``**http``; one score sends at most
-    ``max_retries + 1`` requests. An unparsable or out-of-range reply is asked again ``max_retries``
-    times. When no score comes, :class:`Unscorable` is raised (the summary reward
+    ``max_retries + 1`` requests; ``max_tokens`` (None: the server's default) bounds each reply. An unparsable
+    or out-of-range reply is asked again ``max_retries`` times. When no score comes, :class:`Unscorable` is raised (the summary reward
     becomes NaN with the reason; the reason names the fault and the redacted URL,
     never the server's body). ``metrics`` counts ``requests``, each fault kind
     (``timeouts``, ``connection_errors``, ``incomplete_responses``,
     ``http_errors``, ``bad_responses``), ``http_retries`` and ``invalid_output``.
     """
 
-    def __init__(self, base_url: str, model: str, *, max_retries: int = 1, temperature: float = 0.0, **http: Any):
+    def __init__(self, base_url: str, model: str, *, max_retries: int = 1, temperature: float = 0.0, max_tokens: int | None = None, **http: Any):
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        if max_tokens is not None and int(max_tokens) < 1:
+            raise ValueError(f"max_tokens must be >= 1 or None, got {max_tokens}")
         self.metrics: Counter[str] = Counter()
         self.client = ChatClient(base_url, metrics=self.metrics, **http)
         self.model, self.max_retries, self.temperature = model, int(max_retries), float(temperature)
+        self.max_tokens = None if max_tokens is None else int(max_tokens)
 
     def score(self, task: Task, turns: list[Turn], final_text: str) -> float:
         msgs = judge_messages(task, turns, final_text)
         last = ""
         for _ in range(self.max_retries + 1):
             try:
-                text = self.client.complete(self.model, msgs, temperature=self.temperature)
+                text = self.client.complete(self.model, msgs, temperature=self.temperature,
+                                            **({"max_tokens": self.max_tokens} if self.max_tokens is not None else {}))
             except EndpointError as e:
                 raise Unscorable(f"judge endpoint failed: {e}") from None
             try:
