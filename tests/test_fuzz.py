@@ -25,6 +25,7 @@ no single example takes more than a few seconds.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -36,6 +37,7 @@ from hypothesis import strategies as st
 from slca._limits import json_depth, loads, value_problem
 from slca.chat import ERROR_KINDS, get_format, list_formats
 from slca.env.llm import LLMSimulator
+from slca.env.schema import ToolBox
 from slca.env.simulators import PythonSimulator, SchemaSimulator, ToolError
 from slca.rollout import answer_turn
 from slca.types import ParsedTurn, ParseError, ToolCall, ToolResult
@@ -436,9 +438,8 @@ def test_python_tool_time_limit_main_thread_and_other_threads():
     assert PythonSimulator([_tool("slow", {})], {"slow": slow}, timeout=None).call("slow", {}).ok
 
 
-UNEVALUATED_CASES = [  # (schema, instances): BoundedValidator must agree with jsonschema's own keyword
+UNEVALUATED_CASES = [  # (schema, instances): BoundedValidator agrees with jsonschema (it replaces only `pattern`)
     ({"type": "object", "properties": {"a": {}}, "unevaluatedProperties": False}, [{"a": 1}, {"a": 1, "b": 2}, {}]),
-    ({"patternProperties": {"^x": {"type": "integer"}}, "unevaluatedProperties": False}, [{"x1": 1}, {"x1": "s"}, {"y": 1}]),
     ({"allOf": [{"properties": {"a": {}}}], "unevaluatedProperties": {"type": "string"}}, [{"a": 1, "b": "s"}, {"a": 1, "b": 2}]),
     ({"anyOf": [{"properties": {"a": {"const": 1}}, "required": ["a"]}, {"properties": {"b": {}}}], "unevaluatedProperties": False},
      [{"a": 1}, {"a": 2}, {"b": 0}, {"a": 1, "b": 0, "c": 0}]),
@@ -449,11 +450,12 @@ UNEVALUATED_CASES = [  # (schema, instances): BoundedValidator must agree with j
     ({"dependentSchemas": {"a": {"properties": {"b": {}}}}, "properties": {"a": {}}, "unevaluatedProperties": False},
      [{"a": 1, "b": 1}, {"b": 1}, {"a": 1, "c": 1}]),
     ({"additionalProperties": {"type": "integer"}, "unevaluatedProperties": False}, [{"z": 1}, {"z": "s"}]),
+    ({"properties": {"s": {"type": "string", "pattern": "^a+$"}}, "additionalProperties": False}, [{"s": "aa"}, {"s": "ab"}, {"t": 1}]),
 ]
 
 
 @pytest.mark.parametrize("schema,instances", UNEVALUATED_CASES)
-def test_unevaluated_properties_agree_with_jsonschema(schema, instances):
+def test_bounded_validator_agrees_with_jsonschema(schema, instances):
     from jsonschema import Draft202012Validator
 
     from slca._limits import BoundedValidator
@@ -464,16 +466,27 @@ def test_unevaluated_properties_agree_with_jsonschema(schema, instances):
         assert [e.message for e in ours.iter_errors(inst)] == [e.message for e in theirs.iter_errors(inst)], inst
 
 
-def test_unevaluated_properties_match_keys_under_the_time_limit():
-    """jsonschema's unevaluatedProperties re-matches patternProperties with an unbounded re.search."""
-    from slca._limits import BoundedValidator
+@pytest.mark.parametrize("where,schema", [
+    ("/", {"type": "object", "patternProperties": {"^(a|aa)+$": {"type": "integer"}}, "unevaluatedProperties": False}),
+    ("/properties/opts", {"type": "object", "properties": {"opts": {"type": "object", "patternProperties": {"^x": {}}}}}),
+    ("/anyOf/1", {"type": "object", "anyOf": [{}, {"patternProperties": {"^x": {}}}]}),
+    ("/$defs/m", {"type": "object", "$defs": {"m": {"patternProperties": {"^x": {}}}}, "properties": {"a": {"$ref": "#/$defs/m"}}}),
+])
+def test_pattern_properties_refused_when_a_tool_is_loaded(where, schema):
+    """jsonschema matches patternProperties keys with an unbounded re.search (also inside additionalProperties and
+    unevaluatedProperties), so a schema that uses the keyword is refused at load time, naming where."""
+    with pytest.raises(ValueError, match=rf"tool 'f': invalid parameters schema: patternProperties at {re.escape(where)} is not supported"):
+        ToolBox([{"type": "function", "function": {"name": "f", "parameters": schema}}])
+    with pytest.raises(ValueError, match="tool 'f': invalid response schema: patternProperties"):
+        SchemaSimulator([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}, "response": schema}}])
 
-    v = BoundedValidator({"type": "object", "patternProperties": {"^(a|aa)+$": {"type": "integer"}}, "unevaluatedProperties": False})
-    t0 = time.process_time()
-    errs = list(v.iter_errors({"a" * 5000 + "!": 1}))  # exponential in `re`
-    assert time.process_time() - t0 < 2.0
-    assert len(errs) == 1 and "Unevaluated properties are not allowed" in errs[0].message
-    assert v.is_valid({"aaaa": 1}) and not v.is_valid({"aaaa": "x"}) and not v.is_valid({"b": 1})
+
+def test_pattern_properties_as_a_name_or_data_is_not_the_keyword():
+    """A property called ``patternProperties`` and a ``const`` / ``enum`` holding the word are accepted."""
+    schema = {"type": "object", "properties": {"patternProperties": {"type": "string", "enum": ["patternProperties"]},
+                                               "c": {"const": {"patternProperties": {}}}}}
+    box = ToolBox([{"type": "function", "function": {"name": "f", "parameters": schema}}])
+    assert box.argument_error("f", {"patternProperties": "patternProperties"}) is None
 
 
 def test_schema_simulator_hostile_schemas_and_arguments():

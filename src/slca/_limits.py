@@ -16,8 +16,14 @@ linear in the input:
   surrogate, nesting past the limit), with the path to it.
 * :func:`pattern_search` and :data:`BoundedValidator` -- ``re.search`` with a
   time limit (the ``regex`` module's ``timeout``), and the JSON Schema 2020-12
-  validator whose ``pattern`` / ``patternProperties`` / ``additionalProperties`` /
-  ``unevaluatedProperties`` keywords use it.
+  validator whose ``pattern`` keyword uses it. ``patternProperties`` is not
+  bounded here: jsonschema matches its keys with an unbounded ``re.search`` (in
+  ``patternProperties``, ``additionalProperties`` and ``unevaluatedProperties``),
+  so :func:`slca.env.schema.check_tool_schema` refuses schemas that use it when a
+  tool is loaded (:data:`REFUSED_KEYWORDS`).
+* :func:`parse_regex` -- the stdlib's parse tree of a regex (the one home of the
+  private ``re._parser`` import), for the size check here and the schema
+  simulator's string generator.
 """
 
 from __future__ import annotations
@@ -31,22 +37,25 @@ from typing import Any
 import regex
 from jsonschema import Draft202012Validator, ValidationError, validators
 
-try:  # the stdlib's regex parser (moved in 3.11; same API)
-    from re import _constants as _sre_constants, _parser as _sre_parse
+try:  # the stdlib's regex parser (moved in 3.11; same API); used only through parse_regex and SRE
+    from re import _constants as SRE, _parser as _sre_parse
 except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as _sre_constants
+    import sre_constants as SRE
     import sre_parse as _sre_parse
 
 __all__ = [
     "MAX_DEPTH",
     "MAX_INT_DIGITS",
     "PATTERN_TIMEOUT",
+    "REFUSED_KEYWORDS",
+    "SRE",
     "BoundedValidator",
     "PatternTimeout",
     "json_depth",
     "loads",
     "raw_decode",
     "value_problem",
+    "parse_regex",
     "pattern_search",
 ]
 
@@ -58,6 +67,11 @@ MAX_INT_DIGITS = 4300
 
 PATTERN_TIMEOUT = 0.05
 """Seconds one JSON Schema ``pattern`` may take on one value before the value is refused."""
+
+REFUSED_KEYWORDS = ("patternProperties",)
+"""JSON Schema keywords a tool schema may not use: jsonschema matches ``patternProperties`` keys with an
+unbounded ``re.search`` (also inside ``additionalProperties`` and ``unevaluatedProperties``), which a
+hostile key can make backtrack for minutes; no tool schema slca has met uses it."""
 
 MAX_PATTERN_COST = 20_000
 """Largest regex accepted, counted with nested counted repeats multiplied out (``(a{1000}){1000}``
@@ -203,9 +217,15 @@ class PatternTimeout(Exception):
     """A regex did not finish within its time limit."""
 
 
+def parse_regex(pattern: str) -> Any:
+    """The stdlib's parse tree of ``pattern`` (``re._parser.parse``; its opcodes are :data:`SRE`'s). Raises
+    ``re.error`` (and, on hostile input, ``RecursionError`` / ``OverflowError``) when it does not parse."""
+    return _sre_parse.parse(pattern)
+
+
 def _cost(items: Any) -> int:
     """Size of a parsed regex with counted repeats multiplied out (capped just past the limit)."""
-    c = _sre_constants
+    c = SRE
     total = 0
     for op, av in items:
         if op in (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", None)):
@@ -231,7 +251,7 @@ def _cost(items: Any) -> int:
 def _compile(pattern: str) -> Any:
     """The compiled pattern; None if ``regex`` cannot compile it; "too complex" past :data:`MAX_PATTERN_COST`."""
     try:
-        if _cost(_sre_parse.parse(pattern)) > MAX_PATTERN_COST:
+        if _cost(parse_regex(pattern)) > MAX_PATTERN_COST:
             return "too complex"
     except (re.error, RecursionError, OverflowError, ValueError, TypeError):
         pass  # not a stdlib regex: let the regex module decide
@@ -271,97 +291,7 @@ def _pattern(validator: Any, patrn: str, instance: Any, schema: dict) -> Any:
         yield ValidationError(f"{instance!r} does not match {patrn!r}")
 
 
-def _matches_key(patrn: str, key: str) -> bool:
-    try:
-        return pattern_search(patrn, key)
-    except PatternTimeout:
-        return False  # a key that cannot be matched in time matches no pattern (then additionalProperties decides)
-
-
-def _pattern_properties(validator: Any, pattern_props: dict, instance: Any, schema: dict) -> Any:
-    if not validator.is_type(instance, "object"):
-        return
-    for patrn, subschema in pattern_props.items():
-        for k, v in instance.items():
-            if _matches_key(patrn, k):
-                yield from validator.descend(v, subschema, path=k, schema_path=patrn)
-
-
-_ADDITIONAL = Draft202012Validator.VALIDATORS["additionalProperties"]
-
-
-def _additional_properties(validator: Any, aP: Any, instance: Any, schema: dict) -> Any:
-    pats = schema.get("patternProperties")
-    if not pats or not validator.is_type(instance, "object"):
-        yield from _ADDITIONAL(validator, aP, instance, schema)
-        return
-    props = schema.get("properties", {})
-    extras = sorted(k for k in instance if k not in props and not any(_matches_key(p, k) for p in pats))
-    if validator.is_type(aP, "object"):
-        for extra in extras:
-            yield from validator.descend(instance[extra], aP, path=extra)
-    elif not aP and extras:
-        verb = "does" if len(extras) == 1 else "do"
-        yield ValidationError(f"{', '.join(map(repr, extras))} {verb} not match any of the regexes: {', '.join(map(repr, sorted(pats)))}")
-
-
-def _evaluated_keys(validator: Any, instance: dict, schema: Any) -> set[str]:
-    """The instance keys a schema evaluates, as ``unevaluatedProperties`` needs them, with
-    ``patternProperties`` matched under the time limit (:func:`_matches_key`).
-
-    jsonschema 4's ``find_evaluated_property_keys_by_schema`` (same keywords, same
-    order), which calls ``re.search`` unbounded on every pattern and key.
-    """
-    if validator.is_type(schema, "boolean"):
-        return set()
-    keys: set[str] = set()
-    for ref_kw in ("$ref", "$dynamicRef"):
-        if (ref := schema.get(ref_kw)) is not None:
-            resolved = validator._resolver.lookup(ref)
-            keys |= _evaluated_keys(validator.evolve(schema=resolved.contents, _resolver=resolved.resolver),
-                                    instance, resolved.contents)
-    props = schema.get("properties")
-    if validator.is_type(props, "object"):
-        keys |= props.keys() & instance.keys()
-    for kw in ("additionalProperties", "unevaluatedProperties"):
-        if (sub := schema.get(kw)) is not None:
-            keys |= {k for k, v in instance.items() if next(validator.descend(v, sub), None) is None}
-    for patrn in schema.get("patternProperties", {}):
-        keys |= {k for k in instance if _matches_key(patrn, k)}
-    for prop, sub in schema.get("dependentSchemas", {}).items():
-        if prop in instance:
-            keys |= _evaluated_keys(validator, instance, sub)
-    for kw in ("allOf", "oneOf", "anyOf"):
-        for sub in schema.get(kw, []):
-            if next(validator.descend(instance, sub), None) is None:
-                keys |= _evaluated_keys(validator, instance, sub)
-    if "if" in schema:
-        if validator.evolve(schema=schema["if"]).is_valid(instance):
-            keys |= _evaluated_keys(validator, instance, schema["if"])
-            if "then" in schema:
-                keys |= _evaluated_keys(validator, instance, schema["then"])
-        elif "else" in schema:
-            keys |= _evaluated_keys(validator, instance, schema["else"])
-    return keys
-
-
-def _unevaluated_properties(validator: Any, uP: Any, instance: Any, schema: dict) -> Any:
-    if not validator.is_type(instance, "object"):
-        return
-    seen = _evaluated_keys(validator, instance, schema)
-    bad = [k for k in instance if k not in seen and next(validator.descend(instance[k], uP, path=k, schema_path=k), None) is not None]
-    if bad:  # jsonschema's messages
-        verb = "was" if len(bad) == 1 else "were"
-        if uP is False:
-            yield ValidationError(f"Unevaluated properties are not allowed ({', '.join(map(repr, sorted(bad, key=str)))} {verb} unexpected)")
-        else:
-            yield ValidationError(f"Unevaluated properties are not valid under the given schema ({', '.join(map(repr, bad))} {verb} unevaluated and invalid)")
-
-
-BoundedValidator = validators.extend(
-    Draft202012Validator,
-    {"pattern": _pattern, "patternProperties": _pattern_properties, "additionalProperties": _additional_properties,
-     "unevaluatedProperties": _unevaluated_properties},
-)
-"""Draft 2020-12 validator whose regex keywords run under :data:`PATTERN_TIMEOUT`."""
+BoundedValidator = validators.extend(Draft202012Validator, {"pattern": _pattern})
+"""Draft 2020-12 validator whose ``pattern`` keyword runs under :data:`PATTERN_TIMEOUT` (for schemas without
+:data:`REFUSED_KEYWORDS`, which :func:`slca.env.schema.check_tool_schema` refuses)."""
 BoundedValidator.__module__, BoundedValidator.__qualname__ = __name__, "BoundedValidator"  # picklable by name

@@ -26,7 +26,7 @@ from jsonschema.exceptions import SchemaError, best_match
 from referencing import Registry
 from referencing.exceptions import NoSuchResource, Unresolvable
 
-from slca._limits import BoundedValidator
+from slca._limits import REFUSED_KEYWORDS, BoundedValidator
 from slca.types import ToolSpec
 
 __all__ = ["MAX_DEPTH", "MAX_NAME_LENGTH", "ToolBox", "as_tool_specs", "check_tool", "check_tool_name", "check_tool_schema", "nesting_depth"]
@@ -78,6 +78,38 @@ def _refs(schema: Any) -> list[str]:
     return out
 
 
+# keywords whose object maps names to subschemas (the names are not keywords), and keywords that hold data
+_NAMED_SUBSCHEMAS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_DATA = ("enum", "const", "default", "examples")
+
+
+def _keyword_paths(schema: Any, keyword: str) -> list[str]:
+    """JSON pointers of every subschema of ``schema`` that uses ``keyword`` (property names and data skipped)."""
+    out, stack = [], [(schema, "")]
+    while stack:
+        v, path = stack.pop()
+        if isinstance(v, list):
+            stack.extend((x, f"{path}/{i}") for i, x in enumerate(v))
+        elif isinstance(v, dict):
+            if keyword in v:
+                out.append(path or "/")
+            for k, sub in v.items():
+                if k in _NAMED_SUBSCHEMAS and isinstance(sub, dict):
+                    stack.extend((x, f"{path}/{k}/{name}") for name, x in sub.items())
+                elif k not in _DATA:
+                    stack.append((sub, f"{path}/{k}"))
+    return sorted(out)
+
+
+def _check_keywords(schema: dict[str, Any]) -> None:
+    """Refuse :data:`slca._limits.REFUSED_KEYWORDS` (regexes jsonschema would match without a time limit)."""
+    for kw in REFUSED_KEYWORDS:
+        if paths := _keyword_paths(schema, kw):
+            raise ValueError(f"{kw} at {', '.join(paths[:3])} is not supported: jsonschema matches its keys with an "
+                             "unbounded regex search, which a hostile key can stall; describe the keys with "
+                             "properties / additionalProperties instead")
+
+
 def _check_refs(schema: dict[str, Any]) -> None:
     """Refuse a ref that leaves the schema (a URL, a file, another document) or points nowhere."""
     refs = _refs(schema)
@@ -98,14 +130,15 @@ def _check_refs(schema: dict[str, Any]) -> None:
 def _validator(schema_json: str) -> jsonschema.protocols.Validator:
     """A checked, compiled validator for one schema (cached: datasets repeat their tools).
 
-    Draft 2020-12, with ``pattern`` / ``patternProperties`` matched under a time
-    limit (:data:`slca._limits.PATTERN_TIMEOUT`): a value a dataset regex cannot
-    match in time is refused instead of backtracking for minutes. ``$ref``
-    resolves only inside the schema (:func:`_check_refs`, and a registry that
-    retrieves nothing).
+    Draft 2020-12, with ``pattern`` matched under a time limit
+    (:data:`slca._limits.PATTERN_TIMEOUT`): a value a dataset regex cannot match in
+    time is refused instead of backtracking for minutes; ``patternProperties`` is
+    refused (:func:`_check_keywords`). ``$ref`` resolves only inside the schema
+    (:func:`_check_refs`, and a registry that retrieves nothing).
     """
     schema = json.loads(schema_json)
     Draft202012Validator.check_schema(schema)
+    _check_keywords(schema)
     _check_refs(schema)
     return BoundedValidator(schema, registry=_NO_FETCH, format_checker=_FORMATS)
 

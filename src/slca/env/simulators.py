@@ -40,13 +40,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import date, datetime, timedelta, timezone
 from typing import Any, Protocol, runtime_checkable
 
-try:  # the regex parser moved in 3.11; both expose the same API
-    from re import _constants as _sre_constants, _parser as _sre_parse
-except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as _sre_constants
-    import sre_parse as _sre_parse
-
-from slca._limits import PatternTimeout, pattern_search, value_problem
+from slca._limits import SRE, PatternTimeout, parse_regex, pattern_search, value_problem
 from slca.env.schema import ToolBox
 from slca.types import ToolResult, call_key
 
@@ -487,10 +481,10 @@ def _number(schema: dict[str, Any], integer: bool, rng: random.Random) -> int | 
 def _from_regex(pattern: str, rng: random.Random) -> str | None:
     """A string matching ``pattern``, drawn by walking the stdlib's parse of the regex (None if unsupported)."""
     try:
-        tree = _sre_parse.parse(pattern)
+        tree = parse_regex(pattern)
     except (re.error, RecursionError, OverflowError, ValueError, TypeError):
         return None
-    c = _sre_constants
+    c = SRE
     left = [MAX_STRING]  # characters still allowed (nested repeats multiply)
 
     def walk(items: Any) -> str:
