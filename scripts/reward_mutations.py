@@ -34,7 +34,7 @@ import argparse
 import json
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -253,30 +253,36 @@ class Row:
                                 "gold_reward": round(gold, 4), "mutated_reward": round(mutated, 4)})
 
 
-def mutation_table(n: int = 600, seed: int = 5, split: str = "train") -> list[Row]:
-    """Every row of the table over the tool-needing tasks among ``toolworld.make_tasks(split, n, seed)``."""
-    tasks = [t for t in tw.make_tasks(split, n=n, seed=seed) if t.gold]
-    pool = ArgumentPool(tasks)
-    rows = [Row("summary", k) for k in SUMMARY_ROWS] + [Row("execution", k) for k in EXECUTION_ROWS]
-    for i, task in enumerate(tasks):
+def summary_cases(n: int = 600, seed: int = 5, split: str = "train") -> Iterator[tuple[str, Task, list[Turn], str, str]]:
+    """``(row, task, gold_turns, reference_answer, mutated_answer)`` for every summary-tier case of the table, in
+    its order (the same tasks, seeds and mutations as :func:`mutation_table`)."""
+    for i, task in enumerate(t for t in tw.make_tasks(split, n=n, seed=seed) if t.gold):
         ref = task.meta["reference_answer"]
         gold_turns = _turns(task, task.gold, f"gold-{i}")
-        gold_s = summary_reward(task, gold_turns + [_answer(ref)], ref)
-        gold_e = execution_reward(task, gold_turns)
-        for row in rows:
-            rng = random.Random(f"{seed}|{task.id}|{row.name}")
-            if row.tier == "summary":
-                text = SUMMARY_ROWS[row.name](task, ref, rng)
-                if text is None or text == ref:
-                    continue
-                row.add(task, gold_s, summary_reward(task, gold_turns + [_answer(text)], text), text)
-            else:
-                steps = EXECUTION_ROWS[row.name](task, [list(s) for s in task.gold], rng, pool)
-                if steps is None:
-                    continue
+        for name, mutate in SUMMARY_ROWS.items():
+            text = mutate(task, ref, random.Random(f"{seed}|{task.id}|{name}"))
+            if text is not None and text != ref:
+                yield name, task, gold_turns, ref, text
+
+
+def mutation_table(n: int = 600, seed: int = 5, split: str = "train") -> list[Row]:
+    """Every row of the table over the tool-needing tasks among ``toolworld.make_tasks(split, n, seed)``."""
+    rows = {k: Row("summary", k) for k in SUMMARY_ROWS} | {k: Row("execution", k) for k in EXECUTION_ROWS}
+    gold_s: dict[str, RewardBreakdown] = {}
+    for name, task, gold_turns, ref, text in summary_cases(n, seed, split):
+        if task.id not in gold_s:
+            gold_s[task.id] = summary_reward(task, gold_turns + [_answer(ref)], ref)
+        rows[name].add(task, gold_s[task.id], summary_reward(task, gold_turns + [_answer(text)], text), text)
+    tasks = [t for t in tw.make_tasks(split, n=n, seed=seed) if t.gold]
+    pool = ArgumentPool(tasks)
+    for i, task in enumerate(tasks):
+        gold_e = execution_reward(task, _turns(task, task.gold, f"gold-{i}"))
+        for name, mutate in EXECUTION_ROWS.items():
+            steps = mutate(task, [list(s) for s in task.gold], random.Random(f"{seed}|{task.id}|{name}"), pool)
+            if steps is not None:
                 turns = _turns(task, steps, f"mut-{i}")
-                row.add(task, gold_e, execution_reward(task, turns), [[(c.name, c.arguments) for c in s] for s in steps])
-    return rows
+                rows[name].add(task, gold_e, execution_reward(task, turns), [[(c.name, c.arguments) for c in s] for s in steps])
+    return list(rows.values())
 
 
 def markdown(rows: list[Row]) -> str:
