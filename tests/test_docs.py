@@ -63,6 +63,10 @@ EXCEPTIONS: dict[tuple[str, str], tuple[str, str]] = {
         "compile", "trains Qwen2.5-0.5B from the Hugging Face hub (no hub here); tests/test_integration_trl.py runs SLCAGRPOTrainer on a local model"),
     ("docs/integrations.md", "import numpy as np, torch"): (
         "compile", "needs verl, which lives in its own venv (.venv-verl); tests/test_integration_verl.py runs compute_advantage with slca"),
+    # before the general accelerate entry: the first matching prefix is the one used
+    ("docs/integrations.md", "accelerate launch --multi_gpu --num_processes 2 examples/trl/train_slca_trl.py"): (
+        "skip", "two CPU processes training (a minute each); tests/test_integration_trl.py reads this command from the page "
+                "and runs it for one step with every registered estimator"),
     ("docs/integrations.md", "accelerate launch"): ("skip", "multi-GPU launches (accelerate, DeepSpeed)"),
     ("docs/integrations.md", "SLCA_EMPTY_TOOL=response ray start"): ("skip", "starts a Ray cluster node"),
     ("docs/integrations.md", "python -m verl.trainer.main_ppo"): (

@@ -12,8 +12,11 @@ parser). Expected advantages are computed here by hand, not with slca.
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -549,6 +552,63 @@ def test_example_runs_as_shipped_on_cpu_with_the_embedded_model(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-4000:]
     assert "slca/tool_token_frac" in r.stdout + r.stderr
+    assert "[slca] process 0 of 1: train advantages of rows 0-3 of 4 by advantage_estimator='slca'" in r.stdout
+
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+TWO_CPU_PROCESSES = "accelerate launch --multi_gpu --num_processes 2 examples/trl/train_slca_trl.py"
+LAUNCH_LINE = re.compile(r"\[slca\] process (\d) of (\d+): train advantages of rows (\d+)-(\d+) of (\d+) "
+                         r"by advantage_estimator='([^']*)'; (\d+) steps")
+
+
+def documented_command(doc: str, start: str) -> list[str]:
+    """The shell command of ``doc`` that begins with ``start`` (continuation lines joined), as tokens."""
+    lines = open(os.path.join(ROOT, doc)).read().splitlines()
+    i = next((k for k, ln in enumerate(lines) if ln.strip().startswith(start)), None)
+    assert i is not None, f"{doc} has no command starting {start!r}"
+    cmd = lines[i].strip()
+    while cmd.endswith("\\"):
+        i += 1
+        cmd = cmd[:-1] + " " + lines[i].strip()
+    return shlex.split(cmd)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", BUILTIN_ESTIMATORS)
+def test_accelerate_launch_of_the_example_trains_on_two_cpu_processes_with_each_estimator(tmp_path, name):
+    """docs/integrations.md's two-process CPU command as a user types it (the embedded model, gloo), one step
+    with every registered estimator: both processes kept their rows of the one gathered batch, the estimator
+    named is the one the advantages came from, the loss is finite and the saved policy moved."""
+    from safetensors.torch import load_file
+
+    from slca.models.default import resolve_default_dir
+
+    shipped, missing = resolve_default_dir()
+    assert not missing, f"the embedded model's shipped weights are not used here ({shipped}): the run would build it"
+    cmd = documented_command("docs/integrations.md", TWO_CPU_PROCESSES)
+    assert cmd[:2] == ["accelerate", "launch"]
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", "0", *cmd[2:],
+           "--max_steps", "1", "--save_strategy", "no", "--output_dir", str(out), "--advantage_estimator", name]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1", "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+
+    seen = sorted(tuple(int(g) if g.isdigit() else g for g in m) for m in LAUNCH_LINE.findall(r.stdout))
+    assert [s[0] for s in seen] == [0, 1], r.stdout[-3000:]  # one line from each process
+    (_, n0, a0, b0, total, est0, steps0), (_, n1, a1, b1, total1, est1, steps1) = seen
+    assert n0 == n1 == 2 and est0 == est1 == name and steps0 == steps1 == 1
+    half = total // 2  # one gathered batch; process 0 kept its first half, process 1 the second
+    assert total1 == total and (a0, b0, a1, b1) == (0, half - 1, half, total - 1), seen
+
+    state = json.loads((out / "trainer_state.json").read_text())
+    step = next(h for h in state["log_history"] if "loss" in h)
+    assert math.isfinite(step["loss"]) and math.isfinite(step["grad_norm"]), step
+    assert "slca/tool_adv_abs_mean" in step  # the advantages were slca's (its metrics are logged where it computes them)
+    before, after = load_file(shipped / "model.safetensors"), load_file(out / "model.safetensors")
+    assert set(after) <= set(before) and all(torch.isfinite(t).all() for t in after.values())
+    assert any(not torch.equal(before[k], after[k]) for k in after), "the optimizer step did not move the policy"
 
 
 def test_single_summary_function_grpo_equals_trl_and_absent_tiers_are_defined():

