@@ -81,6 +81,8 @@ class PaperArguments:
     sft_learning_rate: float = field(default=1e-5, metadata={"help": "SFT learning rate"})
     sft_batch_size: int = field(default=2, metadata={"help": "SFT rows per device and step"})
     sft_max_length: int = field(default=4096, metadata={"help": "SFT rows are cut to this many tokens"})
+    sft_assistant_only_loss: bool = field(default=False, metadata={"help": "SFT loss on assistant tokens only (TRL's option: "
+                                                                           "needs a chat template with generation marks)"})
     reasoning: str = field(default="content", metadata={"help": "<think> blocks: content, field (reasoning_content) or drop"})
     errors: str = field(default="raise", metadata={"help": "a malformed row: raise, or skip (logged)"})
     n_sft: int | None = field(default=None, metadata={"help": "use only the first N SFT rows"})
@@ -114,7 +116,7 @@ def warm_start(ex: PaperArguments, args: SLCAGRPOConfig, model, tokenizer):
         output_dir=os.path.join(args.output_dir, "sft"), num_train_epochs=ex.sft_epochs, max_steps=ex.sft_max_steps,
         learning_rate=ex.sft_learning_rate, per_device_train_batch_size=ex.sft_batch_size, max_length=ex.sft_max_length,
         use_cpu=args.use_cpu, bf16=args.bf16, seed=args.seed, report_to=args.report_to, logging_steps=args.logging_steps,
-        save_strategy="no", gradient_checkpointing=args.gradient_checkpointing,
+        save_strategy="no", gradient_checkpointing=args.gradient_checkpointing, assistant_only_loss=ex.sft_assistant_only_loss,
     )
     trainer = SFTTrainer(model=model, args=sft_args, train_dataset=sft_dataset(rows), processing_class=tokenizer)
     trainer.train()
