@@ -3,6 +3,7 @@
 from slca.env.llm import LLMSimulator
 from slca.env.loaders import load_tasks, save_tasks
 from slca.env.schema import ToolBox, as_tool_specs, check_tool_schema
+from slca.env.sft import load_sft_examples, sft_dataset
 from slca.env.simulators import BaseSimulator, PythonSimulator, SchemaSimulator, Simulator, ToolError
 
 __all__ = [
@@ -14,7 +15,9 @@ __all__ = [
     "ToolBox",
     "ToolError",
     "as_tool_specs",
+    "load_sft_examples",
     "load_tasks",
     "save_tasks",
+    "sft_dataset",
     "check_tool_schema",
 ]

@@ -26,6 +26,18 @@ Row formats:
   (OpenAI tool schemas), ``reward_model.ground_truth.gold_tool_calls`` (a list
   of steps, each a list of ``{name, arguments}``), optional ``answer_facts``
   there and ``extra_info`` (``uuid``/``index``, ``kind``).
+* ``paper`` -- the paper's released ``rl`` / ``eval`` rows
+  (``AnonymousRepository/toucan-toolcall-slca``; ``format="auto"`` picks it by
+  ``data_source`` in :data:`PAPER_SOURCES`): verl rows whose
+  ``reward_model.ground_truth`` holds ``question_content``, ``allowed_tools``
+  (each an offered tool; every gold call must be one), ``tool_schemas``
+  (used when the ``tools`` column is absent; both: the same tool names) and
+  ``gold_tool_calls`` (a JSON string of per-step lists of parallel calls), and
+  whose ``extra_info`` holds ``original_idx``, ``source``, ``parallel_type``,
+  ``has_history`` and, for decomposed multi-turn rows, ``turn_index`` /
+  ``split_position`` (all kept, typed, in ``meta``; ``source`` also as
+  ``meta["subset"]``). The id is ``<data_source>-<original_idx>`` (plus
+  ``-t<turn_index>`` / ``-s<split_position>``).
 * ``slca`` -- :func:`save_tasks` output: ``id``, ``messages``, ``tools``, ``gold``
   and optional ``kind``, ``answer_facts``, ``meta``.
 
@@ -39,21 +51,23 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from slca.env.schema import MAX_DEPTH, ToolBox, check_tool, nesting_depth
 from slca.types import Task, ToolCall
 
 __all__ = [
     "FORMATS",
+    "PAPER_SOURCES",
     "RowError",
     "TOUCAN_SUBSETS",
     "detect_format",
     "fit_prompts",
     "prompt_lengths",
     "load_tasks",
+    "read_rows",
     "parse_target_tools",
     "save_tasks",
     "split_tasks",
@@ -62,8 +76,11 @@ __all__ = [
 ]
 
 log = logging.getLogger("slca.env")
+T = TypeVar("T")
 
-FORMATS = ("toucan", "verl", "slca")
+FORMATS = ("toucan", "verl", "paper", "slca")
+PAPER_SOURCES = ("toucan_toolcall_v4_rl", "toucan_eval_v4")
+"""``data_source`` values of the paper's released ``rl`` / ``eval`` rows: ``format="auto"`` reads them as ``paper``."""
 TOUCAN_SUBSETS = ("single-turn-original", "single-turn-diversify", "irrelevant", "multi-turn")
 _TOOL_DECLARE = "<|im_system|>tool_declare<|im_middle|>"
 _ROLES = ("system", "user", "assistant", "function", "tool")
@@ -453,22 +470,114 @@ def _toolbox(tools: list[dict[str, Any]], field: str) -> ToolBox:
 # ---------------------------------------------------------------- verl, slca
 
 
-def _from_verl(row: dict[str, Any], index: int) -> Task:
-    prompt = _messages(_field(row, "prompt"), "prompt")
-    tools = _tools(_field(row, "tools"), "tools")
+_GT = "reward_model.ground_truth"
+
+
+def _ground_truth(row: dict[str, Any]) -> dict[str, Any]:
+    """``reward_model.ground_truth`` as an object (either level may be a JSON string)."""
     rm = _as_dict(_decoded(_field(row, "reward_model"), "reward_model"), "reward_model")
-    gt = _as_dict(_decoded(_field(rm, "ground_truth", "reward_model.ground_truth"), "reward_model.ground_truth"), "reward_model.ground_truth")
-    gold, paths = _steps(_field(gt, "gold_tool_calls", "reward_model.ground_truth.gold_tool_calls"), "reward_model.ground_truth.gold_tool_calls")
-    _check_gold(_toolbox(tools, "tools"), gold, paths)
-    extra = _as_dict(_decoded(row.get("extra_info") or {}, "extra_info"), "extra_info")
+    return _as_dict(_decoded(_field(rm, "ground_truth", _GT), _GT), _GT)
+
+
+def _verl_id(row: dict[str, Any], extra: dict[str, Any]) -> str | None:
     tid = None
     for name, v in (("uuid", row.get("uuid")), ("id", row.get("id")), ("extra_info.uuid", extra.get("uuid")), ("extra_info.index", extra.get("index"))):
         tid = tid or _row_id(v, name)
+    return tid
+
+
+def _from_verl(row: dict[str, Any], index: int) -> Task:
+    prompt = _messages(_field(row, "prompt"), "prompt")
+    tools = _tools(_field(row, "tools"), "tools")
+    gt = _ground_truth(row)
+    gold, paths = _steps(_field(gt, "gold_tool_calls", f"{_GT}.gold_tool_calls"), f"{_GT}.gold_tool_calls")
+    _check_gold(_toolbox(tools, "tools"), gold, paths)
+    extra = _as_dict(_decoded(row.get("extra_info") or {}, "extra_info"), "extra_info")
     extra_meta = _as_dict(_decoded(extra.get("meta") or {}, "extra_info.meta"), "extra_info.meta")  # the task's own meta, if the row carries it
     meta = {**extra_meta, "source": "verl", "data_source": row.get("data_source"), "extra_info": extra}
-    return Task(id=tid or f"verl-{index}", messages=prompt, tools=tools, gold=gold,
+    return Task(id=_verl_id(row, extra) or f"verl-{index}", messages=prompt, tools=tools, gold=gold,
                 kind=_kind(extra.get("kind"), "extra_info.kind", _kind_of(gold)),
-                answer_facts=_facts(gt.get("answer_facts"), "reward_model.ground_truth.answer_facts"), meta=meta)
+                answer_facts=_facts(gt.get("answer_facts"), f"{_GT}.answer_facts"), meta=meta)
+
+
+# ---------------------------------------------------------------- the paper's released rl / eval rows
+
+
+def _paper_tools(row: dict[str, Any], gt: dict[str, Any]) -> list[dict[str, Any]]:
+    """``tools`` (what the model is shown), else ``ground_truth.tool_schemas``; both: they must name the same tools."""
+    if row.get("tools") is None:
+        return _tools(_field(gt, "tool_schemas", f"{_GT}.tool_schemas"), f"{_GT}.tool_schemas")
+    tools = _tools(row["tools"], "tools")
+    if gt.get("tool_schemas") is not None:
+        names = sorted(t["function"]["name"] for t in tools)
+        other = sorted(t["function"]["name"] for t in _tools(gt["tool_schemas"], f"{_GT}.tool_schemas"))
+        if names != other:
+            raise _Bad(f"{_GT}.tool_schemas", f"names the tools {other[:8]}, the column 'tools' {names[:8]}: "
+                                              "slca cannot tell which set the rollout offers")
+    return tools
+
+
+def _names(value: Any, field: str, offered: list[str]) -> list[str]:
+    """``allowed_tools``: a list of tool names (a JSON string of one is decoded), each one of ``offered``."""
+    out = []
+    for i, n in enumerate(_as_list(_decoded(value, field), field)):
+        if not isinstance(n, str):
+            raise _Bad(f"{field}[{i}]", f"must be a tool name string, got {type(n).__name__}")
+        if n not in offered:
+            raise _Bad(f"{field}[{i}]", f"{n!r} is not among the row's tools {offered[:8]}")
+        out.append(n)
+    return out
+
+
+def _typed(extra: dict[str, Any], key: str, types: tuple[type, ...], what: str) -> Any:
+    """``extra_info[key]`` if it is None or one of ``types`` (bool is never an int here)."""
+    v = extra.get(key)
+    if v is None or (isinstance(v, types) and not (isinstance(v, bool) and bool not in types)):
+        return v
+    raise _Bad(f"extra_info.{key}", f"must be {what} or null, got {type(v).__name__} {v!r:.40}")
+
+
+def _paper_id(data_source: str, extra: dict[str, Any], index: int) -> str:
+    """``<data_source>-<original_idx>`` (``-t<turn_index>`` / ``-s<split_position>`` for decomposed multi-turn rows)."""
+    idx = _row_id(extra.get("original_idx"), "extra_info.original_idx")
+    if idx is None:
+        return f"{data_source}-row{index}"
+    tid = f"{data_source}-{idx}"
+    if extra.get("turn_index") is not None:
+        tid += f"-t{extra['turn_index']}"
+    if extra.get("split_position") is not None:
+        tid += f"-s{extra['split_position']}"
+    return tid
+
+
+def _from_paper(row: dict[str, Any], index: int) -> Task:
+    prompt = _messages(_field(row, "prompt"), "prompt")
+    source = _kind(row.get("data_source"), "data_source", "paper")
+    gt = _ground_truth(row)
+    tools = _paper_tools(row, gt)
+    offered = [t["function"]["name"] for t in tools]
+    allowed = _names(_field(gt, "allowed_tools", f"{_GT}.allowed_tools"), f"{_GT}.allowed_tools", offered)
+    gold, paths = _steps(_field(gt, "gold_tool_calls", f"{_GT}.gold_tool_calls"), f"{_GT}.gold_tool_calls")
+    _check_gold(_toolbox(tools, "tools"), gold, paths)
+    for step, ps in zip(gold, paths):
+        for call, p in zip(step, ps):
+            if call.name not in allowed:
+                raise _Bad(p, f"gold call to {call.name!r}, which allowed_tools {allowed[:8]} does not allow")
+    question = gt.get("question_content")
+    if question is not None and not isinstance(question, str):
+        raise _Bad(f"{_GT}.question_content", f"must be a string, got {type(question).__name__}")
+    extra = _as_dict(_decoded(row.get("extra_info") or {}, "extra_info"), "extra_info")
+    meta: dict[str, Any] = {
+        "source": "paper", "data_source": source, "question": question, "allowed_tools": allowed,
+        "parallel_type": _typed(extra, "parallel_type", (str,), "a string"),
+        "has_history": _typed(extra, "has_history", (bool,), "true / false"),
+        "turn_index": _typed(extra, "turn_index", (int,), "an integer"),
+        "split_position": _typed(extra, "split_position", (int, str), "an integer or a string"),
+        "subset": _typed(extra, "source", (str,), "a string"),  # e.g. native_single_turn: the eval's group_by="subset"
+        "extra_info": extra,
+    }
+    return Task(id=_paper_id(source, extra, index), messages=prompt, tools=tools, gold=gold, kind=_kind_of(gold),
+                answer_facts=_facts(gt.get("answer_facts"), f"{_GT}.answer_facts"), meta=meta)
 
 
 def _from_slca(row: dict[str, Any], index: int) -> Task:
@@ -487,13 +596,13 @@ def _from_slca(row: dict[str, Any], index: int) -> Task:
     )
 
 
-_BUILDERS = {"toucan": _from_toucan, "verl": _from_verl, "slca": _from_slca}
+_BUILDERS = {"toucan": _from_toucan, "verl": _from_verl, "paper": _from_paper, "slca": _from_slca}
 
 
 def detect_format(row: dict[str, Any]) -> str:
     """Which of :data:`FORMATS` a row is, from its keys."""
     if "reward_model" in row and "prompt" in row:
-        return "verl"
+        return "paper" if row.get("data_source") in PAPER_SOURCES else "verl"
     if "gold" in row and "messages" in row:
         return "slca"
     if "messages" in row and any(k in row for k in ("available_tools", "target_tools", "subset_name")):
@@ -632,16 +741,26 @@ def load_tasks(source: Any, format: str = "auto", *, split: str | None = None, e
     """
     if format != "auto" and format not in FORMATS:
         raise ValueError(f"format must be 'auto' or one of {FORMATS}, got {format!r}")
+    return read_rows(source, lambda row, where, i: task_from_row(row, format, where=where, index=i), split=split, errors=errors)
+
+
+def read_rows(source: Any, build: Callable[[Any, str, int], T], *, split: str | None = None, errors: str = "raise") -> list[T]:
+    """``build(row, source_name, index)`` over every row of ``source`` (as :func:`load_tasks` reads sources).
+
+    ``build`` raises :class:`RowError` for a bad row: ``errors="raise"`` lets the
+    first one through, ``"skip"`` logs each (warning, ``slca.env``) and the count.
+    Raises ValueError for a source that holds no rows, or no valid row.
+    """
     if errors not in ("raise", "skip"):
         raise ValueError(f"errors must be 'raise' or 'skip', got {errors!r}")
     name, rows = _rows(source, split)
-    tasks, skipped, n = [], 0, 0
+    out, skipped, n = [], 0, 0
     for i, row in enumerate(rows):
         n += 1
         try:
             if isinstance(row, RowError):
                 raise row
-            tasks.append(task_from_row(row, format, where=name, index=i))
+            out.append(build(row, name, i))
         except RowError as e:
             if errors == "raise":
                 raise
@@ -649,9 +768,9 @@ def load_tasks(source: Any, format: str = "auto", *, split: str | None = None, e
             log.warning("skipping %s", e)
     if skipped:
         log.warning("%s: skipped %d of %d rows (errors='skip')", name, skipped, n)
-    if not tasks:
+    if not out:
         raise ValueError(f"{name}: holds no rows" if not n else f"{name}: none of its {n} rows is valid")
-    return tasks
+    return out
 
 
 # ---------------------------------------------------------------- held-out split, prompt budget

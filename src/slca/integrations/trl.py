@@ -52,8 +52,11 @@ Example (runnable with a real model id)::
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import itertools
+import json
+import keyword
 import math
 import warnings
 from collections.abc import Callable, Mapping
@@ -90,6 +93,8 @@ __all__ = [
     "mark_unanswered",
     "slca_reward_funcs",
     "simulator_environment",
+    "simulator_environments",
+    "tool_method_problem",
     "tier_rewards",
     "trajectories_from_completions",
     "trl_batch_advantages",
@@ -500,9 +505,28 @@ def slca_reward_funcs(
 _JSON_TO_PY = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list, "object": dict}
 
 
+def tool_method_problem(schema: dict[str, Any]) -> str | None:
+    """Why a tool cannot be a method of a TRL environment (None if it can).
+
+    TRL's tool loop offers an environment's methods, described by their Python
+    signatures, so every parameter must be a Python identifier that is not a keyword
+    (an MCP tool's ``from`` or ``max-results`` is not).
+    """
+    fn_schema = schema.get("function", schema)
+    props = (fn_schema.get("parameters") or {}).get("properties", {})
+    bad = [p for p in props if not p.isidentifier() or keyword.iskeyword(p)]
+    if bad:
+        return (f"tool {fn_schema.get('name')!r}: parameter names {bad[:5]} are not Python identifiers, so TRL's "
+                "tool loop cannot offer it as a method")
+    return None
+
+
 def _tool_method(name: str, schema: dict[str, Any]) -> Callable[..., str]:
     """A method ``name(self, **arguments) -> str`` whose signature and Google-style
     docstring render back to ``schema`` through transformers' ``get_json_schema``."""
+    problem = tool_method_problem(schema)
+    if problem is not None:
+        raise ValueError(problem)
     fn_schema = schema.get("function", schema)
     params = fn_schema.get("parameters") or {}
     props = params.get("properties", {})
@@ -567,6 +591,27 @@ def simulator_environment(
     namespace: dict[str, Any] = {"reset": reset, "_call": _call, "__doc__": simulator_environment.__doc__}
     namespace.update({name: _tool_method(name, schema) for name, schema in schemas.items()})
     return type("SLCASimulatorEnvironment", (), namespace)
+
+
+def simulator_environments(
+    tasks: Mapping[str, Task], make_env: Callable[[Task], Any], id_column: str = "task_id"
+) -> tuple[dict[str, type], dict[str, str]]:
+    """One :func:`simulator_environment` per distinct tool set, for TRL's multi-environment mode.
+
+    Returns ``(factories, environment_of)``: pass ``environment_factory=factories``
+    and give each row the column ``environment=environment_of[task_id]``. TRL then
+    renders each prompt with its own task's tools (one environment with every
+    tool of a large dataset would declare them all in every prompt). A tool set's
+    name is a short hash of its sorted tool schemas.
+    """
+    groups: dict[str, dict[str, Task]] = {}
+    environment_of: dict[str, str] = {}
+    for tid, task in tasks.items():
+        key = json.dumps(sorted(json.dumps(t, sort_keys=True) for t in task.tools))
+        name = "tools-" + hashlib.sha256(key.encode()).hexdigest()[:12]
+        groups.setdefault(name, {})[tid] = task
+        environment_of[tid] = name
+    return {name: simulator_environment(group, make_env, id_column) for name, group in groups.items()}, environment_of
 
 
 @dataclass(frozen=True)

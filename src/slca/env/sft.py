@@ -1,0 +1,337 @@
+"""SFT rows -> TRL's conversational SFT rows: ``{"messages": [...], "tools": [...]}``.
+
+What TRL's ``SFTTrainer`` reads for tool calling: assistant messages carry
+``tool_calls`` in the OpenAI shape (``{"id", "type": "function", "function":
+{"name", "arguments"}}``, ``arguments`` a JSON *object*, as transformers' chat
+templates render it: Qwen2.5's writes ``arguments | tojson``), results are
+``{"role": "tool", "content", "name", "tool_call_id"}`` messages, and ``tools``
+are OpenAI tool schemas that the chat template declares. The model's own chat
+template then writes the calls in its own markup, so the SFT stage teaches the
+format the RL stage's tool loop parses (TRL's response parser for that template).
+
+Row formats:
+
+* ``sharegpt`` -- the paper's ``sft_split`` / ``sft_full`` rows
+  (``AnonymousRepository/toucan-toolcall-slca``): ``conversations``, a list of
+  ``{"from", "value"}`` with ``from`` in ``system`` / ``human`` / ``gpt``. The
+  system turn declares the tools inside ``<tools>...</tools>`` (hermes: one JSON
+  object per line, or a JSON list); a ``tools`` column, when present, is used
+  instead, and a ``system`` column stands for a system turn. A ``gpt`` turn
+  interleaves ``<think>...</think>`` blocks and ``<tool_call>[...]</tool_call>``
+  blocks (a JSON list of ``{"name", "arguments"}``; a single object is read as a
+  one-call list), then the user-facing text; a ``human`` turn that answers
+  calls holds one ``<tool_response>...</tool_response>`` block per result.
+* ``toucan`` -- Toucan-1.5M rows (the ``messages`` column; see
+  :mod:`slca.env.loaders`): a call is an assistant message with
+  ``function_call`` (or ``tool_calls``), consecutive calls with no result
+  between them are one parallel turn, results are ``function`` messages.
+
+Conversion rules (one place; docs/environment.md, "SFT rows for TRL"):
+
+* The ``<tools>`` block (the last non-empty one, with a ``# Tools`` heading
+  line right above it) is cut out of the system text (the chat template
+  declares the tools); the rest of the system text is kept as it is.
+* ``reasoning``: ``"content"`` (default) keeps each ``<think>`` block at the
+  start of the assistant's content (every chat template renders it, and the
+  model learns to think as the data does); ``"field"`` moves it to
+  ``reasoning_content`` (for templates that render that field, e.g. Qwen3's);
+  ``"drop"`` leaves it out.
+* The text of a ``gpt`` turn outside its blocks is the message's content
+  (the template writes it before the calls).
+* A result gets the ``name`` and ``tool_call_id`` of the call it answers when
+  the ``human`` turn holds as many ``<tool_response>`` blocks as the turn before
+  made calls (Toucan: by name, in order); otherwise the tool messages carry
+  neither. Text of a ``human`` turn outside its ``<tool_response>`` blocks becomes a
+  user message after them.
+* Calls are not checked against the tool schemas: a trajectory may hold a
+  failed call and the answer to it, which is data.
+
+A row that cannot be converted raises :class:`~slca.env.loaders.RowError`
+naming the row and the field (``conversations[3].value``); ``errors="skip"``
+logs and leaves it out, as :func:`~slca.env.loaders.load_tasks` does.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from slca.env.loaders import (
+    RowError,
+    _as_dict,
+    _as_list,
+    _Bad,
+    _call,
+    _decoded,
+    _json,
+    _messages,
+    _TOOL_DECLARE,
+    _toucan_tools,
+    _tools,
+    read_rows,
+)
+
+__all__ = ["SFT_FORMATS", "REASONING", "detect_sft_format", "sft_example_from_row", "load_sft_examples", "sft_dataset"]
+
+SFT_FORMATS = ("sharegpt", "toucan")
+REASONING = ("content", "field", "drop")
+_ROLES = {"system": "system", "human": "user", "gpt": "assistant"}
+_BLOCK = re.compile(r"<think>(.*?)</think>|<tool_call>(.*?)</tool_call>", re.S)
+_RESPONSE = re.compile(r"<tool_response>(.*?)</tool_response>", re.S)
+_TOOLS_BLOCK = re.compile(r"(?:^#+[ \t]*Tools[ \t]*\n\s*)?<tools>(.*?)</tools>", re.S | re.M | re.I)
+
+Message = dict[str, Any]
+
+
+def _openai_call(name: str, arguments: dict[str, Any], cid: str) -> dict[str, Any]:
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def _with_reasoning(msg: Message, thoughts: list[str], reasoning: str) -> Message:
+    """Place the turn's reasoning as ``reasoning`` says (see the module docstring)."""
+    if thoughts and reasoning == "content":
+        think = "".join(f"<think>\n{t}\n</think>\n\n" for t in thoughts)
+        msg["content"] = (think + msg["content"]).rstrip()
+    elif thoughts and reasoning == "field":
+        msg["reasoning_content"] = "\n\n".join(thoughts)
+    return msg
+
+
+# ---------------------------------------------------------------- ShareGPT (the paper's sft rows)
+
+
+def _unclosed(text: str, tag: str, field: str) -> None:
+    if text.count(f"<{tag}>") != text.count(f"</{tag}>"):
+        raise _Bad(field, f"<{tag}> and </{tag}> do not pair up ({text.count(f'<{tag}>')} opened, {text.count(f'</{tag}>')} closed)")
+
+
+def _gpt_message(text: str, field: str, turn: int, reasoning: str) -> Message:
+    """A ``gpt`` turn -> an assistant message (content, ``tool_calls``, reasoning)."""
+    _unclosed(text, "think", field)
+    _unclosed(text, "tool_call", field)
+    thoughts, calls, rest, pos = [], [], [], 0
+    for m in _BLOCK.finditer(text):
+        rest.append(text[pos:m.start()])
+        pos = m.end()
+        if m.group(1) is not None:
+            thoughts.append(m.group(1).strip("\n"))
+            continue
+        f = f"{field}.tool_call[{len(calls)}]"
+        try:
+            body = _json(m.group(2).strip())
+        except ValueError as e:
+            raise _Bad(f, str(e)) from None
+        for k, c in enumerate(body if isinstance(body, list) else [body]):
+            call = _call(c, f"{f}[{k}]")
+            calls.append(_openai_call(call.name, call.arguments, f"call_{turn}_{len(calls)}"))
+    rest.append(text[pos:])
+    msg: Message = {"role": "assistant", "content": "".join(rest).strip()}
+    if calls:
+        msg["tool_calls"] = calls
+    return _with_reasoning(msg, thoughts, reasoning)
+
+
+def _human_messages(text: str, field: str, pending: list[dict[str, Any]]) -> list[Message]:
+    """A ``human`` turn -> tool messages (one per ``<tool_response>`` block), then a user message for other text."""
+    _unclosed(text, "tool_response", field)
+    bodies = [m.group(1).strip("\n") for m in _RESPONSE.finditer(text)]
+    if not bodies:
+        return [{"role": "user", "content": text}]
+    paired = len(bodies) == len(pending)
+    out: list[Message] = []
+    for i, body in enumerate(bodies):
+        msg: Message = {"role": "tool", "content": body}
+        if paired:
+            msg.update(name=pending[i]["function"]["name"], tool_call_id=pending[i]["id"])
+        out.append(msg)
+    rest = _RESPONSE.sub("", text).strip()
+    if rest:
+        out.append({"role": "user", "content": rest})
+    return out
+
+
+def _declared_tools(system: str, field: str) -> tuple[str, list[dict[str, Any]] | None]:
+    """``(system text without the <tools> block, the tools it declares or None)``."""
+    # the last non-empty block: hermes prose mentions "<tools></tools> XML tags" before the real one
+    m = next((b for b in reversed(list(_TOOLS_BLOCK.finditer(system))) if b.group(1).strip()), None)
+    if m is None:
+        return system, None
+    body = m.group(1).strip()
+    try:
+        tools = _json(body) if body.startswith("[") else [_json(line) for line in body.splitlines() if line.strip()]
+    except ValueError as e:
+        raise _Bad(f"{field}.<tools>", str(e)) from None
+    return (system[:m.start()] + system[m.end():]).strip(), _tools(tools, f"{field}.<tools>")
+
+
+def _turns(row: dict[str, Any]) -> list[dict[str, Any]]:
+    if row.get("conversations") is None:
+        raise _Bad("conversations", f"missing (the row has {sorted(row)})")
+    turns = _as_list(_decoded(row["conversations"], "conversations"), "conversations")
+    for i, t in enumerate(turns):
+        t = _as_dict(t, f"conversations[{i}]")
+        if t.get("from") not in _ROLES:
+            raise _Bad(f"conversations[{i}].from", f"must be one of {list(_ROLES)}, got {t.get('from')!r:.40}")
+        if not isinstance(t.get("value"), str):
+            raise _Bad(f"conversations[{i}].value", f"must be a string, got {type(t.get('value')).__name__}")
+    return turns
+
+
+def _from_sharegpt(row: dict[str, Any], reasoning: str) -> dict[str, Any]:
+    turns = _turns(row)
+    system = row.get("system")
+    if system is not None and not isinstance(system, str):
+        raise _Bad("system", f"must be a string, got {type(system).__name__}")
+    sys_field = "system"
+    if turns and turns[0]["from"] == "system":
+        system, sys_field, turns = turns[0]["value"], "conversations[0].value", turns[1:]
+    offset = 1 if sys_field != "system" else 0
+    tools = _tools(row["tools"], "tools") if row.get("tools") is not None else None
+    messages: list[Message] = []
+    if system is not None:
+        text, declared = _declared_tools(system, sys_field)
+        tools = tools if tools is not None else declared
+        if text:
+            messages.append({"role": "system", "content": text})
+    pending: list[dict[str, Any]] = []
+    for j, t in enumerate(turns):
+        i = j + offset
+        want = "human" if j % 2 == 0 else "gpt"
+        if t["from"] != want:
+            raise _Bad(f"conversations[{i}].from", f"expected {want!r} (human and gpt turns alternate after the system turn), got {t['from']!r}")
+        if want == "human":
+            messages += _human_messages(t["value"], f"conversations[{i}].value", pending)
+        else:
+            messages.append(_gpt_message(t["value"], f"conversations[{i}].value", i, reasoning))
+            pending = messages[-1].get("tool_calls", [])
+    if not turns or turns[-1]["from"] != "gpt":
+        raise _Bad("conversations", "must end with a gpt turn (there is nothing to learn after the last human turn)")
+    return {"messages": messages, "tools": tools or []}
+
+
+# ---------------------------------------------------------------- Toucan
+
+
+def _toucan_calls(m: Message, f: str) -> list[tuple[Any, str]]:
+    calls = []
+    if "function_call" in m:
+        calls.append((_call(m["function_call"], f"{f}.function_call"), f"{f}.function_call"))
+    for k, tc in enumerate(_as_list(m.get("tool_calls") or [], f"{f}.tool_calls")):
+        tf = f"{f}.tool_calls[{k}]"
+        tc = _as_dict(tc, tf)
+        if "function" in tc:
+            tf, tc = f"{tf}.function", tc["function"]
+        calls.append((_call(tc, tf), tf))
+    return calls
+
+
+def _toucan_result(m: Message, pending: list[dict[str, Any]]) -> Message:
+    """A function / tool result, paired with the first pending call of its name (else the first pending call)."""
+    content = m.get("content")
+    msg: Message = {"role": "tool", "content": content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)}
+    match = next((c for c in pending if c["function"]["name"] == m.get("name")), pending[0] if pending else None)
+    if match is not None:
+        pending.remove(match)
+        msg.update(name=match["function"]["name"], tool_call_id=match["id"])
+    return msg
+
+
+def _from_toucan(row: dict[str, Any], reasoning: str) -> dict[str, Any]:
+    if row.get("messages") is None:
+        raise _Bad("messages", f"missing (the row has {sorted(row)})")
+    msgs = _messages(row["messages"], "messages")
+    tools = _toucan_tools(row, msgs)
+    out: list[Message] = []
+    pending: list[dict[str, Any]] = []
+    for i, m in enumerate(msgs):
+        f = f"messages[{i}]"
+        if m["role"] == "system" and m["content"].startswith(_TOOL_DECLARE):
+            continue  # the chat template declares the tools
+        if m["role"] in ("system", "user"):
+            out.append({"role": m["role"], "content": m["content"]})
+        elif m["role"] in ("function", "tool"):
+            out.append(_toucan_result(m, pending))
+        else:
+            calls = [_openai_call(c.name, c.arguments, f"call_{i}_{k}") for k, (c, _) in enumerate(_toucan_calls(m, f))]
+            thoughts = [m["reasoning_content"].strip("\n")] if m.get("reasoning_content") else []
+            msg = _with_reasoning({"role": "assistant", "content": (m.get("content") or "").strip()}, thoughts, reasoning)
+            prev = out[-1] if out else None
+            if calls and prev is not None and prev.get("tool_calls") and not msg["content"] and not msg.get("reasoning_content"):
+                prev["tool_calls"] += calls  # a parallel call: no result came between them
+            else:
+                if calls:
+                    msg["tool_calls"] = calls
+                out.append(msg)
+            pending += calls
+    if not out or out[-1]["role"] != "assistant":
+        raise _Bad("messages", "must end with an assistant message (there is nothing to learn after the last one)")
+    return {"messages": out, "tools": tools}
+
+
+# ---------------------------------------------------------------- rows, sources, a datasets.Dataset
+
+
+def detect_sft_format(row: dict[str, Any]) -> str:
+    """Which of :data:`SFT_FORMATS` a row is, from its keys."""
+    if "conversations" in row:
+        return "sharegpt"
+    if "messages" in row:
+        return "toucan"
+    raise ValueError(f"cannot tell the SFT row's format from its keys {sorted(row)}: a ShareGPT row has 'conversations', "
+                     "a Toucan row 'messages'")
+
+
+def sft_example_from_row(row: Any, format: str = "auto", *, reasoning: str = "content", where: str = "row",
+                         index: int = 0) -> dict[str, Any]:
+    """One SFT row as TRL's ``{"messages", "tools"}`` (see the module docstring).
+
+    Raises:
+        RowError: naming ``where``, row ``index``, the field and the problem.
+    """
+    if format != "auto" and format not in SFT_FORMATS:
+        raise ValueError(f"format must be 'auto' or one of {SFT_FORMATS}, got {format!r}")
+    if reasoning not in REASONING:
+        raise ValueError(f"reasoning must be one of {REASONING}, got {reasoning!r}")
+    if not isinstance(row, dict):
+        raise RowError(where, index, "", f"a row must be an object, got {type(row).__name__}")
+    rid = row.get("uuid") or row.get("id")
+    rid = str(rid)[:60] if isinstance(rid, (str, int)) else None
+    try:
+        fmt = detect_sft_format(row) if format == "auto" else format
+        return (_from_sharegpt if fmt == "sharegpt" else _from_toucan)(row, reasoning)
+    except _Bad as e:
+        raise RowError(where, index, e.field, e.problem, rid) from None
+    except ValueError as e:  # detect_sft_format
+        raise RowError(where, index, "", str(e), rid) from None
+
+
+def load_sft_examples(source: Any, format: str = "auto", *, reasoning: str = "content", split: str | None = None,
+                      errors: str = "raise") -> list[dict[str, Any]]:
+    """Every row of ``source`` (what :func:`~slca.env.loaders.load_tasks` reads) as TRL SFT rows.
+
+    ``errors``: ``"raise"`` or ``"skip"`` (each bad row logged on ``slca.env``, as for ``load_tasks``).
+    """
+    if format != "auto" and format not in SFT_FORMATS:
+        raise ValueError(f"format must be 'auto' or one of {SFT_FORMATS}, got {format!r}")
+    if reasoning not in REASONING:
+        raise ValueError(f"reasoning must be one of {REASONING}, got {reasoning!r}")
+    return read_rows(source, lambda row, where, i: sft_example_from_row(row, format, reasoning=reasoning, where=where, index=i),
+                     split=split, errors=errors)
+
+
+def sft_dataset(examples: list[dict[str, Any]]) -> Any:
+    """A ``datasets.Dataset`` of SFT rows for TRL's ``SFTTrainer``, each message exactly as built.
+
+    Arrow gives every row one schema: stored as plain structs, a call's
+    ``arguments`` would gain every other call's keys as nulls (and the template
+    would write them). So each message is a ``Json()`` value (datasets >= 4.7)
+    and ``tools`` a JSON string (which ``SFTTrainer`` decodes itself).
+    """
+    try:
+        from datasets import Dataset, Features, Json, List, Value
+    except ImportError:
+        raise ValueError("sft_dataset needs datasets >= 4.7 (its Json feature keeps each message's keys as they are): "
+                         "pip install -U 'datasets>=4.7'") from None
+    rows = [{"messages": e["messages"], "tools": json.dumps(e["tools"], ensure_ascii=False)} for e in examples]
+    return Dataset.from_list(rows, features=Features({"messages": List(Json()), "tools": Value("string")}))
