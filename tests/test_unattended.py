@@ -153,8 +153,10 @@ def test_ctrl_c_says_the_step_what_is_saved_and_the_resume_command(tmp_path, tin
 
     # 12 steps: the signal is sent after step 1's checkpoint and must land before the run ends, also on a busy machine
     args = sets(*SMALL, f"model={tiny_model_dir}", "run_dir=runs/x", "steps=12", "save_every=1", "keep_checkpoints=1")
+    # SIGINT at its default in the child: a shell that starts pytest in the background without job control leaves
+    # SIGINT ignored, the child inherits that, and Python then installs no KeyboardInterrupt handler at all
     p = subprocess.Popen([sys.executable, "-m", "slca.cli", "train", *args], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     _wait_for(tmp_path / "runs" / "x" / "checkpoints" / "step-000001", p)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=300)
