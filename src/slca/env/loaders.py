@@ -612,6 +612,15 @@ def detect_format(row: dict[str, Any]) -> str:
                      "(docs/environment.md, Loaders)")
 
 
+def checked_row_id(row: Any, where: str, index: int) -> str | None:
+    """The row's ``uuid`` or ``id`` for error messages (first 60 characters; None without one); RowError unless
+    ``row`` is an object. Shared by the task and SFT readers."""
+    if not isinstance(row, dict):
+        raise RowError(where, index, "", f"a row must be an object, got {type(row).__name__}")
+    rid = row.get("uuid") or row.get("id")
+    return str(rid)[:60] if isinstance(rid, (str, int)) else None
+
+
 def task_from_row(row: dict[str, Any], format: str = "auto", *, where: str = "row", index: int = 0) -> Task:
     """One dataset row as a checked :class:`Task` (tool schemas valid, gold calls valid against them).
 
@@ -620,10 +629,7 @@ def task_from_row(row: dict[str, Any], format: str = "auto", *, where: str = "ro
     """
     if format != "auto" and format not in _BUILDERS:
         raise ValueError(f"format must be 'auto' or one of {FORMATS}, got {format!r}")
-    if not isinstance(row, dict):
-        raise RowError(where, index, "", f"a row must be an object, got {type(row).__name__}")
-    rid = row.get("uuid") or row.get("id")
-    rid = str(rid)[:60] if isinstance(rid, (str, int)) else None
+    rid = checked_row_id(row, where, index)
     try:
         fmt = detect_format(row) if format == "auto" else format
     except ValueError as e:

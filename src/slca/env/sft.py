@@ -69,6 +69,7 @@ from slca.env.loaders import (
     _TOOL_DECLARE,
     _toucan_tools,
     _tools,
+    checked_row_id,
     read_rows,
 )
 
@@ -293,10 +294,7 @@ def sft_example_from_row(row: Any, format: str = "auto", *, reasoning: str = "co
         raise ValueError(f"format must be 'auto' or one of {SFT_FORMATS}, got {format!r}")
     if reasoning not in REASONING:
         raise ValueError(f"reasoning must be one of {REASONING}, got {reasoning!r}")
-    if not isinstance(row, dict):
-        raise RowError(where, index, "", f"a row must be an object, got {type(row).__name__}")
-    rid = row.get("uuid") or row.get("id")
-    rid = str(rid)[:60] if isinstance(rid, (str, int)) else None
+    rid = checked_row_id(row, where, index)
     try:
         fmt = detect_sft_format(row) if format == "auto" else format
         return (_from_sharegpt if fmt == "sharegpt" else _from_toucan)(row, reasoning)
