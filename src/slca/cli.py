@@ -145,7 +145,7 @@ def _load_cfg(config: Optional[Path], overrides: list[str]):
 
 
 DEMO_OVERRIDES = {
-    # sized for about 10 minutes on 2 CPU cores, the first build of the model included
+    # sized for about 4 minutes on 2 CPU cores (the two arms side by side, one process each)
     # lr 5e-5: 5e-4 lowers the shipped warm start's training reward below the frozen policy's (docs/results.md)
     # eval/: new requests of the training distribution (the primary endpoint); eval_test/: the OOD test split
     "full": dict(steps=16, tasks_per_step=8, group_size=4, lr=5e-5, eval_every=16, eval_tasks=100, ood_eval_tasks=48, save_every=0, sample_html_every=4),
@@ -204,11 +204,11 @@ def _print_eval_tables(runs: dict[str, Path], what: str) -> None:
         _print_table(_compare_table(runs, f"{what}: {name} ({prefix}/*, final)", prefix, diagnostics=i == 0))
 
 
-def frozen_tool_rewards(cfg, model, tokenizer) -> list[float]:
+def frozen_tool_rewards(cfg, model, tokenizer, on_step=None) -> list[float]:
     """The training execution reward, step by step, of ``model`` left as it is on the tasks a run
     of ``cfg`` draws (same task sampler, same rollout settings; no update). A run's own reward
     curve mixes what it learned with how hard each step's tasks are; against this baseline
-    (same tasks, step for step) only the learning is left."""
+    (same tasks, step for step) only the learning is left. ``on_step(k)`` after step k (1-based)."""
     import torch
 
     from slca.trainer import Trainer
@@ -218,7 +218,77 @@ def frozen_tool_rewards(cfg, model, tokenizer) -> list[float]:
     for step in range(cfg.steps):
         tool = tr.score(tr.rollout(step).trajs, step).tool
         out.append(float(torch.nanmean(tool)) if bool(torch.isfinite(tool).any()) else float("nan"))
+        if on_step:
+            on_step(step + 1)
     return out
+
+
+def _logged_steps(run_dir: Path, since: float) -> int:
+    """The newest step in ``run_dir``'s metrics.jsonl written after ``since`` (0 when none yet)."""
+    from slca.runs import read_jsonl
+
+    p = run_dir / "metrics.jsonl"
+    try:
+        if p.stat().st_mtime < since:  # the previous demo's run, not yet replaced
+            return 0
+        return max((r["step"] for r in read_jsonl(p) if isinstance(r.get("step"), int)), default=0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _demo_runs(cfgs: dict[str, Any], out: Path, jobs: int, baseline) -> list[float]:
+    """Train each config of ``cfgs`` (label -> TrainConfig) as its own ``slca train`` process, ``jobs`` at a
+    time, while this process computes ``baseline(on_step)`` (the frozen warm start); one progress bar each.
+    Returns the baseline's values; a run that fails stops the demo with the end of its log."""
+    import os
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from slca.compare import train_process
+    from slca.config import to_dict
+
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    cpus = os.cpu_count() or 1
+    threads = max(1, cpus // (jobs + 1))  # the runs' torch threads; this process keeps the rest
+    torch.set_num_threads(max(1, cpus - jobs * threads))
+    procs: dict[str, subprocess.Popen] = {}
+
+    def run(label: str) -> int:
+        (logs / f"{label}.config.json").write_text(json.dumps(to_dict(cfgs[label]), indent=2))
+        with open(logs / f"{label}.log", "w") as f:
+            procs[label] = train_process(["-c", str(logs / f"{label}.config.json"), "--overwrite"], f, threads=threads)
+            return procs[label].wait()
+
+    prog = Progress(TextColumn("[bold]{task.description}[/bold]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console)
+    bars = {label: prog.add_task(label, total=cfg.steps) for label, cfg in cfgs.items()}
+    frozen_bar = prog.add_task("warm start, no update", total=next(iter(cfgs.values())).steps)
+    t0 = time.time()
+
+    def poll(*_: Any) -> None:
+        for label, bar in bars.items():
+            prog.update(bar, completed=_logged_steps(Path(cfgs[label].run_dir), t0))
+
+    try:
+        with prog, ThreadPoolExecutor(max_workers=jobs) as ex:
+            futures = {label: ex.submit(run, label) for label in cfgs}
+            frozen = baseline(lambda k: (prog.update(frozen_bar, completed=k), poll()))
+            while not all(f.done() for f in futures.values()):
+                poll()
+                time.sleep(0.5)
+            poll()
+    except KeyboardInterrupt:
+        for p in procs.values():
+            p.terminate()
+        raise
+    for label, f in futures.items():
+        if f.result() != 0:
+            tail = (logs / f"{label}.log").read_text(errors="replace").splitlines()[-15:]
+            _fail(f"the {label} run failed (exit {f.result()}); the end of {logs / (label + '.log')}:\n" + "\n".join(tail))
+    return frozen
 
 
 def demo_verdict(runs: dict[str, Path], k: int = 4, frozen: list[float] | None = None) -> list[str]:
@@ -289,6 +359,8 @@ def demo(
                                    "(SmolLM2-135M-Instruct, the smollm2 extra), a save_pretrained folder or a hub id. The budget is "
                                    "sized for the embedded model: a 135M model on CPU takes hours (use --quick, or --set lora_r=8)."),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a training field of both runs: --set lora_r=8 (repeatable)."),
+    jobs: int = typer.Option(2, "--jobs", "-j", help="Runs trained at a time, each its own process (2: GRPO and SLCA side by side; "
+                             "1: one after the other, for a 1-core machine or a model too big to hold twice in memory)."),
 ) -> None:
     """Train GRPO and SLCA on toolworld side by side (same seed, same budget) and compare."""
     from dataclasses import replace
@@ -296,6 +368,7 @@ def demo(
     from slca.config import TrainConfig, apply_overrides, validate
     from slca.policy import load_policy, policy_options
     from slca.report import write_report, write_token_html
+    from slca.samples import read_samples
 
     t0 = time.time()
     _quiet_loading()
@@ -308,21 +381,23 @@ def demo(
         cfg = TrainConfig(run_dir=str(out / est), estimator=est, seed=seed, model=model_spec, eval_on_start=True, **DEMO_OVERRIDES["quick" if quick else "full"])
         return validate(apply_overrides(cfg, list(set_)))
 
-    cfg = _refuse_value_errors(lambda: demo_cfg("grpo"))
+    if jobs < 1:
+        _fail(f"--jobs: {jobs} (at least 1)")
+    cfgs = {est.upper(): _refuse_value_errors(lambda est=est: demo_cfg(est)) for est in ("grpo", "slca")}
+    cfg = cfgs["GRPO"]
     what = "embedded tiny model" if model_spec == "default" else f"model {model_spec}"
-    console.print(f"[bold]slca demo[/bold]: {what}, toolworld, GRPO vs SLCA")
-    model, tok = _refuse_value_errors(lambda: load_policy(model_spec, **policy_options(cfg)))
-    init_state = {k: v.clone() for k, v in model.state_dict().items()}
-    runs: dict[str, Path] = {}
-    for est in ("grpo", "slca"):
-        cfg = demo_cfg(est)
-        model.load_state_dict(init_state)  # both runs start from the same weights
-        tr = _run_with_progress(cfg, est.upper(), model=model, tokenizer=tok, overwrite=True)  # the demo replaces its last run
-        runs[est.upper()] = out / est
-        write_token_html(tr.samples, out / est / "tokens.html", title=f"{est.upper()} run: token-level advantages")
-    with console.status("the warm start, never updated, on the same training tasks (the baseline of the verdict)"):
-        model.load_state_dict(init_state)
-        frozen = frozen_tool_rewards(replace(cfg, run_dir=str(out / "frozen"), report_to=[]), model, tok)
+    console.print(f"[bold]slca demo[/bold]: {what}, toolworld, GRPO vs SLCA ({min(jobs, 2)} run(s) at a time; logs in {out / 'logs'})")
+    model, tok = _refuse_value_errors(lambda: load_policy(model_spec, **policy_options(cfg)))  # refused here, before any run starts
+    # each run loads the same weights in its own process; this one replays the warm start meanwhile (the verdict's baseline)
+    try:
+        frozen = _demo_runs(cfgs, out, jobs, lambda on_step: frozen_tool_rewards(
+            replace(cfg, run_dir=str(out / "frozen"), report_to=[]), model, tok, on_step))
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted (Ctrl-C): the runs were stopped; run slca demo again to start over (logs in {out / 'logs'})", err=True)
+        raise typer.Exit(130) from None
+    runs = {label: Path(c.run_dir) for label, c in cfgs.items()}
+    for label, d in runs.items():
+        write_token_html(read_samples(d / "samples.json"), d / "tokens.html", title=f"{label} run: token-level advantages")
     wall = time.time() - t0
     verdict = demo_verdict(runs, frozen=frozen)
     md = write_report(runs, out, title="slca demo: GRPO vs SLCA on toolworld",

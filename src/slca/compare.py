@@ -25,7 +25,7 @@ from slca.report import final_eval, md_header, md_row, mean_of, metric_range, re
 from slca.runs import write_atomic
 from slca.samples import SampleGroup, SampleRollout, is_finite_number, read_samples
 
-__all__ = ["RunSpec", "run_compare", "run_status", "check_runs", "summarize", "write_compare_report", "t_interval", "band"]
+__all__ = ["RunSpec", "run_compare", "train_process", "run_status", "check_runs", "summarize", "write_compare_report", "t_interval", "band"]
 
 
 def t_interval(xs: list[float], level: float = 0.95) -> tuple[float, float]:
@@ -190,19 +190,24 @@ def _import_roots(estimators: list[str]) -> list[str]:
     return roots
 
 
-def _run_one(spec: RunSpec, overrides: list[str], log_dir: Path, flag: str | None, roots: list[str] = ()) -> tuple[RunSpec, int, float]:
-    cmd = [sys.executable, "-m", "slca.cli", "train", "--set", f"estimator={spec.estimator}", "--set", f"seed={spec.seed}",
-           "--set", f"run_dir={spec.run_dir}"]
-    for o in overrides:
-        cmd += ["--set", o]
-    if flag:
-        cmd.append(flag)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+def train_process(args: list[str], log, roots: list[str] = (), threads: int = 1) -> subprocess.Popen:
+    """``slca train *args`` started in its own process (the interpreter running now), its output to the
+    open file ``log``, with ``threads`` torch threads; ``roots`` are appended to its PYTHONPATH."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
     if roots:  # appended: the run's own path (its slca, its packages) comes first
         env["PYTHONPATH"] = os.pathsep.join([p for p in (env.get("PYTHONPATH") or "").split(os.pathsep) if p] + list(roots))
+    return subprocess.Popen([sys.executable, "-m", "slca.cli", "train", *args], stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def _run_one(spec: RunSpec, overrides: list[str], log_dir: Path, flag: str | None, roots: list[str] = ()) -> tuple[RunSpec, int, float]:
+    args = ["--set", f"estimator={spec.estimator}", "--set", f"seed={spec.seed}", "--set", f"run_dir={spec.run_dir}"]
+    for o in overrides:
+        args += ["--set", o]
+    if flag:
+        args.append(flag)
     t0 = time.time()
     with open(log_dir / f"{spec.run_dir.name}.log", "w") as f:
-        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+        rc = train_process(args, f, roots).wait()
     return spec, rc, time.time() - t0
 
 
