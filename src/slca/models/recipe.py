@@ -34,7 +34,7 @@ def _candidates(path: str | Path | None) -> list[Path]:
         p = Path(path).expanduser()
         return [p, p / "recipes" / _NAME]  # the recipe folder itself, or a checkout's root
     checkout = Path(__file__).resolve().parents[3]  # src/slca/models/recipe.py -> the checkout's root
-    return [checkout / "recipes" / _NAME, Path.cwd() / "recipes" / _NAME]
+    return list(dict.fromkeys([checkout / "recipes" / _NAME, Path.cwd() / "recipes" / _NAME]))  # each folder once
 
 
 def find_recipe(path: str | Path | None = None) -> Path:
