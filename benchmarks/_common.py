@@ -113,8 +113,9 @@ def script_turns(tok, tool_turns: int = 2, turn_tokens: int | None = None) -> li
 
 def build_tokenizer(vocab: int = 1000):
     """Byte-level BPE (slca's trainer for the default model) with TRL's Qwen2.5 chat template."""
-    from slca.models.tokenizer import train_tokenizer
+    from slca.models import import_recipe
 
+    train_tokenizer = import_recipe().train_tokenizer  # recipes/warmstart of this checkout
     schema = weather_tool_schema()
     texts = []
     for i in range(64):

@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> None:
     if a.tiny:
         fsize, fB, fP, fT = size, 2, 8, 8
     else:
-        from slca.models.config import ModelSize
+        from slca.models import import_recipe
 
-        d = ModelSize()
+        d = import_recipe().ModelSize()  # the default model's size (recipes/warmstart)
         fsize = C.Size(hidden=d.hidden_size, layers=d.num_hidden_layers, heads=d.num_attention_heads,
                        kv_heads=d.num_key_value_heads, intermediate=d.intermediate_size, vocab=1536)
         fB, fP, fT = 32, 256, 256

@@ -6,7 +6,7 @@ and the per-token decode latency.
 1. Peak: the best ``torch.matmul`` rate over square fp32 sizes (512-2048) and
    over the model's own largest shape, per thread count.
 2. Training pass at the embedded default model's size
-   (:class:`slca.models.config.ModelSize`, vocabulary 1,536): forward + backward
+   (:class:`recipes.warmstart.config.ModelSize`, vocabulary 1,536): forward + backward
    of ``slca.trainer.response_logprobs`` and a token-mean surrogate on a batch of
    32 rows x (256 prompt + 256 response) tokens.
    FLOPs: the work the pass must do, counted as it runs: ``6 * N_dec * B * S``
@@ -67,10 +67,12 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     C.header("bench_floor: training-pass FLOPs vs measured matmul peak; decode latency", a)
 
-    from slca.models.config import ModelSize
     from slca.losses import aggregate, clipped_surrogate
+    from slca.models import import_recipe
     from slca.rollout import RolloutConfig, generate_rollouts
     from slca.trainer import RolloutBatch, response_logprobs
+
+    ModelSize = import_recipe().ModelSize  # the default model's size (recipes/warmstart)
 
     if a.tiny:
         ms, vocab, a.rows, a.prompt, a.response = C.TINY, C.TINY.vocab, 2, 8, 8

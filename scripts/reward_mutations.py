@@ -39,10 +39,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slca.env import toolworld as tw
-from slca.models.augment import replace_value
-from slca.models.demos import ArgumentPool
+from slca.models import import_recipe
 from slca.rewards import execution_reward, summary_reward
 from slca.types import ParsedTurn, RewardBreakdown, Task, ToolCall, Turn
+
+_warmstart = import_recipe()  # recipes/warmstart of this checkout: the demonstrations' value swaps and argument pool
+replace_value, ArgumentPool = _warmstart.augment.replace_value, _warmstart.demos.ArgumentPool
 
 # entity classes of toolworld (the script's knowledge of the world; the reward has none)
 CLASSES: dict[str, list[str]] = {

@@ -5,7 +5,7 @@ Usage (from the repository root)::
     OMP_NUM_THREADS=1 .venv/bin/python scripts/warmstart_probe.py [--model-dir DIR] [--n 60] [--synthetic 1.0]
 
 Fresh flawless demonstrations (a data seed the build did not use) are encoded with the
-copy mask of :func:`slca.models.sft.copy_mask` (assistant tokens whose id occurs in the
+copy mask of :func:`recipes.warmstart.sft.copy_mask` (assistant tokens whose id occurs in the
 request and not in the system turn: entity, number and date pieces); the script prints
 the mean next-token NLL and top-1 accuracy of the model on those tokens and on the other
 assistant tokens, the copied ones split into the first piece of a copied run (finding the value
@@ -32,10 +32,10 @@ def main() -> None:
     torch.set_num_threads(1)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from slca.models import load_default
-    from slca.models.config import DemoMix
-    from slca.models.demos import make_demonstrations
-    from slca.models.sft import encode_examples
+    from slca.models import import_recipe, load_default
+
+    warmstart = import_recipe()  # recipes/warmstart of this checkout
+    DemoMix, make_demonstrations, encode_examples = warmstart.DemoMix, warmstart.make_demonstrations, warmstart.encode_examples
 
     if args.model_dir:
         tok = AutoTokenizer.from_pretrained(args.model_dir)

@@ -4,7 +4,7 @@ Usage (from the repository root)::
 
     OMP_NUM_THREADS=1 .venv/bin/python scripts/warmstart_report.py [--n 300] [--group 4] [--json out.json]
 
-Loads (building on first use) ``slca.models.load_default()``, samples rollouts
+Loads the shipped default model (``slca.models.load_default()``), samples rollouts
 with ``slca.rollout.generate_rollouts`` -- greedy (one per task) and at
 temperature 1 (``--group`` per task, as GRPO samples them) -- and prints the
 parseable-call rate, the paper's in-domain metrics (``in_domain_metrics``), the

@@ -5,8 +5,8 @@ Usage (from the repository root)::
     OMP_NUM_THREADS=1 .venv/bin/python scripts/warmstart_sweep.py --steps 2000 --env-weight 0.5 \
         --eval-at 500,1000,2000 --out docs/results/warmstart/run.json [--save DIR]
 
-Builds the model with :func:`slca.models.build_default` itself for the given
-:class:`~slca.models.BuildConfig` overrides (so ``--save DIR`` is a finished build,
+Builds the model with :func:`recipes.warmstart.build_default` itself for the given
+:class:`~recipes.warmstart.BuildConfig` overrides (so ``--save DIR`` is a finished build,
 recipe fingerprint included, that can ship as ``src/slca/models/shipped``), and at each ``--eval-at`` step runs greedy
 rollouts on ``--eval-n`` toolworld test tasks and records ArgMatch, Success on
 tool-needing and single-call tasks, parse rate and the summary score. The JSON
@@ -52,8 +52,11 @@ def main() -> None:
     torch.set_num_threads(1)
 
     from slca.env import toolworld
-    from slca.models import BuildConfig, ModelSize, SFTConfig, build_default
+    from slca.models import import_recipe
     from slca.rollout import RolloutConfig, generate_rollouts
+
+    warmstart = import_recipe()  # recipes/warmstart of this checkout
+    BuildConfig, ModelSize, SFTConfig, build_default = warmstart.BuildConfig, warmstart.ModelSize, warmstart.SFTConfig, warmstart.build_default
 
     sys_path_fix()
     from warmstart_report import rollout_rates

@@ -195,9 +195,9 @@ def gold_demo_messages(task):
 def save_tiny_policy(d: pathlib.Path, hidden: int = 64, heads: int = 4, kv_heads: int = 2, intermediate: int = 128) -> pathlib.Path:
     """A random tiny Qwen2 policy with a toolworld tokenizer, saved to ``d`` (a ``--set model=`` folder)."""
     from slca.env import toolworld
-    from slca.models.config import ModelSize
-    from slca.models.default import make_model
-    from slca.models.tokenizer import train_tokenizer
+    from recipes.warmstart.config import ModelSize
+    from recipes.warmstart.build import make_model
+    from recipes.warmstart.tokenizer import train_tokenizer
 
     tasks = toolworld.make_tasks("train", n=30, seed=0)
     tok = train_tokenizer([m["content"] for t in tasks for m in t.messages] * 3, vocab_size=400)

@@ -573,7 +573,8 @@ def world():
     from _tok import gold_demo_messages, memorise, tiny_qwen2
 
     from slca.env import toolworld
-    from slca.models.tokenizer import chat_template, train_tokenizer
+    from recipes.warmstart.tokenizer import train_tokenizer
+    from slca.models.tokenizer import chat_template
 
     demo = gold_demo_messages
 

@@ -216,7 +216,7 @@ def test_warmstart_demos_constant_matches_the_build_config():
     import json as _json
     from importlib import resources
 
-    from slca.models.config import BuildConfig
+    from recipes.warmstart.config import BuildConfig
 
     assert (BuildConfig().n_tasks, BuildConfig().data_seed) == tw.WARMSTART_DEMOS
     shipped = _json.loads((resources.files("slca.models") / "shipped" / "slca_build.json").read_text())

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from slca.chat import encode_conversation, get_format
-from slca.models.sft import SFTConfig, SFTExample, make_batches, sft_train
-from slca.models.tokenizer import ADDED_TOKENS, SPECIAL_TOKENS, chat_template, train_tokenizer
+from recipes.warmstart.sft import SFTConfig, SFTExample, make_batches, sft_train
+from recipes.warmstart.tokenizer import train_tokenizer
+from slca.models.tokenizer import ADDED_TOKENS, SPECIAL_TOKENS, chat_template
 from slca.types import ToolCall
 
 TOOLS = [
@@ -166,8 +167,8 @@ def test_make_batches_uses_every_example_once_within_the_token_budget():
 
 
 def test_sft_loss_decreases_and_ignores_non_assistant_tokens(tok):
-    from slca.models.config import ModelSize
-    from slca.models.default import make_model
+    from recipes.warmstart.config import ModelSize
+    from recipes.warmstart.build import make_model
 
     enc = encode_conversation(tok, CONVERSATION, TOOLS)
     ex = SFTExample(enc.input_ids, enc.model_mask)
@@ -179,7 +180,7 @@ def test_sft_loss_decreases_and_ignores_non_assistant_tokens(tok):
     assert stats.assistant_tokens == 30 * 4 * sum(ex.model_mask)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     # The loss is the mean cross-entropy of the assistant tokens only (next-token shift).
-    from slca.models.sft import _collate, weighted_lm_loss
+    from recipes.warmstart.sft import _collate, weighted_lm_loss
 
     ids, att, weights = _collate([ex], tok.pad_token_id)
     with torch.no_grad():
@@ -194,7 +195,7 @@ def test_sft_loss_decreases_and_ignores_non_assistant_tokens(tok):
     assert float(assistant) == pytest.approx(float(loss), rel=1e-6)
     # With env_loss_weight, tool-response tokens after the first assistant turn join the loss
     # at that weight; system / first-user tokens never do.
-    from slca.models.sft import encode_examples
+    from recipes.warmstart.sft import encode_examples
 
     (ex2,), _ = encode_examples(tok, [(CONVERSATION, TOOLS)], 4096)
     assert ex2.model_mask == ex.model_mask and sum(ex2.env_mask) > 0

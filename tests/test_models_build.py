@@ -1,14 +1,25 @@
 """The whole default-model pipeline at a tiny size: toolworld demos -> tokenizer ->
-Qwen2 -> SFT -> save_pretrained -> AutoModelForCausalLM, and the build cache."""
+Qwen2 -> SFT -> save_pretrained -> AutoModelForCausalLM, the build cache, the shipped
+weights and the fingerprint that names them (recipes/warmstart builds, slca.models loads)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from slca.models import BuildConfig, ModelSize, SFTConfig, default_model_dir, load_default
+from recipes.warmstart import BuildConfig, ModelSize, SFTConfig, build, fingerprint, make_demonstrations
+from slca.env import toolworld
+from slca.models import default_model_dir, load_default, resolve_default_dir, shipped_model_dir
+
+ROOT = Path(__file__).resolve().parents[1]
 
 TINY = BuildConfig(
     n_tasks=80,
@@ -76,20 +87,22 @@ def test_shipped_weights_if_any_are_the_current_recipe(tmp_path, monkeypatch):
     src/slca/models/shipped`); with none shipped, the default is built into the cache on first use."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM
 
-    from slca.models import BuildConfig, resolve_default_dir, shipped_model_dir
-
     shipped = shipped_model_dir()
     monkeypatch.setenv("SLCA_CACHE", str(tmp_path))  # an empty cache
-    expected = default_model_dir(None, BuildConfig()).name
+    expected = fingerprint(BuildConfig())
     if not (shipped / "slca_build.json").exists():
-        assert resolve_default_dir() == (default_model_dir(None, BuildConfig()), True)
+        assert resolve_default_dir() == (tmp_path / "default-model" / expected, True)
         return
     info = json.loads((shipped / "slca_build.json").read_text())
+    assert BuildConfig.from_dict(info["config"]) == BuildConfig(), "the default BuildConfig changed: rebuild the shipped weights"
+    assert info["data"]["sample"] == build.data_digest(BuildConfig()), (
+        "the recipe generates other data (toolworld, demonstrations, entity synthesis, drills or chat template changed): "
+        "rebuild with `slca build-model --out src/slca/models/shipped`")
     assert info["fingerprint"] == expected, "recipe changed: rebuild with `slca build-model --out src/slca/models/shipped`"
-    assert BuildConfig.from_dict(info["config"]) == BuildConfig()
     weights = shipped / "model.safetensors"
     assert weights.stat().st_size <= 16 * 2**20
     assert resolve_default_dir() == (shipped, False)  # loaded from the package, nothing to build
+    assert resolve_default_dir(config=BuildConfig()) == (shipped, False)  # the recipe's default config names the same build
     model = AutoModelForCausalLM.from_pretrained(shipped)
     assert isinstance(model, Qwen2ForCausalLM)
     assert model.config.vocab_size == len(AutoTokenizer.from_pretrained(shipped))
@@ -98,31 +111,88 @@ def test_shipped_weights_if_any_are_the_current_recipe(tmp_path, monkeypatch):
 
 def test_a_stale_shipped_fingerprint_is_not_loaded(tmp_path, monkeypatch):
     """A config that differs from the shipped one (TINY here) is built into the cache instead."""
-    from slca.models import resolve_default_dir
-
     path, missing = resolve_default_dir(tmp_path, TINY)
     assert missing and path == default_model_dir(tmp_path, TINY)
 
 
-def test_fingerprint_follows_generated_data_not_source_bytes():
-    """The cache key is what decides the weights (config, recipe version, chat template, the generated data), so a
-    change to what toolworld generates names a new model, and an edit that generates the same data (a comment) does not."""
-    import dataclasses
-
-    from slca.env import toolworld
+def test_loading_the_default_needs_no_recipe(tmp_path, monkeypatch):
+    """The shipped build is found from its own record: no recipe import, no fingerprint computed."""
+    if not (shipped_model_dir() / "slca_build.json").exists():
+        pytest.skip("no shipped weights in this tree")
     from slca.models import default as dm
 
+    def no_recipe(*_):
+        raise AssertionError("load_default() imported the recipe")
+
+    monkeypatch.setattr(dm, "import_recipe", no_recipe)
+    monkeypatch.setenv("SLCA_CACHE", str(tmp_path))
+    assert resolve_default_dir() == (shipped_model_dir(), False)
+    entry = default_model_dir()  # a cache entry of the shipped fingerprint (a rebuild) comes first
+    entry.mkdir(parents=True)
+    (entry / "slca_build.json").write_text("{}")
+    assert resolve_default_dir() == (entry, False)
+
+
+def _edited_copy(dest: Path) -> Path:
+    """A copy of src/slca and recipes/ whose toolworld and recipe modules carry an edited docstring and a new comment."""
+    shutil.copytree(ROOT / "src" / "slca", dest / "src" / "slca", ignore=shutil.ignore_patterns("shipped", "__pycache__"))
+    shutil.copytree(ROOT / "recipes", dest / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
+    edited = [dest / "src" / "slca" / "env" / "toolworld.py", *sorted((dest / "recipes" / "warmstart").glob("*.py"))]
+    for path in edited:
+        text = path.read_text()
+        head = text.index('"""') + 3
+        path.write_text(text[:head] + "Edited docstring. " + text[head:] + "\n# a comment added at the end\n")
+    return dest
+
+
+def test_fingerprint_follows_generated_data_and_config_not_source_bytes(tmp_path):
+    """The fingerprint is what decides the weights (config, recipe version, the generated demonstrations and tokenizer
+    text, the drills): a docstring or comment edit to toolworld or the recipe keeps it; a change to what toolworld
+    generates, or to the build config, names a new model."""
     cfg = BuildConfig()
-    dm._data_digest.cache_clear()
-    before = dm._data_digest(cfg)
-    dm._data_digest.cache_clear()
-    assert dm._data_digest(cfg) == before  # deterministic
+    build._data_digest.cache_clear()
+    before = fingerprint(cfg)
+    build._data_digest.cache_clear()
+    assert fingerprint(cfg) == before  # deterministic
+
+    tree = _edited_copy(tmp_path / "edited")
+    code = ("import slca, recipes.warmstart as w; assert slca.__file__.startswith(%r), slca.__file__; "
+            "print(w.fingerprint(w.BuildConfig()))" % str(tree))
+    out = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(tree / "src")}).stdout.split()
+    assert out == [before]  # a docstring and a comment in toolworld and in every recipe module: the same build
+
+    assert fingerprint(dataclasses.replace(cfg, vocab_size=cfg.vocab_size + 1)) != before  # the build config
     weather = toolworld._TYPES[0]
-    changed = dataclasses.replace(weather, templates=tuple(t.replace("weather", "forecast") for t in weather.templates))
-    toolworld._TYPES[0] = changed
-    dm._data_digest.cache_clear()
+    toolworld._TYPES[0] = dataclasses.replace(weather, templates=tuple(t.replace("weather", "forecast") for t in weather.templates))
+    build._data_digest.cache_clear()
     try:
-        assert dm._data_digest(cfg) != before
+        assert fingerprint(cfg) != before  # the generated demonstrations (and the tokenizer text rendered from them)
     finally:
         toolworld._TYPES[0] = weather
-        dm._data_digest.cache_clear()
+        build._data_digest.cache_clear()
+
+
+def test_build_model_names_where_the_recipe_is_when_it_is_missing(tmp_path):
+    """A pip install has no recipes/: `slca build-model` says so in one line, before anything is built."""
+    from typer.testing import CliRunner
+
+    from slca.cli import app
+    from slca.models import find_recipe
+
+    assert find_recipe() == ROOT / "recipes" / "warmstart" and find_recipe(ROOT) == find_recipe()  # a checkout finds its own
+    res = CliRunner().invoke(app, ["build-model", "--out", str(tmp_path / "m"), "--recipe", str(tmp_path / "clone")])
+    assert res.exit_code == 2 and "not part of the installed slca package" in res.output, res.output
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.slow
+def test_the_recipe_still_generates_the_shipped_models_demonstrations():
+    """All the demonstrations the shipped weights were trained on, and the tokenizer text rendered from them, are
+    what the recipe generates now (12,000 demonstrations, ~50 CPU s): the shipped build is the recipe's."""
+    info = json.loads((shipped_model_dir() / "slca_build.json").read_text())
+    if "demonstrations" not in info.get("data", {}):
+        pytest.skip("the shipped build records no digest of its demonstrations")
+    cfg = BuildConfig.from_dict(info["config"])
+    demos = make_demonstrations(cfg.n_tasks, cfg.mix, seed=cfg.data_seed, synthetic=cfg.synthetic_entities)
+    assert build.demonstrations_digest(demos) == info["data"]["demonstrations"]

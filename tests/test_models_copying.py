@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from slca.models.drills import call_drill, echo_drill, make_drills
+from recipes.warmstart.drills import call_drill, echo_drill, make_drills
 
 
 def test_echo_drill_repeats_the_request_items():
@@ -46,7 +46,7 @@ def test_induction_warmup_learns_to_copy_and_only_copying_explains_it():
     """On repeated random tokens the copy loss falls far below log(V) only if the model copies."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from slca.models.sft import induction_loss_fn, induction_warmup
+    from recipes.warmstart.sft import induction_loss_fn, induction_warmup
 
     torch.manual_seed(0)
     V = 64
@@ -67,7 +67,7 @@ def test_induction_warmup_learns_to_copy_and_only_copying_explains_it():
 
 
 def test_induction_warmup_zero_steps_is_a_no_op():
-    from slca.models.sft import induction_warmup
+    from recipes.warmstart.sft import induction_warmup
 
     assert induction_warmup(torch.nn.Linear(1, 1), [1, 2], 0, lr=1e-3, bos_id=0, sep_id=1) == []
 
@@ -75,14 +75,14 @@ def test_induction_warmup_zero_steps_is_a_no_op():
 def test_build_config_fields_change_the_fingerprint():
     from dataclasses import replace
 
-    from slca.models import BuildConfig
+    from recipes.warmstart import BuildConfig, fingerprint
 
     base = BuildConfig()
-    assert replace(base, drills=base.drills + 10).fingerprint() != base.fingerprint()
-    assert replace(base, digit_runs=not base.digit_runs).fingerprint() != base.fingerprint()
+    assert fingerprint(replace(base, drills=base.drills + 10)) != fingerprint(base)
+    assert fingerprint(replace(base, digit_runs=not base.digit_runs)) != fingerprint(base)
     for field in ("induction_steps", "induction_every", "env_loss_weight", "copy_weight"):
         changed = replace(base.sft, **{field: getattr(base.sft, field) + 1})
-        assert replace(base, sft=changed).fingerprint() != base.fingerprint(), field
+        assert fingerprint(replace(base, sft=changed)) != fingerprint(base), field
 
 
 def _run(path, rows):
@@ -129,16 +129,16 @@ def test_demo_verdict_reads_the_warm_start_and_says_who_did_better(tmp_path):
 
 
 def _tiny_tokenizer(digit_runs=False):
-    from slca.models.demos import make_demonstrations, render_texts
-    from slca.models.config import DemoMix
-    from slca.models.tokenizer import train_tokenizer
+    from recipes.warmstart.demos import make_demonstrations, render_texts
+    from recipes.warmstart.config import DemoMix
+    from recipes.warmstart.tokenizer import train_tokenizer
 
     demos = make_demonstrations(120, DemoMix(), seed=0, synthetic=0.8)
     return demos, train_tokenizer(render_texts(demos), vocab_size=600, digit_runs=digit_runs)
 
 
 def test_copy_mask_marks_the_request_values_the_assistant_copies():
-    from slca.models.sft import copy_mask, encode_examples
+    from recipes.warmstart.sft import copy_mask, encode_examples
 
     demos, tok = _tiny_tokenizer()
     conv = [{"role": "user", "content": "Weather in Zuvaka on 2025-03-14?"},
@@ -160,7 +160,7 @@ def test_copy_mask_marks_the_request_values_the_assistant_copies():
 def test_copy_weight_weighs_the_copied_tokens_and_the_logged_loss_stays_the_assistant_mean():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from slca.models.sft import _collate, encode_examples, weighted_lm_loss
+    from recipes.warmstart.sft import _collate, encode_examples, weighted_lm_loss
 
     demos, tok = _tiny_tokenizer()
     (ex,), _ = encode_examples(tok, [(demos[0].messages, demos[0].tools)], 4096, with_copy_mask=True)
@@ -195,7 +195,7 @@ def test_the_build_trains_with_induction_batches_when_asked(tmp_path):
     """build_default passes the induction batches of ``induction_every`` (it used to drop them)."""
     from dataclasses import replace
 
-    from slca.models import BuildConfig, ModelSize, SFTConfig, build_default
+    from recipes.warmstart import BuildConfig, ModelSize, SFTConfig, build_default
 
     tiny = BuildConfig(n_tasks=40, vocab_size=400,
                        model=ModelSize(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
@@ -216,8 +216,8 @@ def test_the_build_trains_with_induction_batches_when_asked(tmp_path):
 def test_a_build_whose_tokenizer_autotokenizer_would_change_is_refused_before_training(tmp_path):
     """transformers 5 loads a qwen2 folder with Qwen2Tokenizer, which re-splits digits one by one:
     a digit-run tokenizer would be fed other ids than it was trained on, so the build refuses it."""
-    from slca.models import BuildConfig, ModelSize, SFTConfig, build_default
-    from slca.models.default import TokenizerRoundTripError
+    from recipes.warmstart import BuildConfig, ModelSize, SFTConfig, build_default
+    from recipes.warmstart.build import TokenizerRoundTripError
 
     tiny = BuildConfig(n_tasks=40, vocab_size=400, digit_runs=True,
                        model=ModelSize(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
@@ -247,11 +247,11 @@ def test_frozen_rewards_start_where_a_run_starts_and_never_update(tmp_path):
     weights, same tasks); the model is not changed by it."""
     from slca.cli import frozen_tool_rewards
     from slca.config import TrainConfig
-    from slca.models.config import DemoMix, ModelSize
-    from slca.models.default import make_model
-    from slca.models.demos import make_demonstrations, render_texts
-    from slca.models.sft import SFTConfig, encode_examples, sft_train
-    from slca.models.tokenizer import train_tokenizer
+    from recipes.warmstart.config import DemoMix, ModelSize
+    from recipes.warmstart.build import make_model
+    from recipes.warmstart.demos import make_demonstrations, render_texts
+    from recipes.warmstart.sft import SFTConfig, encode_examples, sft_train
+    from recipes.warmstart.tokenizer import train_tokenizer
     from slca.trainer import train
 
     demos = make_demonstrations(40, DemoMix(), seed=0)

@@ -12,8 +12,8 @@ import random
 import pytest
 
 from slca.env import toolworld
-from slca.models.config import DemoMix
-from slca.models.demos import ArgumentPool, demonstrate
+from recipes.warmstart.config import DemoMix
+from recipes.warmstart.demos import ArgumentPool, demonstrate
 from slca.rewards import execution_reward, summary_reward
 from slca.rewards.summary import answer_claims
 
@@ -115,7 +115,7 @@ def test_demonstrations_are_deterministic(tasks):
 
 
 def test_synthetic_entities_rewrite_request_gold_results_and_answer_consistently(tasks):
-    from slca.models.augment import synthesize_entities
+    from recipes.warmstart.augment import synthesize_entities
 
     rng = random.Random(5)
     n_synth = 0
@@ -134,7 +134,7 @@ def test_synthetic_entities_rewrite_request_gold_results_and_answer_consistently
 
 
 def test_make_demonstrations_mixes_synthetic_and_original_tasks():
-    from slca.models.demos import make_demonstrations
+    from recipes.warmstart.demos import make_demonstrations
 
     demos = make_demonstrations(60, DemoMix(), seed=0, synthetic=0.5)
     synth = sum(bool(d.task.meta.get("synthetic_entities")) for d in demos)
@@ -149,9 +149,10 @@ def test_demonstrations_do_not_depend_on_the_process_hash_seed():
     import subprocess
     import sys
 
-    code = ("import hashlib; from slca.models.demos import make_demonstrations, render_texts; from slca.models.config import BuildConfig; "
+    code = ("import hashlib; from recipes.warmstart.demos import make_demonstrations, render_texts; from recipes.warmstart.config import BuildConfig; "
             "c = BuildConfig(); d = make_demonstrations(150, c.mix, seed=0, synthetic=c.synthetic_entities); "
             "print(hashlib.md5(''.join(render_texts(d)).encode()).hexdigest())")
-    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # recipes/ is imported from the repository root
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,
                            env=dict(os.environ, PYTHONHASHSEED=str(s))).stdout for s in (1, 2, 3)}
     assert len(outs) == 1

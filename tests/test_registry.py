@@ -135,9 +135,9 @@ def test_worked_example_trains_through_the_cli(tmp_path):
 
     from slca.cli import app
     from slca.env import toolworld
-    from slca.models.config import ModelSize
-    from slca.models.default import make_model
-    from slca.models.tokenizer import train_tokenizer
+    from recipes.warmstart.config import ModelSize
+    from recipes.warmstart.build import make_model
+    from recipes.warmstart.tokenizer import train_tokenizer
 
     exec(compile(_doc_example(), "docs/architecture.md", "exec"), {})
     tasks = toolworld.make_tasks("train", n=20, seed=0)

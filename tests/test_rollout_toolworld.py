@@ -15,7 +15,7 @@ from _tok import gold_demo_messages, memorise, tiny_qwen2
 from slca import segment_masks
 from slca.chat import encode_conversation
 from slca.env import toolworld
-from slca.models.tokenizer import train_tokenizer
+from recipes.warmstart.tokenizer import train_tokenizer
 from slca.rewards import in_domain_metrics
 from slca.rollout import RolloutConfig, generate_rollouts, trajectory_logprobs
 

@@ -75,9 +75,9 @@ def test_config_fields(tmp_path):
 def test_training_on_a_datasets_folder_evaluates_on_its_held_out_share(tmp_path):
     """`--set suite=<save_to_disk folder> --set eval_fraction=0.25`: eval metrics are real numbers, not missing."""
     datasets = pytest.importorskip("datasets")
-    from slca.models.config import ModelSize
-    from slca.models.default import make_model
-    from slca.models.tokenizer import train_tokenizer
+    from recipes.warmstart.config import ModelSize
+    from recipes.warmstart.build import make_model
+    from recipes.warmstart.tokenizer import train_tokenizer
     from slca.trainer import train
 
     tasks = toolworld.make_tasks("train", n=24, seed=0)

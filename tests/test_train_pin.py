@@ -62,11 +62,11 @@ import pytest
 from typer.testing import CliRunner
 
 from slca.cli import app
-from slca.models.config import DemoMix, ModelSize
-from slca.models.default import make_model
-from slca.models.demos import make_demonstrations, render_texts
-from slca.models.sft import SFTConfig, encode_examples, sft_train
-from slca.models.tokenizer import train_tokenizer
+from recipes.warmstart.config import DemoMix, ModelSize
+from recipes.warmstart.build import make_model
+from recipes.warmstart.demos import make_demonstrations, render_texts
+from recipes.warmstart.sft import SFTConfig, encode_examples, sft_train
+from recipes.warmstart.tokenizer import train_tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures" / "train_pin"
 TINY = ModelSize(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128, max_position_embeddings=1024)

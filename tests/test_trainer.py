@@ -8,9 +8,9 @@ import torch
 
 from slca.config import TrainConfig, validate
 from slca.env import toolworld
-from slca.models.config import ModelSize
-from slca.models.default import make_model
-from slca.models.tokenizer import train_tokenizer
+from recipes.warmstart.config import ModelSize
+from recipes.warmstart.build import make_model
+from recipes.warmstart.tokenizer import train_tokenizer
 from slca.batching import collate, response_logprobs
 from slca.samples import SampleGroup, read_samples, samples_to_json
 from slca.trainer import Trainer, train

@@ -666,17 +666,23 @@ def eval_(
 @app.command("build-model")
 def build_model(
     out: Path = typer.Option(..., "--out", help="Folder to write the model to (src/slca/models/shipped refreshes the shipped weights)."),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", help="The recipe folder (CHECKOUT/recipes/warmstart) or a checkout's root; "
+                                          "default: the checkout slca runs from, else ./recipes/warmstart. Not in the installed package."),
 ) -> None:
-    """Build the embedded default model from its recipe (demonstrations, tokenizer, SFT warm start)."""
+    """Build the embedded default model from its recipe (demonstrations, tokenizer, SFT warm start; ~40 CPU minutes)."""
     import shutil
 
-    from slca.models import BuildConfig, build_default, default_model_dir
+    from slca.models.recipe import import_recipe
 
-    cfg = BuildConfig()
-    name = default_model_dir(None, cfg).name  # the fingerprint the recipe gives
+    try:
+        warmstart = import_recipe(recipe)
+    except ImportError as e:  # no recipe there (a pip install), or another 'recipes' package
+        _fail(str(e))
+    cfg = warmstart.BuildConfig()
+    name = warmstart.fingerprint(cfg)
     tmp = out.parent / f".{out.name}.build"
     shutil.rmtree(tmp, ignore_errors=True)
-    rep = build_default(tmp, cfg, progress=True)  # records the recipe's fingerprint, which load_default checks
+    rep = warmstart.build_default(tmp, cfg, progress=True)  # records the fingerprint, which load_default reads
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     console.print(f"built {rep.n_params / 1e6:.2f}M parameters in {rep.total_seconds / 60:.1f} min "

@@ -60,7 +60,7 @@ _KIND_WEIGHTS = {"single": 0.25, "parallel": 0.35, "chain": 0.2, "no_tool": 0.1,
 _DEFAULT_N = {"train": 2000, "train_heldout": 600, "test": 300, "test_entities": 300, "test_phrasings": 300, "heldout_tools": 200}
 WARMSTART_DEMOS = (12000, 0)
 """``(n_tasks, data_seed)`` of the shipped warm start's demonstrations
-(:class:`slca.models.config.BuildConfig`; a test keeps the two equal): their
+(`recipes/warmstart` BuildConfig; a test keeps the two equal): their
 requests are ``make_tasks("train", n_tasks, data_seed)``, which ``train_heldout`` excludes."""
 _MAX_DRAWS = 64  # draws per held-out task before its kind counts as exhausted
 

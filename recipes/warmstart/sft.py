@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from slca.chat import encode_conversation
+
 __all__ = ["SFTConfig", "SFTExample", "SFTStats", "encode_examples", "make_batches", "sft_train", "weighted_lm_loss", "induction_warmup"]
 
 
@@ -118,8 +120,6 @@ def encode_examples(tokenizer, conversations: Sequence[tuple[list[dict[str, Any]
         ``max_length`` tokens, and how many were longer (dropped, not truncated,
         so that no example loses its final answer).
     """
-    from slca.chat import encode_conversation
-
     out: list[SFTExample] = []
     dropped = 0
     for messages, tools in conversations:

@@ -14,7 +14,7 @@ thin. Drills concentrate it, in the chat format the policy uses:
     request value goes into which argument.
 
 Drills are data for the SFT warm start only; they are mixed into the
-demonstrations by :func:`slca.models.build_default` (``BuildConfig.drills``).
+demonstrations by :func:`~.build.build_default` (``BuildConfig.drills``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from slca.models.augment import pseudo_word, synthesize_entities
+from slca.chat import get_format
+from slca.env import toolworld
+
+from .augment import pseudo_word, synthesize_entities
 
 __all__ = ["echo_drill", "call_drill", "make_drills"]
 
@@ -52,8 +55,6 @@ def echo_drill(rng: random.Random) -> list[dict[str, Any]]:
 
 def call_drill(task, env, rng: random.Random, episode: str) -> list[dict[str, Any]] | None:
     """The request of ``task`` (entities made synthetic) and its first gold step as one tool turn; None if it has no call."""
-    from slca.chat import get_format
-
     t = synthesize_entities(task, env, rng, episode=episode)
     if t is None or not t.gold:
         return None
@@ -63,8 +64,6 @@ def call_drill(task, env, rng: random.Random, episode: str) -> list[dict[str, An
 
 def make_drills(n: int, seed: int = 0) -> list[list[dict[str, Any]]]:
     """``n`` drill conversations, half echo and half call drills (seeded)."""
-    from slca.env import toolworld
-
     rng = random.Random(f"drills-{seed}")
     out: list[list[dict[str, Any]]] = []
     tasks = [t for t in toolworld.make_tasks("train", n=max(1, n), seed=seed + 1000) if t.gold]

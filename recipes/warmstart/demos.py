@@ -5,7 +5,7 @@ turns in the hermes format (the text the model should generate), the
 environment's real answers as ``role: "tool"`` messages (``ToolResult.to_text()``,
 as the rollout engine inserts them) and a final answer. Its quality varies on
 both segments, each flaw drawn independently with the probability in
-:class:`~slca.models.config.DemoMix`:
+:class:`~.config.DemoMix`:
 
 execution segment
     ``sequential`` (a parallel gold step made one call per turn),
@@ -29,9 +29,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from slca.models.augment import replace_value, synthesize_entities
-from slca.models.config import DemoMix
+from transformers.utils.chat_template_utils import render_jinja_template
+
+from slca.chat import get_format
+from slca.env import toolworld
+from slca.models.tokenizer import chat_template
 from slca.types import Task, ToolCall, ToolResult, Turn
+
+from .augment import replace_value, synthesize_entities
+from .config import DemoMix
 
 __all__ = ["Demonstration", "demonstrate", "make_demonstrations", "render_texts", "ArgumentPool"]
 
@@ -216,8 +222,6 @@ def demonstrate(task: Task, env, mix: DemoMix, rng: random.Random, pool: Argumen
         fact_pool: fact strings of other tasks (replacement values for ``unfaithful``).
         episode: simulator episode of this demonstration.
     """
-    from slca.chat import get_format
-
     hermes = get_format("hermes")
     answer = task.meta.get("reference_answer")
     if not isinstance(answer, str):
@@ -253,10 +257,8 @@ def make_demonstrations(n_tasks: int, mix: DemoMix, seed: int = 0, split: str = 
     """Demonstrations for ``n_tasks`` toolworld tasks of ``split`` (one per task), seeded.
 
     ``synthetic`` is the probability that a task's entities are first replaced
-    by fresh pseudo-words (:func:`~slca.models.augment.synthesize_entities`).
+    by fresh pseudo-words (:func:`~.augment.synthesize_entities`).
     """
-    from slca.env import toolworld
-
     if not 0.0 <= synthetic <= 1.0:
         raise ValueError(f"synthetic must be a probability in [0, 1], got {synthetic}")
     rng = random.Random(seed)
@@ -272,10 +274,6 @@ def make_demonstrations(n_tasks: int, mix: DemoMix, seed: int = 0, split: str = 
 
 def render_texts(demos: Iterable[Demonstration]) -> Iterable[str]:
     """Each demonstration rendered with the project's chat template (tokenizer training text)."""
-    from transformers.utils.chat_template_utils import render_jinja_template
-
-    from slca.models.tokenizer import chat_template
-
     template = chat_template()
     for d in demos:
         yield render_jinja_template([d.messages], tools=d.tools, chat_template=template)[0][0]

@@ -2,21 +2,21 @@
 
 :class:`BuildConfig` fixes everything that determines the built model: the
 demonstration data and its quality mix, the tokenizer, the architecture and the
-warm-start optimisation. Its :meth:`BuildConfig.fingerprint` names the cache
-entry, so a changed config builds a new model instead of loading a stale one.
+warm-start optimisation. With :data:`RECIPE_VERSION` and the data it generates it
+makes the build's fingerprint (:func:`~.build.fingerprint`), so a changed config
+builds a new model instead of loading a stale one.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass, field
 
-from slca.models.sft import SFTConfig
+from .sft import SFTConfig
 
 __all__ = ["ModelSize", "DemoMix", "BuildConfig", "RECIPE_VERSION", "WARM_START"]
 
-#: Bump when the build code changes what a given config produces.
+#: Bump when the build code (tokenizer training, model initialisation, SFT) changes what a given
+#: config produces from the same data; a change to the generated data changes the fingerprint by itself.
 RECIPE_VERSION = 1
 
 #: The default build's warm start (issue 13, run J in docs/warmstart.md): 4,000 steps of
@@ -97,17 +97,17 @@ class BuildConfig:
     """Seeds task generation, the simulator and the demo flaws."""
     synthetic_entities: float = 0.8
     """Fraction of demos whose cities, tickers, people, titles, dates and request numbers are
-    replaced by fresh pseudo-words (teaches copying; see :mod:`slca.models.augment`)."""
+    replaced by fresh pseudo-words (teaches copying; see :mod:`.augment`)."""
     drills: int = 0
-    """Copy drills mixed into the warm-start data (:mod:`slca.models.drills`): short
+    """Copy drills mixed into the warm-start data (:mod:`.drills`): short
     conversations whose assistant tokens are all copied from the request."""
     vocab_size: int = 1024
     """BPE vocabulary, special tokens included."""
     digit_runs: bool = False
     """Tokenizer: keep runs of digits whole before BPE (frequent numbers become one token)
-    instead of Qwen2's one digit per token (:func:`slca.models.tokenizer.train_tokenizer`).
+    instead of Qwen2's one digit per token (:func:`.tokenizer.train_tokenizer`).
     The build refuses it under transformers 5: ``AutoTokenizer`` loads a Qwen2 folder with
-    Qwen2's own digit split (:func:`slca.models.default.check_tokenizer_round_trip`)."""
+    Qwen2's own digit split (:func:`.build.check_tokenizer_round_trip`)."""
     model: ModelSize = field(default_factory=ModelSize)
     """Architecture."""
     mix: DemoMix = field(default_factory=DemoMix)
@@ -116,11 +116,6 @@ class BuildConfig:
     """Warm-start optimisation (:data:`WARM_START`; ``SFTConfig()`` is the plain recipe of the first build)."""
     model_seed: int = 0
     """Seeds the weight initialisation."""
-
-    def fingerprint(self, extra: str = "") -> str:
-        """Hex digest of the config, the recipe version and ``extra`` (e.g. template text)."""
-        blob = json.dumps({"recipe": RECIPE_VERSION, "config": asdict(self), "extra": extra}, sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()
 
     def to_dict(self) -> dict:
         return asdict(self)
