@@ -12,14 +12,23 @@ import pytest
 from typer.testing import CliRunner
 
 from slca.cli import app
-from slca.config import CHECKS, ConfigError, TrainConfig, config_diff, load_config, validate
+from slca.config import GROUPS, ConfigError, TrainConfig, config_diff, load_config, validate
 
 runner = CliRunner()
 FLOAT_FIELDS = [f.name for f in dataclasses.fields(TrainConfig) if typing.get_type_hints(TrainConfig)[f.name] is float]
 
 
-def test_every_field_has_a_check():
-    assert sorted(CHECKS) == sorted(f.name for f in dataclasses.fields(TrainConfig))
+def test_every_field_carries_its_help_and_check():
+    """A new field says what a valid value is where it is declared: a Literal, or Annotated checks (bools: the type)."""
+    hints = typing.get_type_hints(TrainConfig, include_extras=True)
+    for f in dataclasses.fields(TrainConfig):
+        assert f.metadata.get("help"), f.name
+        hint = hints[f.name]
+        checked = typing.get_origin(hint) in (typing.Annotated, typing.Literal) or hint is bool
+        assert checked, f"{f.name}: {hint} declares no check"
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    starts = [names.index(k) for k in GROUPS]
+    assert starts == sorted(starts) and starts[0] == 0  # each group's first field, in declaration order
 
 
 @pytest.mark.parametrize("name", FLOAT_FIELDS)
@@ -182,7 +191,8 @@ def test_cli_malformed_config_file_no_traceback(tmp_path):
 
 def test_override_strings_coerced_by_annotation():
     """Fields of other types (optional, lists, booleans) slot into the same table."""
-    from slca.config import _coerce, _type_ok
+    from slca._fields import _type_ok
+    from slca.config import _coerce
 
     assert _coerce("f", "a, b", list[str]) == ["a", "b"]
     assert _coerce("f", "none", int | None) is None and _coerce("f", "3", int | None) == 3
