@@ -12,14 +12,23 @@ import pytest
 from typer.testing import CliRunner
 
 from slca.cli import app
-from slca.config import CHECKS, ConfigError, TrainConfig, config_diff, load_config, validate
+from slca.config import GROUPS, ConfigError, TrainConfig, config_diff, load_config, validate
 
 runner = CliRunner()
 FLOAT_FIELDS = [f.name for f in dataclasses.fields(TrainConfig) if typing.get_type_hints(TrainConfig)[f.name] is float]
 
 
-def test_every_field_has_a_check():
-    assert sorted(CHECKS) == sorted(f.name for f in dataclasses.fields(TrainConfig))
+def test_every_field_carries_its_help_and_check():
+    """A new field says what a valid value is where it is declared: a Literal, or Annotated checks (bools: the type)."""
+    hints = typing.get_type_hints(TrainConfig, include_extras=True)
+    for f in dataclasses.fields(TrainConfig):
+        assert f.metadata.get("help"), f.name
+        hint = hints[f.name]
+        checked = typing.get_origin(hint) in (typing.Annotated, typing.Literal) or hint is bool
+        assert checked, f"{f.name}: {hint} declares no check"
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    starts = [names.index(k) for k in GROUPS]
+    assert starts == sorted(starts) and starts[0] == 0  # each group's first field, in declaration order
 
 
 @pytest.mark.parametrize("name", FLOAT_FIELDS)
@@ -182,7 +191,8 @@ def test_cli_malformed_config_file_no_traceback(tmp_path):
 
 def test_override_strings_coerced_by_annotation():
     """Fields of other types (optional, lists, booleans) slot into the same table."""
-    from slca.config import _coerce, _type_ok
+    from slca._fields import _type_ok
+    from slca.config import _coerce
 
     assert _coerce("f", "a, b", list[str]) == ["a", "b"]
     assert _coerce("f", "none", int | None) is None and _coerce("f", "3", int | None) == 3
@@ -195,3 +205,38 @@ def test_override_strings_coerced_by_annotation():
 
 def test_all_float_defaults_finite():
     assert all(math.isfinite(getattr(TrainConfig(), n)) for n in FLOAT_FIELDS)
+
+
+def test_estimator_options_reach_the_estimator_from_set_and_from_files(tmp_path):
+    """`cond_std` (an option no config field holds) from --set or a file, checked by slca_cond's options object."""
+    from slca.advantages import SLCAOptions
+    from slca.config import estimator_options
+
+    cfg = load_config(None, ["estimator=slca_cond", "estimator_options=cond_std=subgroup", "empty_tool=include"])
+    opts = estimator_options(cfg)
+    assert (opts.cond_std, opts.empty_tool, opts.eps) == ("subgroup", "include", 1e-6)
+    assert estimator_options(cfg, "slca") == SLCAOptions(empty_tool="include")  # the recorded reference estimators
+    y = tmp_path / "c.yaml"
+    y.write_text("estimator: slca_turn\nestimator_options: {turn_lambda: 0.5}\n")
+    with pytest.raises(ConfigError, match="may not set 'turn_lambda': it comes from the config field 'turn_lambda'"):
+        load_config(y)
+    y.write_text("estimator: slca_cond\nestimator_options: {cond_std: subgroup}\n")
+    assert estimator_options(load_config(y)).cond_std == "subgroup"
+    for sets, message in [
+        (["estimator=slca_cond", "estimator_options=cond_std=x"], "estimator_options: estimator 'slca_cond': option 'cond_std' must be one of"),
+        (["estimator_options=cond_std=subgroup"], "estimator_options: estimator 'slca' has no option 'cond_std'"),
+        (["estimator_options=scale=none"], "estimator_options: may not set 'scale': it comes from the config field 'scale'"),
+        (["estimator_options=cond_std"], "estimator_options: 'cond_std' must look like option=value"),
+        (["estimator=slca_turn", "turn_lambda=-1"], "turn_lambda: must be >= 0"),
+    ]:
+        with pytest.raises(ConfigError) as e:
+            load_config(None, sets)
+        assert str(e.value).startswith(message), str(e.value)
+
+
+def test_help_config_lists_the_fields_in_their_groups():
+    r = runner.invoke(app, ["train", "--help-config"])
+    assert r.exit_code == 0, r.output
+    heads = [ln.strip() for ln in r.output.splitlines() if ln.strip() in GROUPS.values()]
+    assert heads == list(GROUPS.values())
+    assert "estimator_options = []" in r.output and "Dr. GRPO" in r.output  # scale's help, from GroupOptions

@@ -333,6 +333,23 @@ def test_empty_tool_mode_from_environment(monkeypatch):
         sv.compute_slca_outcome_advantage(R, mask, index=uids)
 
 
+def test_estimator_options_from_environment_go_through_the_options_object(monkeypatch):
+    """SLCA_ESTIMATOR_OPTIONS: parsed and checked by the estimator's options object, as `slca train` does."""
+    from slca.advantages import SLCACondOptions, get_estimator
+
+    monkeypatch.setenv("SLCA_ESTIMATOR", "slca_cond")
+    monkeypatch.setenv("SLCA_ESTIMATOR_OPTIONS", "cond_std=subgroup")
+    spec = sv.selected_estimator()
+    assert sv.selected_options(spec, scale="none", eps=1e-3) == SLCACondOptions(scale="none", eps=1e-3, cond_std="subgroup")
+    for raw, why in [("cond_std=x", "option 'cond_std' must be one of"), ("turn_lambda=1", "has no option 'turn_lambda'"),
+                     ("eps=0.1", "may not set 'eps': it comes from verl's epsilon"), ("cond_std", "must look like option=value")]:
+        monkeypatch.setenv("SLCA_ESTIMATOR_OPTIONS", raw)
+        with pytest.raises(ValueError, match=f"^SLCA_ESTIMATOR_OPTIONS='{raw}': .*{why}"):
+            sv.selected_options(spec)
+    monkeypatch.setenv("SLCA_ESTIMATOR_OPTIONS", "turn_lambda=0.5")
+    assert sv.selected_options(get_estimator("slca_turn")).turn_lambda == 0.5
+
+
 def test_documented_verl_command_matches_verls_config_schema():
     """Every override in examples/verl/run_slca.sh exists in verl's own ppo_trainer config."""
     import re

@@ -11,7 +11,6 @@ import torch
 from slca.advantages import (
     AdvantageInputs,
     InputSpec,
-    Option,
     compute_advantages,
     fill_inputs,
     get_estimator,
@@ -34,10 +33,10 @@ def _inputs():
 
 def test_builtin_specs_declare_their_options_and_inputs():
     slca = get_estimator("slca")
-    assert [o.name for o in slca.options] == ["scale", "eps", "empty_tool", "empty_summary"] and slca.needs == ()
+    assert slca.option_names == ("scale", "eps", "empty_tool", "empty_summary") and slca.needs == ()
     assert slca.defaults() == {"scale": "group", "eps": 1e-6, "empty_tool": "both", "empty_summary": "last_turn"}
     assert get_estimator("slca_cond").needs == ("tool_signatures",)
-    assert "cond_std" in {o.name for o in get_estimator("slca_cond").options}
+    assert "cond_std" in get_estimator("slca_cond").option_names
     assert get_estimator("slca_turn").needs == ("turn_rewards",)
     assert list_estimators(reference=True) == ["grpo", "slca", "gdpo"]
     assert {"tool_signatures", "turn_rewards"} <= {get_input(n).name for n in ("tool_signatures", "turn_rewards")}
@@ -53,6 +52,8 @@ def test_builtin_specs_declare_their_options_and_inputs():
         ("slca", {"eps": "small"}, "estimator 'slca': option 'eps' must be float, got 'small'"),
         ("slca_turn", {"turn_lambda": True}, "estimator 'slca_turn': option 'turn_lambda' must be float"),
         ("slca_cond", {"cond_std": "x"}, "estimator 'slca_cond': option 'cond_std' must be one of"),
+        ("slca_turn", {"turn_lambda": -0.5}, "estimator 'slca_turn': option 'turn_lambda' must be >= 0, got -0.5"),
+        ("slca", {"eps": float("nan")}, "estimator 'slca': option 'eps' must be a finite number"),
     ],
 )
 def test_unknown_or_bad_options_are_refused(name, kw, match):
@@ -74,7 +75,7 @@ def test_plain_functions_keep_working():
         return inputs.model_mask.float() + shift
 
     register_estimator("test_keyword_only", keyword_only)
-    assert [o.name for o in get_estimator("test_keyword_only").options] == ["shift"]
+    assert get_estimator("test_keyword_only").option_names == ("shift",)
     assert float(compute_advantages("test_keyword_only", _inputs(), shift=1).max()) == 2.0
     with pytest.raises(ValueError, match="estimator 'test_keyword_only' has no option 'shfit'"):
         compute_advantages("test_keyword_only", _inputs(), shfit=1.0)
@@ -82,9 +83,11 @@ def test_plain_functions_keep_working():
     def takes_anything(inputs, **kw):
         return inputs.model_mask.float() * len(kw)
 
-    register_estimator("test_takes_anything", takes_anything)
-    assert get_estimator("test_takes_anything").open
-    assert float(compute_advantages("test_takes_anything", _inputs(), a=1, b=2).max()) == 2.0
+    register_estimator("test_takes_anything", takes_anything)  # **kwargs declares no option: none reaches it unchecked
+    assert get_estimator("test_takes_anything").option_names == ()
+    assert float(compute_advantages("test_takes_anything", _inputs()).max()) == 0.0
+    with pytest.raises(ValueError, match="estimator 'test_takes_anything' has no option 'a'; its options: \\[\\]"):
+        compute_advantages("test_takes_anything", _inputs(), a=1, b=2)
 
 
 def test_input_registry_guards():

@@ -195,6 +195,13 @@ def test_config_parses_with_hfargumentparser_as_with_set(tmp_path):
     y.write_text("lr: 0.0001\nreport_to: [none]\nwarmup_steps: 0\n")
     (c,) = parser.parse_yaml_file(str(y))
     assert validate(c) == load_config(y)
+    # the fields' own metadata: Literal choices become argparse choices, estimator options a list
+    (d,) = parser.parse_args_into_dataclasses(["--loss_agg", "seq_mean", "--estimator", "slca_cond",
+                                               "--estimator_options", "cond_std=subgroup"])
+    assert validate(d) == load_config(None, ["loss_agg=seq_mean", "estimator=slca_cond", "estimator_options=cond_std=subgroup"])
+    with pytest.raises(SystemExit):
+        parser.parse_args_into_dataclasses(["--loss_agg", "sum"])
+    assert "Dr. GRPO" in parser.format_help()  # scale's help, declared once on the estimator's options
 
 
 def test_minibatch_rows_default_is_the_row_shuffle_of_before():

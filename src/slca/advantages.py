@@ -11,12 +11,13 @@ import importlib
 import inspect
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, Protocol
+from dataclasses import dataclass, field, fields, is_dataclass, make_dataclass, replace
+from typing import Annotated, Any, Literal, Protocol
 
 import torch
 
 from slca._checks import as_1d, as_2d, check_mask, check_same_shape, group_index
+from slca._fields import check_value, coerce, ge, gt, hints, within
 from slca.segments import last_tool_turn, tool_turn_index
 
 __all__ = [
@@ -36,7 +37,15 @@ __all__ = [
     "Estimator",
     "EstimatorSpec",
     "InputSpec",
-    "Option",
+    "GroupOptions",
+    "SLCAOptions",
+    "SLCACondOptions",
+    "SLCATurnOptions",
+    "option",
+    "option_values",
+    "ge",
+    "gt",
+    "within",
     "register_estimator",
     "register_input",
     "get_estimator",
@@ -396,33 +405,91 @@ class AdvantageInputs:
 _FIELDS = frozenset(f.name for f in fields(AdvantageInputs))
 
 
+def option(default: Any, help: str) -> Any:
+    """A field of an estimator's options object: its default and one line of help (docs, errors, ``--help-config``)."""
+    return field(default=default, metadata={"help": help})
+
+
+Scale = Literal[SCALES]
+Eps = Annotated[float, ge(0)]
+EmptyTool = Literal[EMPTY_TOOL_MODES]
+EmptySummary = Literal[EMPTY_SUMMARY_MODES]
+NonNegative = Annotated[float, ge(0)]
+
+
 @dataclass(frozen=True)
-class Option:
-    """One typed estimator option (keyword argument) with its default.
+class GroupOptions:
+    """Options of the group normalisation every built-in estimator shares (:func:`group_normalize`)."""
 
-    Attributes:
-        name: the keyword.
-        default: its value when not given; its type is the option's type
-            (an ``int`` is accepted for a ``float``).
-        doc: one line for docs and errors.
-        choices: the allowed values, when a closed set.
+    scale: Scale = option("group", "Advantage normalisation: 'group' (GRPO), 'batch' (TRL scale_rewards='batch'), "
+                          "'none' (Dr. GRPO: centre only).")
+    eps: Eps = option(1e-6, "Added to the std in the normalisation.")
+
+
+@dataclass(frozen=True)
+class SLCAOptions(GroupOptions):
+    """Options of :func:`slca_advantages`: the normalisation, and rollouts that lack a segment."""
+
+    empty_tool: EmptyTool = option(EMPTY_TOOL_DEFAULT, "SLCA: rollouts with no tool segment ('response', 'include', "
+                                   "'exclude', 'both'; see slca_advantages and docs/beyond.md, \"Segments that are missing\").")
+    empty_summary: EmptySummary = option(EMPTY_SUMMARY_DEFAULT, "SLCA: rollouts with no summary segment, i.e. no final "
+                                         "answer ('drop': the summary advantage is dropped; 'last_turn': added to the last "
+                                         "tool turn's tokens; see slca_advantages and docs/beyond.md, \"Segments that are missing\").")
+
+
+def option_values(options: Any) -> dict[str, Any]:
+    """An options object as keyword arguments (shallow: values as they are)."""
+    return {f.name: getattr(options, f.name) for f in fields(options)}
+
+
+def check_options(cls: type, estimator: str, given: Mapping[str, Any]) -> Any:
+    """``cls(**given)`` (an estimator's options object), every value checked against its field.
+
+    Raises:
+        ValueError: naming the estimator and the option: an option ``cls`` does not
+            declare, a value of the wrong type, outside its range or its choices.
     """
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ValueError(f"estimator {estimator!r} has no option {unknown[0]!r}; its options: {sorted(known)}")
+    types_ = hints(cls)
+    out = {}
+    for k, v in given.items():
+        out[k], problem = check_value(v, types_[k])
+        if problem:
+            raise ValueError(f"estimator {estimator!r}: option {k!r} {problem}")
+    return cls(**out)
 
-    name: str
-    default: Any
-    doc: str = ""
-    choices: tuple[Any, ...] | None = None
 
-    def check(self, estimator: str, value: Any) -> Any:
-        """``value`` coerced to the option's type; ValueError naming the estimator and option otherwise."""
-        want = type(self.default)
-        if want is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, want) or (want is not bool and isinstance(value, bool)):
-            raise ValueError(f"estimator {estimator!r}: option {self.name!r} must be {want.__name__}, got {value!r}")
-        if self.choices is not None and value not in self.choices:
-            raise ValueError(f"estimator {estimator!r}: option {self.name!r} must be one of {self.choices}, got {value!r}")
-        return value
+def parse_options(cls: type, estimator: str, raw: Mapping[str, str]) -> dict[str, Any]:
+    """``{"turn_lambda": "0.5"}`` (strings from the command line or the environment) as typed values.
+
+    Raises ValueError naming the estimator and the option (an unknown option, a value that does not parse).
+    """
+    known = hints(cls)
+    out = {}
+    for k, v in raw.items():
+        if k not in known:
+            raise ValueError(f"estimator {estimator!r} has no option {k!r}; its options: {sorted(known)}")
+        try:
+            out[k] = coerce(v, known[k]) if isinstance(v, str) else v
+        except ValueError as e:
+            raise ValueError(f"estimator {estimator!r}: option {k!r} {e}") from None
+    return out
+
+
+def split_assignments(items: Sequence[str], what: str) -> dict[str, str]:
+    """``["name=value", ...]`` (``--set estimator_options=a=1,b=x``, ``SLCA_ESTIMATOR_OPTIONS``) as a mapping."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, eq, value = (x.strip() for x in item.partition("="))
+        if not eq or not name:
+            raise ValueError(f"{what}: {item!r} must look like option=value")
+        if name in out:
+            raise ValueError(f"{what}: option {name!r} is given twice")
+        out[name] = value
+    return out
 
 
 @dataclass(frozen=True)
@@ -454,48 +521,58 @@ class InputSpec:
 
 @dataclass(frozen=True)
 class EstimatorSpec:
-    """An advantage estimator, complete: its function, the inputs it needs, its options.
+    """An advantage estimator, complete: its function, the inputs it needs, its options object.
 
-    ``fn(inputs, **options) -> (B, T)`` is called with every declared option
-    (defaults filled in); an option it does not declare is refused with an
-    error naming the estimator and the option. ``needs`` are names of optional
-    inputs (:class:`InputSpec`) that must not be None. ``reference`` marks the
-    estimators every run records on its sample groups and ``slca compare`` runs
-    by default. ``trajectory`` marks an estimator that reads one scalar per
-    rollout (``AdvantageInputs.total_rewards``) instead of the two tiers, as
-    ``grpo`` does (the TRL trainer then sums the tiers as TRL does).
-
-    A plain function registered without ``options`` gets them from its
-    keyword-only parameters with defaults; if it also takes ``**kwargs`` it is
-    *open*: any option reaches it unchecked (the behaviour before specs).
+    ``options`` is a frozen dataclass (e.g. :class:`SLCAOptions`): each field one
+    option with its type (checks and choices on it, see :mod:`slca._fields`),
+    default and help. ``fn(inputs, **options) -> (B, T)`` is called with every
+    option, the defaults filled in; an option it does not declare, or a bad
+    value, is refused with an error naming the estimator and the option.
+    ``needs`` are names of optional inputs (:class:`InputSpec`) that must not be
+    None. ``reference`` marks the estimators every run records on its sample
+    groups and ``slca compare`` runs by default. ``trajectory`` marks an
+    estimator that reads one scalar per rollout (``AdvantageInputs.total_rewards``)
+    instead of the two tiers, as ``grpo`` does (the TRL trainer then sums the
+    tiers as TRL does).
     """
 
     name: str
     fn: Callable[..., torch.Tensor]
     needs: tuple[str, ...] = ()
-    options: tuple[Option, ...] = ()
+    options: type = field(default_factory=lambda: _NO_OPTIONS)
     doc: str = ""
     reference: bool = False
-    open: bool = False
     trajectory: bool = False
 
-    def defaults(self) -> dict[str, Any]:
-        return {o.name: o.default for o in self.options}
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(self.options))
 
-    def resolve(self, given: Mapping[str, Any]) -> dict[str, Any]:
-        """Every declared option: ``given`` (checked) or its default. Unknown names raise ValueError."""
-        known = {o.name: o for o in self.options}
-        unknown = sorted(set(given) - set(known))
-        if unknown and not self.open:
-            raise ValueError(f"estimator {self.name!r} has no option {unknown[0]!r}; its options: {sorted(known)}")
-        out = {k: v for k, v in given.items() if k not in known}
-        out.update({k: (o.check(self.name, given[k]) if k in given else o.default) for k, o in known.items()})
-        return out
+    def defaults(self) -> dict[str, Any]:
+        return option_values(self.options())
+
+    def make_options(self, given: Mapping[str, Any] | None = None) -> Any:
+        """The options object: ``given`` (checked) over the defaults. Unknown names or bad values raise ValueError."""
+        return check_options(self.options, self.name, given or {})
 
     def pick(self, source: Mapping[str, Any]) -> dict[str, Any]:
-        """The entries of ``source`` (e.g. a config's values) that are options of this estimator (all, if open)."""
-        names = {o.name for o in self.options}
-        return dict(source) if self.open else {k: v for k, v in source.items() if k in names}
+        """The entries of ``source`` (e.g. a host's settings) that are options of this estimator."""
+        names = set(self.option_names)
+        return {k: v for k, v in source.items() if k in names}
+
+    def host_options(self, host: Mapping[str, Any], given: Mapping[str, Any] | None, where: Mapping[str, str]) -> Any:
+        """The options object a host (the trainer, TRL, verl) runs this estimator with, validated.
+
+        ``host``: the values the host's own settings give (``scale``, ``eps``, ...); those
+        this estimator does not declare are left out. ``given``: the user's estimator
+        options, which may not set an option the host gives (``where[name]`` names the
+        setting that does, for the error).
+        """
+        given = dict(given or {})
+        clash = sorted(set(given) & set(where))
+        if clash:
+            raise ValueError(f"estimator_options may not set {clash[0]!r}: it comes from {where[clash[0]]}")
+        return self.make_options({**self.pick(host), **given})
 
     def check_inputs(self, inputs: AdvantageInputs) -> None:
         for n in self.needs:
@@ -504,9 +581,21 @@ class EstimatorSpec:
                 hint = _INPUTS[n].doc if n in _INPUTS else "no InputSpec registered"
                 raise ValueError(f"estimator {self.name!r} needs {where} ({hint}); it is None")
 
-    def __call__(self, inputs: AdvantageInputs, **options: Any) -> torch.Tensor:
+    def run(self, inputs: AdvantageInputs, options: Any) -> torch.Tensor:
+        """(B, T) advantages with an options object from :meth:`make_options` / :meth:`host_options`."""
         self.check_inputs(inputs)
-        return self.fn(inputs, **self.resolve(options))
+        return self.fn(inputs, **option_values(options))
+
+    def __call__(self, inputs: AdvantageInputs, **options: Any) -> torch.Tensor:
+        return self.run(inputs, self.make_options(options))
+
+
+@dataclass(frozen=True)
+class _NoOptions:
+    """An estimator without options."""
+
+
+_NO_OPTIONS = _NoOptions
 
 
 class Estimator(Protocol):
@@ -519,14 +608,15 @@ _REGISTRY: dict[str, EstimatorSpec] = {}
 _INPUTS: dict[str, InputSpec] = {}
 
 
-def _options_of(fn: Callable[..., Any]) -> tuple[tuple[Option, ...], bool]:
-    """Options from ``fn``'s keyword-only parameters with defaults; whether it takes ``**kwargs``."""
+def _options_of(name: str, fn: Callable[..., Any]) -> type:
+    """An options object built from ``fn``'s keyword-only parameters with defaults (each typed as its default)."""
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
-        return (), True
-    opts = tuple(Option(p.name, p.default) for p in params if p.kind is p.KEYWORD_ONLY and p.default is not p.empty)
-    return opts, any(p.kind is p.VAR_KEYWORD for p in params)
+        return _NO_OPTIONS
+    opts = [(p.name, Any if p.default is None else type(p.default), field(default=p.default))
+            for p in params if p.kind is p.KEYWORD_ONLY and p.default is not p.empty]
+    return make_dataclass(f"{name}_options", opts, frozen=True) if opts else _NO_OPTIONS
 
 
 def register_input(spec: InputSpec) -> InputSpec:
@@ -557,7 +647,7 @@ def register_estimator(
     fn: Callable[..., torch.Tensor] | EstimatorSpec | None = None,
     *,
     needs: Sequence[str | InputSpec] = (),
-    options: Sequence[Option] | None = None,
+    options: type | None = None,
     doc: str | None = None,
     reference: bool = False,
     trajectory: bool = False,
@@ -570,8 +660,10 @@ def register_estimator(
         needs: optional inputs it reads: names of registered inputs, or
             :class:`InputSpec` objects, registered here too (a new input and its
             estimator in one registration).
-        options: its typed options; None reads them from ``fn``'s keyword-only
-            parameters with defaults.
+        options: its options object, a frozen dataclass (see :class:`SLCAOptions`);
+            None reads them from ``fn``'s keyword-only parameters with defaults
+            (each typed as its default). A ``**kwargs`` parameter adds none: an
+            option that is not declared is refused.
         doc: one line (default: the first line of ``fn``'s docstring).
         reference: one of the estimators recorded on sample groups and compared by default.
         trajectory: it reads one scalar per rollout (``total_rewards``), not the two tiers.
@@ -603,14 +695,13 @@ def register_estimator(
 
 
 def _make_spec(name, f, needs, options, doc, reference, trajectory) -> EstimatorSpec:
-    inferred, takes_kwargs = _options_of(f)
-    opts = tuple(options) if options is not None else inferred
-    names = [o.name for o in opts]
-    if len(set(names)) != len(names):
-        raise ValueError(f"estimator {name!r}: option names repeat: {names}")
+    if options is None:
+        options = _options_of(name, f)
+    elif not (isinstance(options, type) and is_dataclass(options) and options.__dataclass_params__.frozen):
+        raise ValueError(f"estimator {name!r}: options must be a frozen dataclass (its fields the options), got {options!r}")
     first_line = ((f.__doc__ or "").strip().splitlines() or [""])[0]
-    return EstimatorSpec(name, f, tuple(n.name if isinstance(n, InputSpec) else n for n in needs), opts,
-                         doc if doc is not None else first_line, reference, open=options is None and takes_kwargs, trajectory=trajectory)
+    return EstimatorSpec(name, f, tuple(n.name if isinstance(n, InputSpec) else n for n in needs), options,
+                         doc if doc is not None else first_line, reference, trajectory=trajectory)
 
 
 def get_estimator(name: str) -> EstimatorSpec:
@@ -782,19 +873,13 @@ def fill_inputs(inputs: AdvantageInputs, name: str, trajectories: Sequence[Any])
     return inputs.with_inputs({n: get_input(n).from_trajectories(trajectories) for n in spec.needs})
 
 
-_SCALE = Option("scale", "group", "advantage normalisation: 'group' (GRPO), 'batch', 'none' (centre only)", SCALES)
-_EPS = Option("eps", 1e-6, "added to the std in the normalisation")
-_EMPTY_TOOL = Option("empty_tool", EMPTY_TOOL_DEFAULT, "rollouts with no tool segment (see slca_advantages)", EMPTY_TOOL_MODES)
-_EMPTY_SUMMARY = Option("empty_summary", EMPTY_SUMMARY_DEFAULT, "rollouts with no summary segment (see slca_advantages)", EMPTY_SUMMARY_MODES)
-
-
-@register_estimator("grpo", options=(_SCALE, _EPS), reference=True, trajectory=True)
+@register_estimator("grpo", options=GroupOptions, reference=True, trajectory=True)
 def _grpo(inputs: AdvantageInputs, *, scale: str, eps: float) -> torch.Tensor:
     """One scalar (weighted sum of both tiers) per rollout, on every policy token."""
     return grpo_advantages(inputs.total_rewards, inputs.group_ids, inputs.model_mask, scale=scale, eps=eps)
 
 
-@register_estimator("slca", options=(_SCALE, _EPS, _EMPTY_TOOL, _EMPTY_SUMMARY), reference=True)
+@register_estimator("slca", options=SLCAOptions, reference=True)
 def _slca(inputs: AdvantageInputs, *, scale: str, eps: float, empty_tool: str, empty_summary: str) -> torch.Tensor:
     """Each tier normalised on its own and locked to its segment."""
     return slca_advantages(
@@ -803,7 +888,7 @@ def _slca(inputs: AdvantageInputs, *, scale: str, eps: float, empty_tool: str, e
     )
 
 
-@register_estimator("gdpo", options=(_SCALE, _EPS), reference=True)
+@register_estimator("gdpo", options=GroupOptions, reference=True)
 def _gdpo(inputs: AdvantageInputs, *, scale: str, eps: float) -> torch.Tensor:
     """Each tier normalised on its own, summed, on every policy token (no locking)."""
     return gdpo_advantages(
@@ -1067,11 +1152,25 @@ register_input(InputSpec(
     "turn_rewards", "(B, K) per-turn scores, e.g. slca.rewards.turns.turn_scores per rollout",
     "slca.rewards.turns:turn_rewards",
 ))
-_COND_STD = Option("cond_std", "group", "std of the conditioned summary normalisation (see conditional_normalize)", COND_STDS)
-_TURN_LAMBDA = Option("turn_lambda", 1.0, "weight of the per-turn advantage on each tool turn's tokens")
 
 
-@register_estimator("slca_cond", needs=("tool_signatures",), options=(_SCALE, _EPS, _EMPTY_TOOL, _COND_STD, _EMPTY_SUMMARY))
+@dataclass(frozen=True)
+class SLCACondOptions(SLCAOptions):
+    """Options of :func:`slca_cond_advantages`."""
+
+    cond_std: Literal[COND_STDS] = option("group", "slca_cond: std of the conditioned summary normalisation, the whole "
+                                          "group's ('group') or the tool-outcome subgroup's ('subgroup'; see conditional_normalize).")
+
+
+@dataclass(frozen=True)
+class SLCATurnOptions(SLCAOptions):
+    """Options of :func:`slca_turn_advantages`."""
+
+    turn_lambda: NonNegative = option(1.0, "slca_turn: weight of the per-turn advantage added on each tool turn's tokens "
+                                      "(beyond the paper, docs/beyond.md).")
+
+
+@register_estimator("slca_cond", needs=("tool_signatures",), options=SLCACondOptions)
 def _slca_cond(inputs: AdvantageInputs, *, scale: str, eps: float, empty_tool: str, cond_std: str,
                empty_summary: str) -> torch.Tensor:
     """SLCA with the summary baseline conditioned on the tool outcome."""
@@ -1081,7 +1180,7 @@ def _slca_cond(inputs: AdvantageInputs, *, scale: str, eps: float, empty_tool: s
     )
 
 
-@register_estimator("slca_turn", needs=("turn_rewards",), options=(_SCALE, _EPS, _EMPTY_TOOL, _TURN_LAMBDA, _EMPTY_SUMMARY))
+@register_estimator("slca_turn", needs=("turn_rewards",), options=SLCATurnOptions)
 def _slca_turn(inputs: AdvantageInputs, *, scale: str, eps: float, empty_tool: str, turn_lambda: float,
                empty_summary: str) -> torch.Tensor:
     """SLCA plus a per-turn execution advantage on each tool turn's tokens."""

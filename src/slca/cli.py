@@ -425,12 +425,14 @@ def train(
     An existing run folder needs --resume or --overwrite; see docs/runs.md.
     slca train --resume RUN_DIR continues a run with the config stored in it.
     """
-    from slca.config import TrainConfig, field_docs
+    from slca.config import GROUPS, TrainConfig, field_docs
     from slca.report import write_report, write_token_html
 
     if help_config:
         d = TrainConfig()
         for k, doc in field_docs().items():
+            if k in GROUPS:
+                console.print(f"\n[bold underline]{GROUPS[k]}[/bold underline]")
             console.print(f"[bold]{k}[/bold] = {getattr(d, k)!r}\n    {doc}")
         return
     if resume and overwrite:

