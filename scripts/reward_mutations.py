@@ -147,7 +147,7 @@ def invented_fact(task: Task, answer: str, rng: random.Random) -> str | None:
 
 def filler(task: Task, answer: str, rng: random.Random) -> str | None:
     """The answer padded with neutral filler until it is over its concision budget (by 1 to B words)."""
-    ref = task.meta.get("reference_answer", answer)
+    ref = task.reference_answer if task.reference_answer is not None else answer
     budget = max(12, 2 * len(ref.split()))
     target = budget + rng.randint(1, budget)
     words = answer.split()
@@ -259,7 +259,7 @@ def mutation_table(n: int = 600, seed: int = 5, split: str = "train") -> list[Ro
     pool = ArgumentPool(tasks)
     rows = [Row("summary", k) for k in SUMMARY_ROWS] + [Row("execution", k) for k in EXECUTION_ROWS]
     for i, task in enumerate(tasks):
-        ref = task.meta["reference_answer"]
+        ref = task.reference_answer
         gold_turns = _turns(task, task.gold, f"gold-{i}")
         gold_s = summary_reward(task, gold_turns + [_answer(ref)], ref)
         gold_e = execution_reward(task, gold_turns)
