@@ -149,7 +149,7 @@ def invented_fact(task: Task, answer: str, rng: random.Random) -> str | None:
 
 def filler(task: Task, answer: str, rng: random.Random) -> str | None:
     """The answer padded with neutral filler until it is over its concision budget (by 1 to B words)."""
-    ref = task.meta.get("reference_answer", answer)
+    ref = task.reference_answer if task.reference_answer is not None else answer
     budget = max(12, 2 * len(ref.split()))
     target = budget + rng.randint(1, budget)
     words = answer.split()
@@ -259,7 +259,7 @@ def summary_cases(n: int = 600, seed: int = 5, split: str = "train") -> Iterator
     """``(row, task, gold_turns, reference_answer, mutated_answer)`` for every summary-tier case of the table, in
     its order (the same tasks, seeds and mutations as :func:`mutation_table`)."""
     for i, task in enumerate(t for t in tw.make_tasks(split, n=n, seed=seed) if t.gold):
-        ref = task.meta["reference_answer"]
+        ref = task.reference_answer
         gold_turns = _turns(task, task.gold, f"gold-{i}")
         for name, mutate in SUMMARY_ROWS.items():
             text = mutate(task, ref, random.Random(f"{seed}|{task.id}|{name}"))

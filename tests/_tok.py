@@ -188,7 +188,7 @@ def gold_demo_messages(task):
         parsed = fmt.parse(text)
         msgs.append(assistant_message(text, parsed))
         msgs += answer_turn(parsed, env, 0)[1]
-    msgs.append({"role": "assistant", "content": task.meta["reference_answer"]})
+    msgs.append({"role": "assistant", "content": task.reference_answer})
     return msgs
 
 

@@ -96,7 +96,7 @@ def test_gold_is_schema_valid_and_offered(train, test, heldout):
         assert {c.name for s in t.gold for c in s} <= offered
         assert len(t.tools) <= 4
         if t.kind == "unservable":
-            assert t.meta["refusal"] is True
+            assert t.refusal is True
 
 
 def test_answer_facts_come_from_the_env_results(train):
@@ -105,7 +105,7 @@ def test_answer_facts_come_from_the_env_results(train):
         assert all(r.ok for step in results for r in step)
         text = json.dumps([r.content for step in results for r in step])
         for fact in t.answer_facts:
-            assert fact in t.meta["reference_answer"]
+            assert fact in t.reference_answer
             if t.kind != "no_tool":
                 assert fact in text, (t.id, fact, text)
 

@@ -28,7 +28,7 @@ def test_prepared_rows_load_in_slca_as_the_toolworld_tasks(tmp_path):
         for t in loaded:
             o = orig[t.id]
             assert (t.messages, t.tools, t.gold, t.kind, t.answer_facts) == (o.messages, o.tools, o.gold, o.kind, o.answer_facts)
-            assert t.meta["reference_answer"] == o.meta["reference_answer"]
+            assert t.reference_answer == o.reference_answer
     row = pq.read_table(tmp_path / "train.parquet").to_pylist()[0]
     task = next(t for t in make_tasks("train", n=60) if t.id == row["extra_info"]["index"])
     info = row["extra_info"]  # all verl hands compute_score besides reward_model.ground_truth

@@ -553,7 +553,7 @@ def test_chain_task_scores_the_same_through_verl_and_slca(tmp_path):
         first = task.gold[0][0]
         wrong = [fmt.render([ToolCall(first.name, {k: (v + "x" if isinstance(v, str) else v)
                                                    for k, v in first.arguments.items()})])] + steps[1:]
-        answer = task.meta["reference_answer"]
+        answer = task.reference_answer
         for texts in (steps + [answer], steps, wrong + [answer], steps[:1] + ["I could not finish."]):
             v = _verl_rollout(task, rows[task.id], tools, tok, texts)
             t, s = _slca_rollout(task, texts)

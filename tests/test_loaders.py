@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slca.env import SchemaSimulator, load_tasks, save_tasks, toolworld as tw
-from slca.env.loaders import RowError, detect_format, fit_prompts, parse_target_tools, split_tasks, task_from_row
+from slca.env.loaders import RowError, detect_format, fit_prompts, parse_target_tools, split_tasks, task_from_row, task_to_row
 from slca.env.schema import ToolBox
 from slca.types import Task, ToolCall
 
@@ -77,7 +77,7 @@ def test_toucan_rows(toucan_path):
     assert s.gold == [[ToolCall("exa-search-company_research_exa", {"companyName": "StellarPay", "numResults": 3})]]
     assert s.meta["target_tools"] == ["company_research_exa"]
     assert s.meta["target_tool_matches"] == {"company_research_exa": ["exa-search-company_research_exa"]}
-    assert s.meta["reference_answer"].startswith("StellarPay is a payments startup") and len(s.meta["gold_results"]) == 1
+    assert s.reference_answer.startswith("StellarPay is a payments startup") and len(s.meta["gold_results"]) == 1
     assert s.meta["subset"] == "single-turn-original" and s.meta["question"].startswith("What does")
 
     c = t["a002"]  # two calls with no result between them are one parallel step; the third saw their results
@@ -91,7 +91,7 @@ def test_toucan_rows(toucan_path):
     p = t["a003"]  # a reasoning-only assistant message between two calls does not split the step
     assert p.kind == "parallel" and [m["role"] for m in p.messages] == ["system", "user"]
     assert [c_.arguments["location"]["latitude"] for c_ in p.gold[0]] == [39.74, 42.36]
-    assert p.meta["reference_answer"] == "Denver will be warmer (18 C today) than Boston (12 C today)."
+    assert p.reference_answer == "Denver will be warmer (18 C today) than Boston (12 C today)."
 
     f = t["a004"]  # OSS style: bare names, call_id in function_call, reasoning between sequential calls
     assert f.kind == "chain" and [[x.name for x in s_] for s_ in f.gold] == [["search_flights"], ["book_flight"]]
@@ -99,9 +99,9 @@ def test_toucan_rows(toucan_path):
     assert "call_id" not in f.gold[0][0].arguments
 
     i = t["a005"]
-    assert i.kind == "unservable" and i.gold == [] and i.meta["refusal"] is True
+    assert i.kind == "unservable" and i.gold == [] and i.refusal is True
     assert i.meta["target_tool_matches"] == {"book_appointment": []}  # the irrelevant subset offers other tools
-    assert i.meta["reference_answer"].startswith("Sorry, I can't book")
+    assert i.reference_answer.startswith("Sorry, I can't book")
 
     m = t["a006"]  # multi-turn: gold of the first request; the follow-up kept, checked, in meta
     assert m.kind == "single" and m.meta["user_turns"] == 2 and m.meta["subset"] == "multi-turn"
@@ -216,7 +216,26 @@ def test_save_and_reload_toolworld(tmp_path, fmt, suffix):
     assert [t.answer_facts for t in back] == [t.answer_facts for t in tasks]
     if fmt == "slca":
         assert [t.id for t in back] == [t.id for t in tasks] and back[0].meta == tasks[0].meta
+        assert [(t.reference_answer, t.refusal) for t in back] == [(t.reference_answer, t.refusal) for t in tasks]
         assert tw.make_env(back[0]).__class__.__name__ == "PythonSimulator"
+
+
+def test_reference_answer_and_refusal_are_fields_files_keep_in_meta(tmp_path):
+    """A task file keeps both in its meta object (as before they were Task fields): an old file loads into the
+    fields, a written one stores them there, and a wrong type is refused naming the field."""
+    t = tw.make_tasks("train", n=1, seed=0)[0]
+    row = task_to_row(t)
+    meta = json.loads(row["meta"])
+    assert meta["reference_answer"] == t.reference_answer and meta["refusal"] is t.refusal is False
+    old = {**row, "meta": json.dumps({"split": "train", "reference_answer": "It is 3 C.", "refusal": True})}
+    back = task_from_row(old, "slca")
+    assert (back.reference_answer, back.refusal, back.meta) == ("It is 3 C.", True, {"split": "train"})
+    assert task_from_row({**row, "meta": "{}"}, "slca").reference_answer is None
+    with pytest.raises(RowError, match=r"field 'meta.refusal': must be true or false"):
+        task_from_row({**row, "meta": json.dumps({"refusal": "yes"})}, "slca")
+    with pytest.raises(ValueError, match=r"meta\['reference_answer'\] is a Task field now"):
+        Task(id="x", messages=[], tools=[], meta={"reference_answer": "hi"})
+    assert Task(id="x", messages=[], tools=[], kind="unservable").refusal is True
 
 
 # ---------------------------------------------------------------- Hugging Face datasets

@@ -73,7 +73,7 @@ def group() -> list[Trajectory]:
     NO_ANSWER_TURNS: wrong call, reply, right call, reply, stopped at max_turns=2 (the engine runs the last
     turn's calls and appends the reply before it stops). NO_ANSWER_BUDGET: right call, reply, out of tokens.
     """
-    ref = TASK.meta["reference_answer"]
+    ref = TASK.reference_answer
     e = [tw.make_env(TASK) for _ in range(4)]
     return [
         _traj([_call(e[0], GOLD), _answer(ref)], "cea", ref, "final_answer"),
@@ -390,7 +390,7 @@ def test_trl_reward_funcs_unanswered_calls_not_executed_by_default_unscored_on_r
     env = tw.make_env(TASK)
     cut = _msgs_call(WRONG, env.call(WRONG.name, WRONG.arguments)) + _msgs_call(GOLD, None)
     full = _msgs_call(GOLD, tw.make_env(TASK).call(GOLD.name, GOLD.arguments)) + [
-        {"role": "assistant", "content": TASK.meta["reference_answer"]}]
+        {"role": "assistant", "content": TASK.reference_answer}]
     tasks = {TASK.id: TASK}
     ids = {"task_id": [TASK.id, TASK.id]}
     ex, su = slca_reward_funcs(tasks, unanswered="unscored")

@@ -43,7 +43,7 @@ def test_clean_demonstrations_follow_gold_with_real_results_and_score_full(tasks
     for d in _demos(tasks):
         assert d.flaws == []
         assert [t.parsed.calls for t in d.turns if t.parsed.is_tool_turn] == d.task.gold
-        assert d.final_text == d.task.meta["reference_answer"]
+        assert d.final_text == d.task.reference_answer
         results = [r.to_text() for step in toolworld.run_gold(d.task, toolworld.make_env(d.task)) for r in step]
         assert [m["content"] for m in d.messages if m["role"] == "tool"] == results
         ex, sm = _rewards(d)

@@ -51,7 +51,7 @@ def test_diagnostic_case_parallel_vs_sequential():
     """Sequential calls + a perfect summary vs one parallel turn + a poor summary (the paper's Sec. 3 case)."""
     t = task_of("weather2")
     a, b = t.gold[0]
-    perfect = t.meta["reference_answer"]
+    perfect = t.reference_answer
     poor = "The weather is nice."
     seq = run(t, [[a], [b]], perfect)
     par = run(t, [[a, b]], poor)
@@ -165,9 +165,9 @@ def test_redundant_repeat_costs_efficiency_and_precision():
 def test_chain_rewards_and_process():
     t = task_of("flight_book")
     (a,), (b,) = t.gold
-    full = run(t, [[a], [b]], t.meta["reference_answer"])
+    full = run(t, [[a], [b]], t.reference_answer)
     assert execution_reward(t, full).total == approx(1.0)
-    assert summary_reward(t, full, t.meta["reference_answer"]).total == approx(1.0)
+    assert summary_reward(t, full, t.reference_answer).total == approx(1.0)
     half = run(t, [[a]])
     m = in_domain_metrics(t, half)
     assert m["process"] == 0.5 and m["success"] == 0.0
@@ -183,7 +183,7 @@ def test_chain_rewards_and_process():
 
 def test_no_tool_task():
     t = task_of("add")
-    a, b = t.meta["reference_answer"].split(" plus ")[0], t.meta["reference_answer"].split(" plus ")[1].split(" ")[0]
+    a, b = t.reference_answer.split(" plus ")[0], t.reference_answer.split(" plus ")[1].split(" ")[0]
     good = f"{a} plus {b} is {int(a) + int(b)}."
     turns = [answer(good)]
     assert execution_reward(t, turns).total == 1.0
@@ -200,7 +200,7 @@ def test_no_tool_task():
 
 def test_unservable_task():
     t = task_of("taxi")
-    ref = t.meta["reference_answer"]
+    ref = t.reference_answer
     assert execution_reward(t, [answer(ref)]).total == 1.0
     assert summary_reward(t, [answer(ref)], ref).total == approx(1.0)
     made_up = "Your taxi T123 is booked."
@@ -225,7 +225,7 @@ def test_summary_wrong_categorical_value_is_a_hallucination():
 def test_summary_values_only_count_when_the_rollout_saw_them():
     """A value stated without the tool call that produces it is unsupported, even when it is right."""
     t = task_of("stock")
-    ref = t.meta["reference_answer"]
+    ref = t.reference_answer
     no_call = summary_reward(t, [answer(ref)], ref)  # "AAPL trades at 123 USD.": the ticker is the user's, 123 and USD are not seen
     claims = answer_claims(t, [answer(ref)], ref)
     assert claims.unsupported == {"num:" + t.answer_facts[0], "ent:usd"} and claims.entities - claims.unsupported == {"ent:" + t.meta["entities"][0].lower()}
@@ -238,7 +238,7 @@ def test_summary_values_only_count_when_the_rollout_saw_them():
 
 def test_concision():
     t = task_of("weather")
-    ref = t.meta["reference_answer"]
+    ref = t.reference_answer
     budget = max(12, 2 * len(ref.split()))
     long = ref + " " + " ".join(["really"] * (2 * budget))
     n = len(long.split())
@@ -289,7 +289,7 @@ def test_caller_bugs_raise():
 
 def test_judge_mixes_in():
     t = task_of("weather")
-    ref = t.meta["reference_answer"]
+    ref = t.reference_answer
 
     class Fixed:
         def score(self, task, turns, final_text):
@@ -301,9 +301,9 @@ def test_judge_mixes_in():
 
 def test_hierarchical_rewards_on_a_trajectory():
     t = task_of("stock2")
-    turns = run(t, t.gold, t.meta["reference_answer"])
+    turns = run(t, t.gold, t.reference_answer)
     traj = Trajectory(task=t, prompt_ids=[1], response_ids=[2, 3], model_mask=[1, 0], logprobs=[0.0, 0.0], turns=turns,
-                      final_text=t.meta["reference_answer"], stop_reason="final_answer")
+                      final_text=t.reference_answer, stop_reason="final_answer")
     e, s = hierarchical_rewards(traj)
     assert e.total == approx(1.0) and s.total == approx(1.0)
 
@@ -322,9 +322,9 @@ def test_values_helpers():
 @given(idx=st.integers(0, len(TASKS) - 1), drop=st.integers(0, 3), dup=st.booleans(), split=st.booleans(), text=st.text(max_size=60))
 def test_rewards_bounded_and_gold_is_best(idx, drop, dup, split, text):
     t = TASKS[idx]
-    gold_turns = run(t, t.gold, t.meta["reference_answer"])
+    gold_turns = run(t, t.gold, t.reference_answer)
     best_e = execution_reward(t, gold_turns).total
-    best_s = summary_reward(t, gold_turns, t.meta["reference_answer"]).total
+    best_s = summary_reward(t, gold_turns, t.reference_answer).total
     assert best_e == approx(1.0) and best_s == approx(reference_summary(t))
     calls = [c for s in t.gold for c in s]
     calls = calls[: max(0, len(calls) - drop)] + (calls[:1] if dup else [])
@@ -340,9 +340,9 @@ def test_every_reference_rollout_scores_one(split):
     """The gold calls (one turn per step) plus the reference answer earn both rewards in full, for every task
     (the summary reward on ``flight`` tasks excepted: the reference names a currency no tool gave)."""
     for t in tw.make_tasks(split, n=600 if split == "train" else None):
-        turns = run(t, t.gold, t.meta["reference_answer"])
-        e, s = execution_reward(t, turns), summary_reward(t, turns, t.meta["reference_answer"])
+        turns = run(t, t.gold, t.reference_answer)
+        e, s = execution_reward(t, turns), summary_reward(t, turns, t.reference_answer)
         assert (e.total, s.total) == (approx(1.0), approx(reference_summary(t))), (t.id, e, s)
         if reference_summary(t) < 1:
-            c = answer_claims(t, turns, t.meta["reference_answer"])
+            c = answer_claims(t, turns, t.reference_answer)
             assert (c.unsupported, c.misreported) == ({"ent:usd"}, ()) and c.categorical <= {"usd"}, (t.id, c)

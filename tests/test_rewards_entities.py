@@ -73,7 +73,7 @@ def test_entity_support_is_word_by_word_case_insensitive():
 
 def test_a_swapped_city_loses_faithfulness_and_no_hallucination():
     t = task_of("weather")
-    ref, city = t.meta["reference_answer"], t.meta["entities"][0]
+    ref, city = t.reference_answer, t.meta["entities"][0]
     other = next(c for c in tw._CITIES if c != city)
     gold, _ = score(t, ref)
     s, c = score(t, ref.replace(city, other))
@@ -85,7 +85,7 @@ def test_a_swapped_city_loses_faithfulness_and_no_hallucination():
 def test_a_currency_the_schema_merely_offers_is_not_evidence():
     """"50 USD is 58.23 EUR." for "Convert 50 GBP to EUR.": USD is only in convert_currency's enum menu."""
     t = task_of("convert")
-    ref = t.meta["reference_answer"]
+    ref = t.reference_answer
     src = ref.split()[1]
     other = next(c for c in tw.CURRENCIES if c not in t.messages[0]["content"])
     assert any(other in t_["function"]["parameters"]["properties"]["from_currency"]["enum"] for t_ in t.tools
@@ -98,7 +98,7 @@ def test_a_currency_the_schema_merely_offers_is_not_evidence():
 def test_swapping_onto_another_entity_the_request_names_is_a_misreported_call():
     """"50 EUR is 58.23 EUR." for "Convert 50 GBP to EUR.": every word is supported, but the call is about GBP."""
     t = task_of("convert")
-    ref = t.meta["reference_answer"]
+    ref = t.reference_answer
     src, dst = ref.split()[1], ref.split()[-1].rstrip(".")
     s, c = score(t, ref.replace(src, dst, 1))
     assert c.unsupported == set() and c.misreported == (("convert_currency", (src,)),)
@@ -108,7 +108,7 @@ def test_swapping_onto_another_entity_the_request_names_is_a_misreported_call():
 
 def test_a_lower_case_title_swap_is_a_misreported_call():
     t = task_of("event")
-    ref, title = t.meta["reference_answer"], t.meta["entities"][0]
+    ref, title = t.reference_answer, t.meta["entities"][0]
     other = next(x for x in tw._TITLES if x != title and x not in ref)
     s, c = score(t, ref.replace(title, other))
     assert c.misreported == (("create_event", (title,)),) and c.wrong_entity
@@ -118,7 +118,7 @@ def test_a_lower_case_title_swap_is_a_misreported_call():
 def test_a_name_opening_the_sentence_is_caught_through_the_call_it_reports():
     hold = tw.make_tasks("heldout_tools", n=80, seed=5)
     t = task_of("population", hold)
-    ref, city = t.meta["reference_answer"], t.meta["entities"][0]  # "Lima has 1234000 people."
+    ref, city = t.reference_answer, t.meta["entities"][0]  # "Lima has 1234000 people."
     assert ref.startswith(city)
     other = next(c for c in tw._CITIES if c != city)
     s, c = score(t, ref.replace(city, other))
@@ -152,7 +152,7 @@ def test_an_entity_only_a_wrong_call_returned_is_supported_by_that_result():
 def test_no_tool_and_unservable_answers_keep_their_scores():
     for name in ("greet", "add", "taxi", "email"):
         t = task_of(name)
-        s, c = score(t, t.meta["reference_answer"], [])
+        s, c = score(t, t.reference_answer, [])
         assert s.total == pytest.approx(1.0) and c.n_wrong == 0, (name, c)
     t = task_of("greet")
     other = next(p for p in tw._PEOPLE if p not in t.messages[0]["content"])
@@ -173,7 +173,7 @@ def test_toucan_rows_take_entities_from_the_request_and_results_not_the_schemas(
     rows = {t.id[-4:]: t for t in load_tasks(ROOT / "tests/fixtures/env/toucan_small.jsonl")}
     t = rows["a002"]  # "... its main competitors are Stripe and Adyen; Ana Ruiz is a staff engineer there."
     turns = _toucan_rollout(t)
-    ref = t.meta["reference_answer"]
+    ref = t.reference_answer
     base = answer_claims(t, turns, ref)
     swapped = answer_claims(t, turns, ref.replace("Adyen", "Square"))
     assert swapped.unsupported - base.unsupported == {"ent:square"}
@@ -236,5 +236,5 @@ def test_the_gold_baseline_is_the_reference(table):
     r = table["refusal"]  # applies to every tool-needing task
     assert r.gold_sum / r.cases < 1.0  # flight references score 0.75
     for t in [t for t in tw.make_tasks("train", n=160, seed=5) if t.gold][:30]:
-        s, _ = score(t, t.meta["reference_answer"])
+        s, _ = score(t, t.reference_answer)
         assert s.total == pytest.approx(reference_summary(t))

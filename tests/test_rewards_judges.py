@@ -20,7 +20,7 @@ TASK = next(t for t in tw.make_tasks("train", n=100) if t.meta["task_type"] == "
 def turns_for(task):
     env = tw.make_env(task)
     calls = task.gold[0]
-    ref = task.meta["reference_answer"]
+    ref = task.reference_answer
     return [Turn("<c>", ParsedTurn(calls=list(calls)), [env.call(c.name, c.arguments) for c in calls]), Turn(ref, ParsedTurn(content=ref))]
 
 
@@ -59,10 +59,10 @@ def test_openai_judge_scores_and_mixes_in(judge_server):
     replies += [("content", '{"score": 8}')]
     judge = OpenAIJudge(url, "judge-model")
     turns = turns_for(TASK)
-    s = summary_reward(TASK, turns, TASK.meta["reference_answer"], judge=judge, judge_weight=0.5)
+    s = summary_reward(TASK, turns, TASK.reference_answer, judge=judge, judge_weight=0.5)
     assert s.components["judge"] == pytest.approx(0.8) and s.total == pytest.approx(0.5 * 1.0 + 0.5 * 0.8)
     user = seen[0]["messages"][-1]["content"]
-    assert TASK.messages[0]["content"] in user and TASK.meta["reference_answer"] in user and '"temp_c"' in user
+    assert TASK.messages[0]["content"] in user and TASK.reference_answer in user and '"temp_c"' in user
 
 
 def test_openai_judge_retries_then_nan_with_reason(judge_server, caplog):
@@ -72,7 +72,7 @@ def test_openai_judge_retries_then_nan_with_reason(judge_server, caplog):
     assert judge.score(TASK, turns_for(TASK), "x") == pytest.approx(0.7) and judge.metrics["invalid_output"] == 1
     replies += [("status", 500), ("content", '{"score": 42}'), ("content", '{"score": 42}')]  # 500 retried, then 42 asked again
     with caplog.at_level(logging.WARNING, logger="slca.rewards"):
-        s = summary_reward(TASK, turns_for(TASK), TASK.meta["reference_answer"], judge=judge)
+        s = summary_reward(TASK, turns_for(TASK), TASK.reference_answer, judge=judge)
     assert math.isnan(s.total) and "judge failed" in s.reason and "outside 0-10" in s.reason
     assert judge.metrics["http_errors"] == 1 and judge.metrics["http_retries"] == 1 and any("NaN" in r.message for r in caplog.records)
 
@@ -82,7 +82,7 @@ def test_reward_model_judge_on_a_local_model():
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForSequenceClassification
 
-    words = sorted({w for t in tw.make_tasks("train", n=200) for w in (t.messages[0]["content"] + " " + t.meta["reference_answer"]).split()})
+    words = sorted({w for t in tw.make_tasks("train", n=200) for w in (t.messages[0]["content"] + " " + t.reference_answer).split()})
     vocab = {"[UNK]": 0, "[PAD]": 1, **{w: i + 2 for i, w in enumerate(words)}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
@@ -93,11 +93,11 @@ def test_reward_model_judge_on_a_local_model():
     model = Qwen2ForSequenceClassification(cfg).eval()
     judge = RewardModelJudge(model, hf_tok)
     turns = turns_for(TASK)
-    a = judge.score(TASK, turns, TASK.meta["reference_answer"])
-    b = judge.score(TASK, turns, TASK.meta["reference_answer"])
+    a = judge.score(TASK, turns, TASK.reference_answer)
+    b = judge.score(TASK, turns, TASK.reference_answer)
     c = judge.score(TASK, turns, "Sorry , no idea .")
     assert 0.0 < a < 1.0 and a == b and a != c
-    s = summary_reward(TASK, turns, TASK.meta["reference_answer"], judge=judge, judge_weight=1.0)
+    s = summary_reward(TASK, turns, TASK.reference_answer, judge=judge, judge_weight=1.0)
     assert s.total == pytest.approx(a)
     with pytest.raises(ValueError, match="num_labels"):
         RewardModelJudge(Qwen2ForSequenceClassification(Qwen2Config(**{**cfg.to_dict(), "num_labels": 2})), hf_tok)

@@ -28,7 +28,7 @@ def test_diagnostic_case_from_text(name):
     fmt = get_format(name)
     t = next(t for t in TASKS if t.kind == "parallel")
     a, b = t.gold[0]
-    good, poor = t.meta["reference_answer"], "Here you go."
+    good, poor = t.reference_answer, "Here you go."
     seq = play(t, [fmt.render([a]), fmt.render([b]), good], fmt)
     par = play(t, [fmt.render([a, b]), poor], fmt)
     assert execution_reward(t, seq).total < execution_reward(t, par).total == pytest.approx(1.0)
@@ -40,7 +40,7 @@ def test_malformed_text_then_recovery(name):
     fmt = get_format(name)
     t = next(t for t in TASKS if t.kind == "single")
     broken = '<tool_call>\n{"name": "' + t.gold[0][0].name + '", "arguments": {\n</tool_call>'
-    turns = play(t, [broken, fmt.render(t.gold[0]), t.meta["reference_answer"]], fmt)
+    turns = play(t, [broken, fmt.render(t.gold[0]), t.reference_answer], fmt)
     r = execution_reward(t, turns)
     assert r.components["format"] == 0.5 and r.components["efficiency"] == 0.5
     assert in_domain_metrics(t, turns)["success"] == 1.0
@@ -55,9 +55,9 @@ def test_scoring_an_openai_message_list():
     for i, step in enumerate(t.gold):
         msgs.append({"role": "assistant", "content": "", "tool_calls": [c.to_openai(j) for j, c in enumerate(step)]})
         msgs += [{"role": "tool", "tool_call_id": f"call_{j}", "content": env.call(c.name, c.arguments).to_text()} for j, c in enumerate(step)]
-    msgs.append({"role": "assistant", "content": t.meta["reference_answer"]})
+    msgs.append({"role": "assistant", "content": t.reference_answer})
     turns, final = turns_from_messages(msgs)
-    assert final == t.meta["reference_answer"] and len(turns) == len(t.gold) + 1
+    assert final == t.reference_answer and len(turns) == len(t.gold) + 1
     assert execution_reward(t, turns).total == pytest.approx(1.0)
     assert summary_reward(t, turns, final).total == pytest.approx(1.0)
     # a failed call and malformed arguments are read back as such

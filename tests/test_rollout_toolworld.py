@@ -46,7 +46,7 @@ def test_rollouts_reproduce_gold_demos_against_toolworld(world):
         task, demo = tasks[i // 2], demos[i // 2]
         assert tr.stop_reason == "final_answer"
         assert tr.messages == demo
-        assert tr.final_text == task.meta["reference_answer"]
+        assert tr.final_text == task.reference_answer
         assert [[c.key() for c in s] for s in tr.calls] == [[c.key() for c in s] for s in task.gold]
         assert all(r.ok for t in tr.turns for r in t.results)
         assert in_domain_metrics(task, tr.turns)["success"] == 1.0

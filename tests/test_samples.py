@@ -73,7 +73,8 @@ def test_reward_components_are_gathered_per_tier_and_named_as_logged():
     c.add(RewardBreakdown(0.5, {"format": 1.0, "success": 0.0}), RewardBreakdown(1.0, {"faithfulness": 1.0}))
     c.add(RewardBreakdown(1.0, {"format": 1.0, "success": 1.0}), RewardBreakdown(0.0, {"faithfulness": 0.0}))
     assert c.execution == {"format": [1.0, 1.0], "success": [0.0, 1.0]} and c.summary == {"faithfulness": [1.0, 0.0]}
-    assert list(c.items()) == [("exec/format", [1.0, 1.0]), ("exec/success", [0.0, 1.0]), ("summary/faithfulness", [1.0, 0.0])]
+    assert list(c.by_metric()) == [("reward/exec/format", [1.0, 1.0]), ("reward/exec/success", [0.0, 1.0]),
+                                   ("reward/summary/faithfulness", [1.0, 0.0])]
 
 
 def test_score_batch_fills_both_tiers():
@@ -85,4 +86,4 @@ def test_score_batch_fills_both_tiers():
                                  stop_reason="final_answer")])
     assert set(sb.components.execution) == {"format", "name_f1", "arg_match", "success", "efficiency"}
     assert set(sb.components.summary) == {"faithfulness", "completeness", "no_hallucination", "concision"}
-    assert all(len(v) == 1 for _, v in sb.components.items())
+    assert all(len(v) == 1 for _, v in sb.components.by_metric())

@@ -118,7 +118,7 @@ def test_llm_judge_scores_a_summary_through_the_real_server(served, name):
     judge = OpenAIJudge(served.base_url, model, max_retries=1, max_tokens=16, timeout=LONG, http_attempts=1)
     env = tw.make_env(TASK)
     calls = TASK.gold[0]
-    ref = TASK.meta["reference_answer"]
+    ref = TASK.reference_answer
     turns = [Turn("<c>", ParsedTurn(calls=list(calls)), [env.call(c.name, c.arguments) for c in calls]), Turn(ref, ParsedTurn(content=ref))]
     s = summary_reward(TASK, turns, ref, judge=judge, judge_weight=0.5)
     m = judge.metrics

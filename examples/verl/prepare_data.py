@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from slca.env.loaders import task_to_row
+from slca.env.loaders import row_meta, task_to_row
 from slca.env.toolworld import TOOLS, make_tasks
 
 DATA_SOURCE = "slca_toolworld"
@@ -51,7 +51,7 @@ def row(task, split: str) -> dict:
             "kind": task.kind,
             "prompt": json.dumps(task.messages),
             "tools": json.dumps(task.tools),
-            "meta": json.dumps(task.meta, default=str),
+            "meta": json.dumps(row_meta(task), default=str),  # with the reference answer and refusal flag
             "tool_call_format": "hermes",
             "tool_selection": [t["function"]["name"] for t in task.tools],
         },

@@ -60,7 +60,7 @@ def synthesize_entities(task: Task, env, rng: random.Random, episode: str | int 
     """``task`` with its entities, dates and small request numbers replaced by fresh values.
 
     Args:
-        task: a toolworld task (``meta["entities"]``, ``meta["reference_answer"]``).
+        task: a toolworld task (``meta["entities"]``, ``reference_answer``).
         env: the environment its gold calls run against (pure functions of the arguments).
         rng: draws the new values.
         episode: simulator episode used for the replay.
@@ -70,8 +70,8 @@ def synthesize_entities(task: Task, env, rng: random.Random, episode: str | int 
         (a replayed call fails, or a value to rewrite is not found verbatim).
     """
     request = task.messages[-1]["content"]
-    answer = task.meta.get("reference_answer")
-    if task.messages[-1].get("role") != "user" or not isinstance(answer, str):
+    answer = task.reference_answer
+    if task.messages[-1].get("role") != "user" or answer is None:
         return None
     entities = [e for e in task.meta.get("entities", []) if isinstance(e, str) and e]
     entities += sorted(set(_DATE.findall(request)))
@@ -123,7 +123,7 @@ def synthesize_entities(task: Task, env, rng: random.Random, episode: str | int 
         return None
     messages = [dict(m) for m in task.messages]
     messages[-1] = {**messages[-1], "content": new_request}
-    meta = {**task.meta, "reference_answer": rewrite(answer), "entities": [text_map.get(e, e) for e in task.meta.get("entities", [])],
-            "synthetic_entities": True}
+    meta = {**task.meta, "entities": [text_map.get(e, e) for e in task.meta.get("entities", [])], "synthetic_entities": True}
     facts = [rewrite(f) for f in task.answer_facts]
-    return replace(task, id=task.id + "-synth", messages=messages, gold=gold, answer_facts=facts, meta=meta)
+    return replace(task, id=task.id + "-synth", messages=messages, gold=gold, answer_facts=facts, meta=meta,
+                   reference_answer=rewrite(answer))

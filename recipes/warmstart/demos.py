@@ -17,7 +17,7 @@ summary segment
     ``incomplete`` (the last fact-bearing clause dropped, or no fact at all),
     ``verbose`` (filler around the answer).
 
-The clean answer is toolworld's ``meta["reference_answer"]`` (it states the
+The clean answer is toolworld's ``Task.reference_answer`` (it states the
 task's ``answer_facts``).
 """
 
@@ -214,7 +214,7 @@ def demonstrate(task: Task, env, mix: DemoMix, rng: random.Random, pool: Argumen
     """Play ``task`` against ``env`` with flaws drawn from ``mix``; returns the conversation.
 
     Args:
-        task: a toolworld task (``gold`` steps, ``answer_facts`` and ``meta["reference_answer"]``).
+        task: a toolworld task (``gold`` steps, ``answer_facts`` and ``reference_answer``).
         env: its simulator (``toolworld.make_env(task)``): results are real.
         mix: flaw probabilities.
         rng: draws the flaws.
@@ -223,9 +223,9 @@ def demonstrate(task: Task, env, mix: DemoMix, rng: random.Random, pool: Argumen
         episode: simulator episode of this demonstration.
     """
     hermes = get_format("hermes")
-    answer = task.meta.get("reference_answer")
-    if not isinstance(answer, str):
-        raise ValueError(f"task {task.id!r} has no meta['reference_answer'] to demonstrate")
+    answer = task.reference_answer
+    if answer is None:
+        raise ValueError(f"task {task.id!r} has no reference_answer to demonstrate")
     flaws: list[str] = []
     steps = [list(s) for s in task.gold]
     if steps and rng.random() < mix.wrong_argument:

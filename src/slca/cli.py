@@ -12,6 +12,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from slca import metrics as M
+
+
 class _OneLineErrors(typer.core.TyperGroup):
     """Usage errors of the command line itself (``--jobs abc``, an unknown option, a missing one) as one
     ``error: <option>: <what is wrong>`` line on stderr, exit 2, like every other refusal (not a box)."""
@@ -124,12 +127,15 @@ def _run_with_progress(cfg, label: str, **kw: Any):
     )
     task = prog.add_task("", total=cfg.steps)
 
+    eval_success = M.EVAL_SUCCESS.key(set=M.EVAL_SET)
+
     def on_step(m: dict[str, Any]) -> None:
         prog.start()  # on the first step: a refusal of the run folder prints no empty bar before it
-        desc = (f"tool {m.get('reward/tool', float('nan')):.2f}  summary {m.get('reward/summary', float('nan')):.2f}"
-                if m["step"] else "before training")  # step 0: the evaluation before any update
-        if "eval/success" in m:
-            desc += f"  eval success {m['eval/success']:.2f}"
+        nan = float("nan")
+        desc = (f"tool {m.get(M.REWARD_TOOL.name, nan):.2f}  summary {m.get(M.REWARD_SUMMARY.name, nan):.2f}"
+                if m[M.STEP.name] else "before training")  # step 0: the evaluation before any update
+        if eval_success in m:
+            desc += f"  eval success {m[eval_success]:.2f}"
         prog.update(task, completed=m["step"], description=desc)
 
     try:
@@ -153,20 +159,22 @@ DEMO_OVERRIDES = {
 }
 
 
-_TABLE_KEYS = ["success", "tool_tasks/success", "name_f1", "arg_match", "parallel_split", "reward_summary"]
-_TABLE_NAMES = {"tool_tasks/success": "tool-task success", "parallel_split": "parallel split", "reward_summary": "summary reward"}
-
-
 def _num(v: Any, fmt: str = ".3f") -> str:
     """A table cell: the number formatted, ``nan`` for a missing or non-finite one (a NaN is logged as null)."""
     return format(v, fmt) if isinstance(v, (int, float)) and math.isfinite(v) else "nan"
 
 
-def _eval_rows(rows: list[dict[str, Any]], prefix: str = "eval") -> list[dict[str, Any]]:
+def _diag_mean(rows: list[dict[str, Any]], metric: M.Metric) -> str:
+    """A diagnostics cell: the mean over the steps that logged ``metric`` (signed for a metric that can be negative)."""
+    vals = [r[metric.name] for r in rows if isinstance(r.get(metric.name), float)]
+    return format(sum(vals) / max(len(vals), 1), "+.3f" if metric.range[0] < 0 else ".3f")
+
+
+def _eval_rows(rows: list[dict[str, Any]], prefix: str = M.EVAL_SET) -> list[dict[str, Any]]:
     return [r for r in rows if any(k.startswith(prefix + "/") for k in r)]
 
 
-def _compare_table(runs: dict[str, Path], title: str, prefix: str = "eval", diagnostics: bool = True) -> Table:
+def _compare_table(runs: dict[str, Path], title: str, prefix: str = M.EVAL_SET, diagnostics: bool = True) -> Table:
     """Final metrics of one evaluation set (``prefix``) per run, with the warm start (the evaluation before
     the first update) as its own row; ``parallel split`` is the share of parallel tasks whose calls were
     spread over more turns than the task has steps (the paper's diagnostic case; lower is better)."""
@@ -174,22 +182,21 @@ def _compare_table(runs: dict[str, Path], title: str, prefix: str = "eval", diag
 
     t = Table(title=title)
     t.add_column("estimator")
-    for k in _TABLE_KEYS:
-        t.add_column(_TABLE_NAMES.get(k, k), justify="right")
+    for m in M.CLI_FINAL:
+        t.add_column(m.short, justify="right")
     if diagnostics:
-        t.add_column("contamination", justify="right")
-        t.add_column("grad cos", justify="right")
+        for m in M.CLI_DIAGNOSTICS:
+            t.add_column(m.short, justify="right")
     first = next(iter(runs.values()), None)
     evals = _eval_rows(read_metrics(first), prefix) if first is not None else []
     if evals and evals[0].get("step") == 0:
-        t.add_row("warm start (step 0)", *[_num(evals[0].get(f"{prefix}/{k}")) for k in _TABLE_KEYS], *([""] * 2 * diagnostics))
+        t.add_row("warm start (step 0)", *[_num(evals[0].get(m.key(set=prefix))) for m in M.CLI_FINAL],
+                  *([""] * len(M.CLI_DIAGNOSTICS) * diagnostics))
     for label, d in runs.items():
         rows = read_metrics(d)
         ev = final_eval(rows, prefix)
-        cont = [r["adv/contamination"] for r in rows if isinstance(r.get("adv/contamination"), float)]
-        cos = [r["grad/cosine_tool_summary"] for r in rows if isinstance(r.get("grad/cosine_tool_summary"), float)]
-        diag = [f"{sum(cont) / max(len(cont), 1):.3f}", f"{sum(cos) / max(len(cos), 1):+.3f}"] if diagnostics else []
-        t.add_row(label, *[_num(ev.get(f"{prefix}/{k}")) for k in _TABLE_KEYS], *diag)
+        diag = [_diag_mean(rows, m) for m in M.CLI_DIAGNOSTICS] if diagnostics else []
+        t.add_row(label, *[_num(ev.get(m.key(set=prefix))) for m in M.CLI_FINAL], *diag)
     return t
 
 
@@ -198,9 +205,9 @@ def _print_eval_tables(runs: dict[str, Path], what: str) -> None:
     from slca.report import eval_prefixes, read_metrics
 
     first = next(iter(runs.values()), None)
-    prefixes = eval_prefixes(read_metrics(first)) if first is not None else ["eval"]
-    for i, prefix in enumerate(prefixes or ["eval"]):
-        name = "held-out set" if prefix == "eval" else f"toolworld {prefix[len('eval_'):]} split, out of distribution"
+    prefixes = eval_prefixes(read_metrics(first)) if first is not None else [M.EVAL_SET]
+    for i, prefix in enumerate(prefixes or [M.EVAL_SET]):
+        name = "held-out set" if prefix == M.EVAL_SET else f"toolworld {prefix[len('eval_'):]} split, out of distribution"
         _print_table(_compare_table(runs, f"{what}: {name} ({prefix}/*, final)", prefix, diagnostics=i == 0))
 
 
@@ -301,20 +308,21 @@ def demo_verdict(runs: dict[str, Path], k: int = 4, frozen: list[float] | None =
     when GRPO does as well or better."""
     from slca.report import final_eval, read_metrics
 
-    def start_and_final(prefix: str, key: str) -> tuple[float, dict[str, float]]:
+    def start_and_final(metric: M.Metric, prefix: str = M.EVAL_SET) -> tuple[float, dict[str, float]]:
+        key = metric.key(set=prefix)
         first = _eval_rows(read_metrics(next(iter(runs.values()))), prefix)
         def num(v: Any) -> float:  # a NaN is logged as null
             return float(v) if isinstance(v, (int, float)) else float("nan")
 
-        base = num(first[0].get(f"{prefix}/{key}")) if first and first[0].get("step") == 0 else float("nan")
-        return base, {label: num(final_eval(read_metrics(d), prefix).get(f"{prefix}/{key}")) for label, d in runs.items()}
+        base = num(first[0].get(key)) if first and first[0].get("step") == 0 else float("nan")
+        return base, {label: num(final_eval(read_metrics(d), prefix).get(key)) for label, d in runs.items()}
 
     lines: list[str] = []
-    base, final = start_and_final("eval", "tool_tasks/success")
-    split_base, split = start_and_final("eval", "parallel_split")
+    base, final = start_and_final(M.EVAL_TOOL_TASKS)
+    split_base, split = start_and_final(M.EVAL_PARALLEL_SPLIT)
     for label, d in runs.items():
         rows = read_metrics(d)
-        tool = [r["reward/tool"] for r in rows if isinstance(r.get("reward/tool"), float)]
+        tool = [r[M.REWARD_TOOL.name] for r in rows if isinstance(r.get(M.REWARD_TOOL.name), float)]
         trend = ""
         if len(tool) >= 2 * k:
             a, b = sum(tool[:k]) / k, sum(tool[-k:]) / k
@@ -338,7 +346,7 @@ def demo_verdict(runs: dict[str, Path], k: int = 4, frozen: list[float] | None =
         else:
             lines.append(f"GRPO did as well as or better than SLCA on held-out tool-task Success in distribution ({g:.3f} vs {s_:.3f}); "
                          "one seed is one draw, see docs/results.md for the multi-seed study.")
-    ood_base, ood = start_and_final("eval_test", "tool_tasks/success")
+    ood_base, ood = start_and_final(M.EVAL_TOOL_TASKS, M.TEST_SET)
     if any(v == v for v in ood.values()):
         each = ", ".join(f"{label} {v:.3f}" for label, v in ood.items())
         moved = max(abs(v - ood_base) for v in ood.values() if v == v) if ood_base == ood_base else float("nan")

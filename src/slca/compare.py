@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slca import metrics as M
 from slca.report import final_eval, md_header, md_row, mean_of, metric_range, read_metrics
 from slca.runs import write_atomic
 from slca.samples import SampleGroup, SampleRollout, is_finite_number, read_samples
@@ -99,7 +100,7 @@ def _records_finished(run_dir: Path, steps: int) -> bool:
     except ValueError:
         return False
     last = rows[-1] if rows else {}
-    return last.get("step") == steps and any(k.startswith("eval") for k in last)
+    return last.get("step") == steps and bool(M.eval_sets_of(last))
 
 
 def check_runs(estimators: list[str], seeds: list[int], out: Path, overrides: list[str], *, overwrite: bool = False) -> Any:
@@ -262,12 +263,12 @@ def _steps_to(rows: list[dict[str, Any]], key: str, level: float, k: int = 5) ->
     return float("nan")
 
 
-SUMMARY_KEYS = ["auc/eval/tool_tasks/success", "eval/tool_tasks/success", "eval/success", "eval/arg_match", "eval/parallel_split",
-                "eval/reward_summary", "eval_test/tool_tasks/success"]
-"""Per-run numbers of the comparison: the area under the held-out tool-task Success curve (``auc/``, see
-:func:`curve_auc`), final held-out metrics (``eval/``: in distribution for toolworld) and the final tool-task
-Success on toolworld's out-of-distribution test split (``eval_test/``)."""
-DIAG_KEYS = ["grad/volatility", "grad/cosine_tool_summary", "adv/contamination", "grad/tool_norm", "grad/summary_norm"]
+SUMMARY_KEYS = list(M.COMPARE_SUMMARY)
+"""Per-run numbers of the comparison (:data:`slca.metrics.COMPARE_SUMMARY`): the area under the held-out
+tool-task Success curve (``auc/``, see :func:`curve_auc`), final held-out metrics (``eval/``: in distribution
+for toolworld) and the final tool-task Success on toolworld's out-of-distribution test split (``eval_test/``)."""
+DIAG_KEYS = list(M.COMPARE_DIAGNOSTICS)
+"""Diagnostics of the comparison, means over training steps (:data:`slca.metrics.COMPARE_DIAGNOSTICS`)."""
 
 
 def curve_auc(rows: list[dict[str, Any]], key: str) -> float:
@@ -280,6 +281,14 @@ def curve_auc(rows: list[dict[str, Any]], key: str) -> float:
     return area / (pts[-1][0] - pts[0][0])
 
 
+_PROBES = (M.PROBE_LOGP_PARALLEL, M.PROBE_LOGP_SEQUENTIAL, M.PROBE_PARALLEL_PREF)
+
+
+def _held_out_per_kind(key: str) -> bool:
+    """Whether ``key`` is a held-out per-kind metric (``eval/kind/<kind>/success`` or ``.../reward_summary``)."""
+    return M.eval_set_of(key) == M.EVAL_SET and (M.EVAL_KIND_SUCCESS.matches(key) or M.EVAL_KIND_SUMMARY.matches(key))
+
+
 def summarize(specs: list[RunSpec], level: float) -> dict[str, Any]:
     """Per-run numbers and per-estimator means with intervals."""
     per_run: list[dict[str, Any]] = []
@@ -287,14 +296,16 @@ def summarize(specs: list[RunSpec], level: float) -> dict[str, Any]:
         rows = read_metrics(sp.run_dir)
         ev = final_eval(rows)
         rec: dict[str, Any] = {"estimator": sp.estimator, "seed": sp.seed}
-        ev.update(final_eval(rows, "eval_test"))
-        rec.update({k: curve_auc(rows, k[len("auc/"):]) if k.startswith("auc/") else ev.get(k, float("nan")) for k in SUMMARY_KEYS})
-        rec.update({k: v for k, v in ev.items() if k.startswith("eval/kind/")})
-        probes = [r for r in rows if "probe/parallel_pref" in r]
+        ev.update(final_eval(rows, M.TEST_SET))
+        rec.update({k: curve_auc(rows, k[len(M.AUC_PREFIX):]) if k.startswith(M.AUC_PREFIX) else ev.get(k, float("nan"))
+                    for k in SUMMARY_KEYS})
+        rec.update({k: v for k, v in ev.items() if _held_out_per_kind(k)})
+        probes = [r for r in rows if M.PROBE_PARALLEL_PREF.name in r]
         if probes:
-            rec.update({k: v for k, v in probes[-1].items() if k.startswith("probe/")})
+            rec.update({m.name: probes[-1][m.name] for m in _PROBES if m.name in probes[-1]})
         rec.update({k: mean_of(rows, k) for k in DIAG_KEYS})
-        rec["steps_to_level"] = _steps_to(rows, "reward/exec/success" if any("reward/exec/success" in r for r in rows) else "reward/tool", level)
+        success = M.REWARD_EXEC.key(component="success")
+        rec["steps_to_level"] = _steps_to(rows, success if any(success in r for r in rows) else M.REWARD_TOOL.name, level)
         per_run.append(rec)
     return {"runs": per_run}
 
@@ -388,12 +399,8 @@ def band(key: str, mu: list[float], hw: list[float]) -> tuple[list[float], list[
     return [max(lo, m - h) for m, h in zip(mu, hw)], [min(hi, m + h) for m, h in zip(mu, hw)]
 
 
-PANELS = [("eval/tool_tasks/success", "held-out tool-task Success (eval/)"), ("eval/parallel_split", "held-out parallel steps split over turns"),
-          ("eval_test/tool_tasks/success", "tool-task Success, toolworld test split (OOD)"),
-          ("reward/tool", "execution reward (train)"), ("reward/summary", "summary reward (train)"),
-          ("probe/parallel_pref", "log p(parallel turn) - log p(first call alone)"), ("grad/volatility", "grad-norm volatility"),
-          ("grad/cosine_tool_summary", "cosine(tool grad, summary grad)"), ("adv/contamination", "advantage contamination")]
-"""(metric, title) of each panel of ``curves_compare.png``: one line per estimator with its band."""
+PANELS = [(p.key, p.title) for p in M.COMPARE_PANELS]
+"""(metric, title) of each panel of ``curves_compare.png`` (:data:`slca.metrics.COMPARE_PANELS`): one line per estimator with its band."""
 
 
 def write_compare_report(specs: list[RunSpec], out: Path, *, level: float, command: str, wall_s: float, title: str = "slca compare") -> Path:
@@ -411,9 +418,9 @@ def write_compare_report(specs: list[RunSpec], out: Path, *, level: float, comma
     L += _heldout_md(by_est)
     L += _paired_md(by_est, seeds)
     L += _mean_table_md("Diagnostics (mean over training steps)", by_est, DIAG_KEYS, DIAG_KEYS)
-    kinds = sorted({k.split("/")[2] for r in summary["runs"] for k in r if k.startswith("eval/kind/")})
+    kinds = sorted({k.split("/")[2] for r in summary["runs"] for k in r if _held_out_per_kind(k)})
     if kinds:
-        L += _mean_table_md("Held-out Success per task kind", by_est, [f"eval/kind/{k}/success" for k in kinds], kinds)
+        L += _mean_table_md("Held-out Success per task kind", by_est, [M.EVAL_KIND_SUCCESS.key(set=M.EVAL_SET, kind=k) for k in kinds], kinds)
     L += _seeds_md(summary["runs"])
     L += _cases_md(diagnostic_cases(specs))
     L += ["", f"Steps to level: first step at which the 5-step moving average of the training tool success reaches {level}.", "",
@@ -465,10 +472,10 @@ def _interval(xs: list[float]) -> str:
 
 def _short(key: str) -> str:
     """A column name: ``success``, ``tool_tasks/success``, ``auc tool_tasks/success``, ``test: tool_tasks/success``."""
-    if key.startswith("auc/"):
-        return "auc " + _short(key[len("auc/"):])
+    if key.startswith(M.AUC_PREFIX):
+        return "auc " + _short(key[len(M.AUC_PREFIX):])
     prefix, rest = key.split("/", 1)
-    return rest if prefix == "eval" else f"{prefix[len('eval_'):]}: {rest}"
+    return rest if prefix == M.EVAL_SET else f"{prefix[len('eval_'):]}: {rest}"
 
 
 def _heldout_md(by_est: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -507,5 +514,5 @@ def _seeds_md(runs: list[dict[str, Any]]) -> list[str]:
     """Every run's held-out metrics and parallel-turn preference."""
     L = ["", "## Every seed", "", *md_header(["estimator", "seed", *map(_short, SUMMARY_KEYS), "parallel_pref"])]
     for r in runs:
-        L.append(md_row([r["estimator"], r["seed"], *(f"{r[k]:.3f}" for k in SUMMARY_KEYS), f"{r.get('probe/parallel_pref', float('nan')):.2f}"]))
+        L.append(md_row([r["estimator"], r["seed"], *(f"{r[k]:.3f}" for k in SUMMARY_KEYS), f"{r.get(M.PROBE_PARALLEL_PREF.name, float('nan')):.2f}"]))
     return L

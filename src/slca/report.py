@@ -9,43 +9,25 @@ from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
 
+from slca import metrics as M
 from slca.samples import SampleGroup, SampleRollout, is_finite_number, samples_from_json
 
 __all__ = ["read_metrics", "read_config", "write_report", "write_token_html", "md_row", "md_header", "final_eval", "eval_prefixes", "mean_of", "run_labels", "provenance", "metric_range", "smoothed", "PLOTS", "SMOOTH_K"]
 
-# (metric, title) pairs; each becomes one panel, one line per run
-PLOTS = [
-    ("reward/tool", "execution reward (train)"),
-    ("reward/summary", "summary reward (train)"),
-    ("eval/tool_tasks/success", "held-out tool-task Success\n(eval/: in distribution for toolworld)"),
-    ("eval/parallel_split", "held-out parallel steps split over turns\n(the paper's diagnostic case; lower is better)"),
-    ("eval/reward_summary", "held-out summary reward"),
-    ("eval_test/tool_tasks/success", "tool-task Success, toolworld test split\n(unseen entities and phrasings: out of distribution)"),
-    ("grad/cosine_tool_summary", "cosine(tool grad, summary grad)"),
-    ("grad/volatility", "grad-norm volatility (rolling CV)"),
-    ("adv/contamination", "advantage contamination"),
-    ("grad/norm", "gradient norm (pre-clip, mean over minibatches)"),
-]
+PLOTS = [(p.key, p.title) for p in M.RUN_PLOTS]
+"""(metric, title) of each panel of ``curves.png`` (:data:`slca.metrics.RUN_PLOTS`), one line per run."""
 SMOOTH_K = 5
 """Training reward, gradient-norm and cosine curves are drawn as a trailing mean over this many steps."""
 
 
 def smoothed(key: str) -> bool:
-    """Whether a curve of ``key`` is drawn as a :data:`SMOOTH_K`-step trailing mean: the noisy per-step
-    training rewards, gradient norm and cosine. Held-out metrics, the rolling volatility and contamination are drawn raw."""
-    return key.startswith(("reward/", "grad/norm", "grad/cos"))
+    """Whether a curve of ``key`` is drawn as a :data:`SMOOTH_K`-step trailing mean (:attr:`slca.metrics.Metric.smooth`:
+    the noisy per-step training rewards, gradient norm and cosine; held-out metrics, the rolling volatility and
+    contamination are drawn raw)."""
+    return M.lookup(key).smooth
 
 
-def metric_range(key: str) -> tuple[float, float]:
-    """The values a metric can take: (lo, hi), infinite where unbounded. Bands are clipped to it."""
-    inf = math.inf
-    if key.split("/")[0].startswith("eval") or key in ("reward/tool", "reward/summary", "reward/turn") or key.startswith(("reward/exec/", "reward/summ")):
-        return 0.0, 1.0
-    if key.startswith("grad/cos"):
-        return -1.0, 1.0
-    if key.startswith(("grad/", "adv/contamination", "reward/unscored")):
-        return 0.0, inf
-    return -inf, inf
+metric_range = M.metric_range
 
 
 def run_labels(run_dirs: list[str | Path]) -> dict[str, Path]:
@@ -138,11 +120,10 @@ def _smooth(y: list[float], k: int = SMOOTH_K) -> list[float]:
 
 def eval_prefixes(rows: list[dict[str, Any]]) -> list[str]:
     """The evaluation sets of a run, in order: ``eval`` (the held-out set) first, then ``eval_<split>`` (out of distribution)."""
-    found = {k.split("/")[0] for r in rows for k in r if k.split("/")[0] == "eval" or k.startswith("eval_")}
-    return sorted(found, key=lambda p: (p != "eval", p))
+    return M.eval_sets_of(k for r in rows for k in r)
 
 
-def final_eval(rows: list[dict[str, Any]], prefix: str = "eval") -> dict[str, float]:
+def final_eval(rows: list[dict[str, Any]], prefix: str = M.EVAL_SET) -> dict[str, float]:
     """The last record's ``<prefix>/*`` metrics (default the held-out set's, ``eval/*``)."""
     for r in reversed(rows):
         ev = {k: v for k, v in r.items() if k.startswith(prefix + "/")}
@@ -226,7 +207,7 @@ def write_report(runs: dict[str, str | Path], out_dir: str | Path, title: str = 
         ax.set_title(ttl + (f"\n{SMOOTH_K}-step trailing mean" if smoothed(key) else ""), fontsize=10)
         ax.set_xlabel("step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        if key.endswith("/success"):  # the in- and out-of-distribution panels on one scale, so their gap shows
+        if M.lookup(key) is M.EVAL_TOOL_TASKS:  # the in- and out-of-distribution panels on one scale, so their gap shows
             ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
     legend_ax = next((ax for ax in axes.flat if ax.lines), None)
@@ -238,17 +219,17 @@ def write_report(runs: dict[str, str | Path], out_dir: str | Path, title: str = 
     plt.close(fig)
 
     prov = provenance()
-    keys = ["success", "tool_tasks/success", "name_f1", "arg_match", "process", "parallel_split", "reward_tool", "reward_summary", "parse_ok"]
+    keys = [m.in_set for m in M.RUN_FINAL]
     lines = [f"# {title}", "", f"Written by slca {prov['slca_version']}, commit `{prov['git_commit']}`.", ""]
     prefixes = list(dict.fromkeys(p for rows in data.values() for p in eval_prefixes(rows)))
-    for prefix in prefixes or ["eval"]:
-        what = "held-out set (eval/*)" if prefix == "eval" else f"out of distribution: toolworld split {prefix[len('eval_'):]} ({prefix}/*)"
+    for prefix in prefixes or [M.EVAL_SET]:
+        what = "held-out set (eval/*)" if prefix == M.EVAL_SET else f"out of distribution: toolworld split {prefix[len('eval_'):]} ({prefix}/*)"
         lines += [f"## Final metrics, {what}", "", *md_header(["run", *keys])]
         for label, rows in data.items():
             ev = final_eval(rows, prefix)
-            lines.append(md_row([_md_cell(label), *(_fmt3(ev.get(f"{prefix}/{k}")) for k in keys)]))
+            lines.append(md_row([_md_cell(label), *(_fmt3(ev.get(m.key(set=prefix))) for m in M.RUN_FINAL)]))
         lines.append("")
-    diag = ["grad/cosine_tool_summary", "grad/volatility", "adv/contamination", "perf/gen_tokens_per_s", "perf/train_tokens_per_s"]
+    diag = [m.name for m in M.RUN_DIAGNOSTICS]
     lines += ["## Diagnostics (mean over steps)", "", *md_header(["run", *diag])]
     for label, rows in data.items():
         lines.append(md_row([_md_cell(label), *(f"{mean_of(rows, k):.3f}" for k in diag)]))

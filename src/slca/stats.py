@@ -4,24 +4,8 @@ The update phase of :meth:`slca.trainer.Trainer.train_step` returns an
 :class:`UpdateStats`; its metrics phase builds the others from what the rollout,
 score and credit phases returned, and :func:`step_metrics` turns them all into
 the flat ``metrics.jsonl`` row.
-Metric names (a row also holds ``eval/*`` and ``probe/*`` when it evaluates):
-
-* ``perf/gen_tokens_per_s``, ``perf/train_tokens_per_s``: throughput (wall clock);
-* ``grad/norm``: the pre-clip gradient norm, mean over the step's minibatches (every PPO epoch);
-  ``grad/volatility``: the rolling coefficient of variation of ``grad/norm``;
-* on diagnostic steps, of the step's first minibatch (where the backward is split by segment):
-  ``grad/first_minibatch_norm`` (its pre-clip norm), ``grad/tool_norm``, ``grad/summary_norm``
-  (the norms of its tool-token and summary-token parts) and ``grad/cosine_tool_summary``;
-* ``loss``, ``ppo/clip_frac``, ``ppo/kl`` (with a reference model): means over the step's
-  minibatches; ``lr``: the rate the step's update used;
-* ``reward/tool``, ``reward/summary``, ``reward/unscored``, ``reward/exec/*``,
-  ``reward/summary/*``, ``reward/turn`` (estimators with turn rewards);
-* ``adv/{tool,summary}_{mean,std,abs_mean}``, ``adv/contamination``,
-  ``adv/cond_subgroup_frac`` (estimators with tool signatures);
-* ``rollout/response_tokens``, ``rollout/policy_token_frac``,
-  ``rollout/tool_turns``, ``rollout/stop_<reason>``, ``rollout/no_tool_segment`` and
-  ``rollout/no_summary_segment`` (shares of rollouts missing a segment),
-  ``rollout/mixed_call_groups`` (share of groups where some rollouts called and some did not).
+Every name is declared, with its meaning and range, in :mod:`slca.metrics` (the
+training-step metrics there; a row also holds the evaluation metrics when it evaluates).
 """
 
 from __future__ import annotations
@@ -30,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from slca import metrics as M
 
 if TYPE_CHECKING:
     from slca.rewards.batch import RewardComponents
@@ -53,7 +39,7 @@ class GradSplit:
     cosine: float
 
     def metrics(self) -> dict[str, float]:
-        return {"grad/tool_norm": self.tool_norm, "grad/summary_norm": self.summary_norm, "grad/cosine_tool_summary": self.cosine}
+        return {M.GRAD_TOOL_NORM.name: self.tool_norm, M.GRAD_SUMMARY_NORM.name: self.summary_norm, M.GRAD_COSINE.name: self.cosine}
 
 
 @dataclass
@@ -79,13 +65,13 @@ class UpdateStats:
     def metrics(self, volatility: float, lr: float) -> dict[str, Any]:
         m: dict[str, Any] = {}
         if self.grad_split is not None:  # the split and the norm it splits, of the same (first) minibatch
-            m["grad/first_minibatch_norm"] = self.grad_norms[0] if self.grad_norms else float("nan")
+            m[M.GRAD_FIRST_NORM.name] = self.grad_norms[0] if self.grad_norms else float("nan")
             m.update(self.grad_split.metrics())
-        m.update({"grad/norm": self.grad_norm, "grad/volatility": volatility, "loss": nanmean(self.losses),
-                  "ppo/clip_frac": nanmean(self.clip_fracs)})
+        m.update({M.GRAD_NORM.name: self.grad_norm, M.GRAD_VOLATILITY.name: volatility, M.LOSS.name: nanmean(self.losses),
+                  M.PPO_CLIP_FRAC.name: nanmean(self.clip_fracs)})
         if self.kls:
-            m["ppo/kl"] = nanmean(self.kls)
-        m["lr"] = lr
+            m[M.PPO_KL.name] = nanmean(self.kls)
+        m[M.LR.name] = lr
         return m
 
 
@@ -120,15 +106,15 @@ class RolloutStats:
     def metrics(self) -> dict[str, Any]:
         B, n = self.n_rollouts, self.response_tokens
         m: dict[str, Any] = {
-            "rollout/response_tokens": n / B,
-            "rollout/policy_token_frac": self.policy_tokens / max(n, 1),
-            "rollout/tool_turns": nanmean(self.calls),
-            "rollout/no_tool_segment": self.no_tool_segment / B,
-            "rollout/no_summary_segment": self.no_summary_segment / B,
-            "rollout/mixed_call_groups": self.mixed_call_groups,
+            M.ROLLOUT_TOKENS.name: n / B,
+            M.ROLLOUT_POLICY_FRAC.name: self.policy_tokens / max(n, 1),
+            M.ROLLOUT_TOOL_TURNS.name: nanmean(self.calls),
+            M.ROLLOUT_NO_TOOL.name: self.no_tool_segment / B,
+            M.ROLLOUT_NO_SUMMARY.name: self.no_summary_segment / B,
+            M.ROLLOUT_MIXED.name: self.mixed_call_groups,
         }
         for r in sorted(set(self.stop_reasons)):
-            m[f"rollout/stop_{r}"] = self.stop_reasons.count(r) / B
+            m[M.ROLLOUT_STOP.key(reason=r)] = self.stop_reasons.count(r) / B
         return m
 
 
@@ -147,14 +133,14 @@ class RewardStats:
 
     def metrics(self) -> dict[str, Any]:
         m: dict[str, Any] = {
-            "reward/tool": nanmean(self.tool),
-            "reward/summary": nanmean(self.summary),
-            "reward/unscored": int(torch.isnan(self.tool).sum() + torch.isnan(self.summary).sum()),
+            M.REWARD_TOOL.name: nanmean(self.tool),
+            M.REWARD_SUMMARY.name: nanmean(self.summary),
+            M.REWARD_UNSCORED.name: int(torch.isnan(self.tool).sum() + torch.isnan(self.summary).sum()),
         }
-        for k, v in self.components.items():
-            m[f"reward/{k}"] = nanmean(v)
+        for k, v in self.components.by_metric():
+            m[k] = nanmean(v)
         if self.turn is not None:
-            m["reward/turn"] = nanmean(self.turn.flatten())
+            m[M.REWARD_TURN.name] = nanmean(self.turn.flatten())
         return m
 
 
@@ -171,20 +157,20 @@ class CreditStats:
         m: dict[str, Any] = {}
         for name, st in (("tool", self.tool), ("summary", self.summary)):
             for k, v in st.items():
-                m[f"adv/{name}_{k}"] = v
-        m["adv/contamination"] = self.contamination
+                m[M.ADV_STAT.key(segment=name, stat=k)] = v
+        m[M.ADV_CONTAMINATION.name] = self.contamination
         if self.cond_subgroup_frac is not None:
-            m["adv/cond_subgroup_frac"] = self.cond_subgroup_frac
+            m[M.ADV_COND_FRAC.name] = self.cond_subgroup_frac
         return m
 
 
 def step_metrics(step: int, rollout: RolloutStats, rewards: RewardStats, credit: CreditStats,
                  update: UpdateStats, *, volatility: float, lr: float, train_tokens_per_s: float) -> dict[str, Any]:
     """The ``metrics.jsonl`` row of one training step."""
-    m: dict[str, Any] = {"step": step, "perf/gen_tokens_per_s": rollout.gen_tokens_per_s}
+    m: dict[str, Any] = {M.STEP.name: step, M.PERF_GEN.name: rollout.gen_tokens_per_s}
     m.update(update.metrics(volatility, lr))
     m.update(rewards.metrics())
     m.update(credit.metrics())
-    m["perf/train_tokens_per_s"] = train_tokens_per_s
+    m[M.PERF_TRAIN.name] = train_tokens_per_s
     m.update(rollout.metrics())
     return m

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from slca import metrics as M
 from slca._checks import group_index
 from slca.advantages import AdvantageInputs, compute_advantages, fill_inputs, list_estimators, option_values
 from slca.batching import RolloutBatch, collate, response_logprobs, token_logprobs
@@ -363,11 +364,11 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Held-out metrics (``eval/*``), the out-of-distribution sets (``eval_<split>/*``) and the parallel probe."""
-        m = self.evaluate_on(self.eval_tasks, "eval") if self.eval_tasks else {}
+        m = self.evaluate_on(self.eval_tasks, M.EVAL_SET) if self.eval_tasks else {}
         if not m:
             return {}
         for split, tasks in self.ood_tasks.items():
-            m.update(self.evaluate_on(tasks, f"eval_{split}"))
+            m.update(self.evaluate_on(tasks, f"{M.EVAL_SET}_{split}"))
         m.update(self.parallel_probe())
         return m
 
@@ -380,22 +381,23 @@ class Trainer:
         self.model.eval()
         res = generate_rollouts(self.model, self.tok, tasks, self.make_env, self.rollout_config(self.step, eval_mode=True))
         sb = score_batch(res.trajectories)
-        out: dict[str, list[float]] = {}
+        out: dict[str, list[float]] = {}  # metric key -> one value per rollout that has it
         for t, rs in zip(res.trajectories, sb.summary.tolist()):
-            metrics = in_domain_metrics(t.task, t.turns)
-            metrics["parse_ok"] = float(sum(len(x.parsed.errors) for x in t.turns) == 0)
+            scores = in_domain_metrics(t.task, t.turns)
+            row = {M.EVAL_IN_DOMAIN[k].key(set=prefix): v for k, v in scores.items()}
+            row[M.EVAL_PARSE_OK.key(set=prefix)] = float(sum(len(x.parsed.errors) for x in t.turns) == 0)
             split = parallel_split(t.task, t.turns)
             if split == split:  # parallel tasks only: the key is absent from a set without one
-                metrics["parallel_split"] = split
-            for k, v in metrics.items():
-                out.setdefault(k, []).append(float(v))
-            out.setdefault(f"kind/{t.task.kind}/success", []).append(float(metrics["success"]))
-            out.setdefault(f"kind/{t.task.kind}/reward_summary", []).append(rs)
+                row[M.EVAL_PARALLEL_SPLIT.key(set=prefix)] = split
+            row[M.EVAL_KIND_SUCCESS.key(set=prefix, kind=t.task.kind)] = scores["success"]
+            row[M.EVAL_KIND_SUMMARY.key(set=prefix, kind=t.task.kind)] = rs
             if t.task.gold:  # tasks that need at least one call: what tool use is judged on
-                out.setdefault("tool_tasks/success", []).append(float(metrics["success"]))
-        m = {f"{prefix}/{k}": nanmean(v) for k, v in out.items()}
-        m[f"{prefix}/reward_tool"] = nanmean(sb.tool)
-        m[f"{prefix}/reward_summary"] = nanmean(sb.summary)
+                row[M.EVAL_TOOL_TASKS.key(set=prefix)] = scores["success"]
+            for k, v in row.items():
+                out.setdefault(k, []).append(float(v))
+        m = {k: nanmean(v) for k, v in out.items()}
+        m[M.EVAL_REWARD_TOOL.key(set=prefix)] = nanmean(sb.tool)
+        m[M.EVAL_REWARD_SUMMARY.key(set=prefix)] = nanmean(sb.summary)
         return m
 
     @torch.no_grad()
@@ -423,7 +425,7 @@ class Trainer:
                 tok_lp = token_logprobs(self.model(input_ids=ids).logits[0, :-1], ids[0, 1:])
                 lp[name].append(float(tok_lp[mask].sum()))
         par, seq = nanmean(lp["parallel"]), nanmean(lp["sequential"])
-        return {"probe/logp_parallel": par, "probe/logp_sequential": seq, "probe/parallel_pref": par - seq}
+        return {M.PROBE_LOGP_PARALLEL.name: par, M.PROBE_LOGP_SEQUENTIAL.name: seq, M.PROBE_PARALLEL_PREF.name: par - seq}
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -530,7 +532,7 @@ def _truncate_metrics(path: Path, completed_steps: int) -> None:
 
     if not path.exists():
         return
-    keep = [r for r in read_jsonl(path) if completed_steps > 0 and r.get("step", 0) <= completed_steps]
+    keep = [r for r in read_jsonl(path) if completed_steps > 0 and r.get(M.STEP.name, 0) <= completed_steps]
     write_atomic(path, "".join(json.dumps(r) + "\n" for r in keep))
 
 
@@ -568,7 +570,7 @@ def train(
         _truncate_metrics(tr.run_dir / "metrics.jsonl", tr.step)
         try:
             if cfg.eval_on_start and tr.step == 0 and tr.eval_tasks:
-                tr.log({"step": 0, **tr.evaluate()})  # the baseline, before any update
+                tr.log({M.STEP.name: 0, **tr.evaluate()})  # the baseline, before any update
             done = 0
             while tr.step < cfg.steps:
                 m = tr.train_step()

@@ -185,7 +185,8 @@ class Task:
     list of parallel :class:`ToolCall` (empty for "no tool needed" and
     "cannot be served" tasks); ``answer_facts`` values a good summary must state
     (for the summary reward); ``kind`` a task kind label (``single``,
-    ``parallel``, ``chain``, ``no_tool``, ``unservable``, or a loader's label).
+    ``parallel``, ``chain``, ``no_tool``, ``unservable``, or a loader's label);
+    ``meta`` what a suite or loader records beside (its split, entities, source row).
     """
 
     id: str
@@ -195,6 +196,23 @@ class Task:
     kind: str = "single"
     answer_facts: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    reference_answer: str | None = None
+    """A good final answer, when the task has one (toolworld's templated answer, a dataset's recorded one):
+    the summary reward's reference and the warm start's demonstration."""
+    refusal: bool | None = None
+    """Whether the right answer declines (no offered tool serves the request); None at construction means
+    ``kind == "unservable"``."""
+
+    def __post_init__(self) -> None:
+        moved = sorted({"reference_answer", "refusal"} & set(self.meta))
+        if moved:  # their home until issue 31; a task file still stores them in meta (slca.env.loaders lifts them out)
+            raise ValueError(f"task {self.id!r}: meta[{moved[0]!r}] is a Task field now: pass {moved[0]}= instead")
+        if self.refusal is None:
+            self.refusal = self.kind == "unservable"
+        if self.reference_answer is not None and not isinstance(self.reference_answer, str):
+            raise TypeError(f"task {self.id!r}: reference_answer must be a string or None, got {type(self.reference_answer).__name__}")
+        if not isinstance(self.refusal, bool):
+            raise TypeError(f"task {self.id!r}: refusal must be True, False or None, got {self.refusal!r}")
 
     @property
     def tool_specs(self) -> list[ToolSpec]:

@@ -41,6 +41,11 @@ Row formats:
 * ``slca`` -- :func:`save_tasks` output: ``id``, ``messages``, ``tools``, ``gold``
   and optional ``kind``, ``answer_facts``, ``meta``.
 
+In ``slca`` rows and in a verl row's ``extra_info.meta`` the meta object also
+holds the task's ``reference_answer`` and ``refusal`` flag (where files have
+always kept them): loading lifts them into the :class:`Task` fields of those
+names, writing (:func:`row_meta`) puts them back.
+
 Every row is checked at load time; a bad row raises :class:`RowError` (a
 ``ValueError``) naming the source, the row, the field and the problem. Nothing
 is fetched and no file is read for a schema's ``$ref`` (:mod:`slca.env.schema`).
@@ -69,6 +74,7 @@ __all__ = [
     "load_tasks",
     "read_rows",
     "parse_target_tools",
+    "row_meta",
     "save_tasks",
     "split_tasks",
     "task_from_row",
@@ -441,9 +447,7 @@ def _from_toucan(row: dict[str, Any], index: int) -> Task:
     meta: dict[str, Any] = {
         "source": "toucan",
         "subset": subset,
-        "reference_answer": head["answer"],
         "gold_results": head["results"],
-        "refusal": subset == "irrelevant" and not steps,
         "target_tools": targets,
         "target_tool_matches": {t: [n for n in names if t in n] for t in targets},  # Toucan matches by substring
         "user_turns": 1 + len(later),
@@ -457,7 +461,8 @@ def _from_toucan(row: dict[str, Any], index: int) -> Task:
     if renamed:
         meta["renamed_calls"] = renamed
     rid = _row_id(row.get("uuid"), "uuid")
-    return Task(id=rid or f"toucan-{index}", messages=prompt, tools=tools, gold=steps, kind=kind, meta=meta)
+    return Task(id=rid or f"toucan-{index}", messages=prompt, tools=tools, gold=steps, kind=kind, meta=meta,
+                reference_answer=head["answer"], refusal=subset == "irrelevant" and not steps)
 
 
 def _toolbox(tools: list[dict[str, Any]], field: str) -> ToolBox:
@@ -494,10 +499,11 @@ def _from_verl(row: dict[str, Any], index: int) -> Task:
     _check_gold(_toolbox(tools, "tools"), gold, paths)
     extra = _as_dict(_decoded(row.get("extra_info") or {}, "extra_info"), "extra_info")
     extra_meta = _as_dict(_decoded(extra.get("meta") or {}, "extra_info.meta"), "extra_info.meta")  # the task's own meta, if the row carries it
+    extra_meta, fields = _lift_fields(extra_meta, "extra_info.meta")
     meta = {**extra_meta, "source": "verl", "data_source": row.get("data_source"), "extra_info": extra}
     return Task(id=_verl_id(row, extra) or f"verl-{index}", messages=prompt, tools=tools, gold=gold,
                 kind=_kind(extra.get("kind"), "extra_info.kind", _kind_of(gold)),
-                answer_facts=_facts(gt.get("answer_facts"), f"{_GT}.answer_facts"), meta=meta)
+                answer_facts=_facts(gt.get("answer_facts"), f"{_GT}.answer_facts"), meta=meta, **fields)
 
 
 # ---------------------------------------------------------------- the paper's released rl / eval rows
@@ -584,7 +590,7 @@ def _from_slca(row: dict[str, Any], index: int) -> Task:
     tools = _tools(_field(row, "tools"), "tools")
     gold, paths = _steps(_field(row, "gold"), "gold")
     _check_gold(_toolbox(tools, "tools"), gold, paths)
-    meta = _as_dict(_decoded(row.get("meta") or {}, "meta"), "meta")
+    meta, fields = _lift_fields(_as_dict(_decoded(row.get("meta") or {}, "meta"), "meta"), "meta")
     return Task(
         id=_row_id(_field(row, "id"), "id") or f"slca-{index}",
         messages=_messages(_field(row, "messages"), "messages"),
@@ -593,7 +599,32 @@ def _from_slca(row: dict[str, Any], index: int) -> Task:
         kind=_kind(row.get("kind"), "kind", "single"),
         answer_facts=_facts(row.get("answer_facts"), "answer_facts"),
         meta=meta,
+        **fields,
     )
+
+
+_FIELDS_IN_META = ("reference_answer", "refusal")
+"""The :class:`Task` fields a task file keeps in its meta object."""
+
+
+def _lift_fields(meta: dict[str, Any], field: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A file's meta object without :data:`_FIELDS_IN_META`, and those fields' values (checked)."""
+    ref, refusal = meta.get("reference_answer"), meta.get("refusal")
+    if ref is not None and not isinstance(ref, str):
+        raise _Bad(f"{field}.reference_answer", f"must be a string, got {type(ref).__name__}")
+    if refusal is not None and not isinstance(refusal, bool):
+        raise _Bad(f"{field}.refusal", f"must be true or false, got {refusal!r}")
+    return {k: v for k, v in meta.items() if k not in _FIELDS_IN_META}, {"reference_answer": ref, "refusal": refusal}
+
+
+def row_meta(task: Task) -> dict[str, Any]:
+    """The meta object a task file stores for ``task``: ``task.meta`` with its reference answer (when it has one)
+    and refusal flag, as files have always held them (``task_from_row`` lifts them back into the fields)."""
+    out = dict(task.meta)
+    if task.reference_answer is not None:
+        out["reference_answer"] = task.reference_answer
+    out["refusal"] = task.refusal
+    return out
 
 
 _BUILDERS = {"toucan": _from_toucan, "verl": _from_verl, "paper": _from_paper, "slca": _from_slca}
@@ -841,7 +872,7 @@ def task_to_row(task: Task, format: str = "slca") -> dict[str, Any]:
     gold = [[{"name": c.name, "arguments": c.arguments} for c in step] for step in task.gold]
     if format == "slca":
         return {"id": task.id, "messages": json.dumps(task.messages), "tools": json.dumps(task.tools), "gold": json.dumps(gold),
-                "kind": task.kind, "answer_facts": json.dumps(task.answer_facts), "meta": json.dumps(task.meta, default=str)}
+                "kind": task.kind, "answer_facts": json.dumps(task.answer_facts), "meta": json.dumps(row_meta(task), default=str)}
     if format == "verl":
         return {
             "data_source": task.meta.get("suite", "slca"),

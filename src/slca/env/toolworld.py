@@ -35,7 +35,7 @@ The world is deterministic: every tool's answer is a pure function of its
 arguments (plus the episode's state for the stateful tools), so each task's
 ``answer_facts`` -- the values a good final answer must state -- are computed by
 running the gold calls through the same simulator a rollout talks to
-(:func:`make_env`). ``task.meta["reference_answer"]`` is a templated answer
+(:func:`make_env`). ``task.reference_answer`` is a templated answer
 stating those facts (for warm-start data).
 """
 
@@ -322,11 +322,26 @@ def _entities(split: str) -> _Entities:
 
 
 @dataclass(frozen=True)
+class _Draw:
+    """What a task type's builder draws for one task."""
+
+    slots: dict[str, Any]
+    """Values for the request template's ``{slots}``."""
+    gold: list[list[ToolCall]]
+    answer: str
+    """The reference answer (``Task.reference_answer``)."""
+    facts: list[str]
+    """``Task.answer_facts``."""
+    entities: list[str]
+    """The entities the request names (``meta["entities"]``)."""
+
+
+@dataclass(frozen=True)
 class _TaskType:
     name: str
     kind: str
     templates: tuple[str, ...]
-    build: Callable[[random.Random, _Entities, Simulator], tuple[dict[str, Any], list[list[ToolCall]], str, list[str], list[str]]]
+    build: Callable[[random.Random, _Entities, Simulator], _Draw]
     heldout: bool = False
 
 
@@ -340,34 +355,34 @@ def _call(env: Simulator, name: str, **args: Any) -> tuple[ToolCall, dict[str, A
 def _weather(rng, E, env):
     city, date = rng.choice(E.cities), rng.choice(_DATES)
     c, r = _call(env, "get_weather", city=city, date=date)
-    return ({"city": city, "date": date}, [[c]], f"In {city} on {date} it is {r['temp_c']} C and {r['condition']}.",
+    return _Draw({"city": city, "date": date}, [[c]], f"In {city} on {date} it is {r['temp_c']} C and {r['condition']}.",
             [str(r["temp_c"]), r["condition"]], [city])
 
 
 def _air(rng, E, env):
     city = rng.choice(E.cities)
     c, r = _call(env, "get_air_quality", city=city)
-    return {"city": city}, [[c]], f"The air quality in {city} is {r['level']} (AQI {r['aqi']}).", [str(r["aqi"]), r["level"]], [city]
+    return _Draw({"city": city}, [[c]], f"The air quality in {city} is {r['level']} (AQI {r['aqi']}).", [str(r["aqi"]), r["level"]], [city])
 
 
 def _stock(rng, E, env):
     s = rng.choice(E.symbols)
     c, r = _call(env, "get_stock_price", symbol=s)
-    return {"symbol": s}, [[c]], f"{s} trades at {r['price']} USD.", [str(r["price"])], [s]
+    return _Draw({"symbol": s}, [[c]], f"{s} trades at {r['price']} USD.", [str(r["price"])], [s])
 
 
 def _flight(rng, E, env):
     o, d = rng.sample(E.cities, 2)
     date = rng.choice(_DATES)
     c, r = _call(env, "search_flights", origin=o, destination=d, date=date)
-    return ({"origin": o, "destination": d, "date": date}, [[c]],
+    return _Draw({"origin": o, "destination": d, "date": date}, [[c]],
             f"Flight {r['flight_id']} from {o} to {d} on {date} costs {r['price']} USD.", [r["flight_id"], str(r["price"])], [o, d])
 
 
 def _restaurant(rng, E, env):
     city, cuisine = rng.choice(E.cities), rng.choice(CUISINES)
     c, r = _call(env, "find_restaurant", city=city, cuisine=cuisine)
-    return ({"city": city, "cuisine": cuisine}, [[c]],
+    return _Draw({"city": city, "cuisine": cuisine}, [[c]],
             f"{r['name']} ({r['restaurant_id']}) is a {cuisine} restaurant in {city} rated {r['rating']}.",
             [r["name"], str(r["rating"])], [city])
 
@@ -376,13 +391,13 @@ def _convert(rng, E, env):
     amount = rng.choice([5, 10, 20, 25, 50, 100, 200, 250, 500])
     src, dst = rng.sample(CURRENCIES, 2)
     c, r = _call(env, "convert_currency", amount=amount, from_currency=src, to_currency=dst)
-    return ({"amount": amount, "src": src, "dst": dst}, [[c]], f"{amount} {src} is {r['amount']} {dst}.", [str(r["amount"])], [])
+    return _Draw({"amount": amount, "src": src, "dst": dst}, [[c]], f"{amount} {src} is {r['amount']} {dst}.", [str(r["amount"])], [])
 
 
 def _event(rng, E, env):
     title, date = rng.choice(E.titles), rng.choice(_DATES)
     c, r = _call(env, "create_event", title=title, date=date)
-    return {"title": title, "date": date}, [[c]], f"I added {title} on {date} (event {r['event_id']}).", [r["event_id"]], [title]
+    return _Draw({"title": title, "date": date}, [[c]], f"I added {title} on {date} (event {r['event_id']}).", [r["event_id"]], [title])
 
 
 def _weather2(rng, E, env):
@@ -390,7 +405,7 @@ def _weather2(rng, E, env):
     date = rng.choice(_DATES)
     a, ra = _call(env, "get_weather", city=c1, date=date)
     b, rb = _call(env, "get_weather", city=c2, date=date)
-    return ({"city1": c1, "city2": c2, "date": date}, [[a, b]],
+    return _Draw({"city1": c1, "city2": c2, "date": date}, [[a, b]],
             f"On {date} {c1} is {ra['temp_c']} C and {ra['condition']}, {c2} is {rb['temp_c']} C and {rb['condition']}.",
             [str(ra["temp_c"]), ra["condition"], str(rb["temp_c"]), rb["condition"]], [c1, c2])
 
@@ -399,7 +414,7 @@ def _stock2(rng, E, env):
     s1, s2 = rng.sample(E.symbols, 2)
     a, ra = _call(env, "get_stock_price", symbol=s1)
     b, rb = _call(env, "get_stock_price", symbol=s2)
-    return ({"s1": s1, "s2": s2}, [[a, b]], f"{s1} trades at {ra['price']} USD and {s2} at {rb['price']} USD.",
+    return _Draw({"s1": s1, "s2": s2}, [[a, b]], f"{s1} trades at {ra['price']} USD and {s2} at {rb['price']} USD.",
             [str(ra["price"]), str(rb["price"])], [s1, s2])
 
 
@@ -407,7 +422,7 @@ def _air2(rng, E, env):
     c1, c2 = rng.sample(E.cities, 2)
     a, ra = _call(env, "get_air_quality", city=c1)
     b, rb = _call(env, "get_air_quality", city=c2)
-    return ({"city1": c1, "city2": c2}, [[a, b]],
+    return _Draw({"city1": c1, "city2": c2}, [[a, b]],
             f"The AQI is {ra['aqi']} ({ra['level']}) in {c1} and {rb['aqi']} ({rb['level']}) in {c2}.",
             [str(ra["aqi"]), str(rb["aqi"])], [c1, c2])
 
@@ -416,7 +431,7 @@ def _weather_air(rng, E, env):
     city, date = rng.choice(E.cities), rng.choice(_DATES)
     a, ra = _call(env, "get_weather", city=city, date=date)
     b, rb = _call(env, "get_air_quality", city=city)
-    return ({"city": city, "date": date}, [[a, b]],
+    return _Draw({"city": city, "date": date}, [[a, b]],
             f"In {city} on {date} it is {ra['temp_c']} C and {ra['condition']}; the air quality is {rb['level']} (AQI {rb['aqi']}).",
             [str(ra["temp_c"]), ra["condition"], str(rb["aqi"])], [city])
 
@@ -425,7 +440,7 @@ def _weather_stock(rng, E, env):
     city, date, s = rng.choice(E.cities), rng.choice(_DATES), rng.choice(E.symbols)
     a, ra = _call(env, "get_weather", city=city, date=date)
     b, rb = _call(env, "get_stock_price", symbol=s)
-    return ({"city": city, "date": date, "symbol": s}, [[a, b]],
+    return _Draw({"city": city, "date": date, "symbol": s}, [[a, b]],
             f"In {city} on {date} it is {ra['temp_c']} C and {ra['condition']}; {s} trades at {rb['price']} USD.",
             [str(ra["temp_c"]), ra["condition"], str(rb["price"])], [city, s])
 
@@ -435,7 +450,7 @@ def _flight_book(rng, E, env):
     date, p = rng.choice(_DATES), rng.choice(E.people)
     a, ra = _call(env, "search_flights", origin=o, destination=d, date=date)
     b, rb = _call(env, "book_flight", flight_id=ra["flight_id"], passenger=p)
-    return ({"origin": o, "destination": d, "date": date, "passenger": p}, [[a], [b]],
+    return _Draw({"origin": o, "destination": d, "date": date, "passenger": p}, [[a], [b]],
             f"I booked flight {ra['flight_id']} for {p}; booking {rb['booking_id']} is confirmed.",
             [ra["flight_id"], rb["booking_id"]], [o, d, p])
 
@@ -444,7 +459,7 @@ def _stock_convert(rng, E, env):
     s, dst = rng.choice(E.symbols), rng.choice([c for c in CURRENCIES if c != "USD"])
     a, ra = _call(env, "get_stock_price", symbol=s)
     b, rb = _call(env, "convert_currency", amount=ra["price"], from_currency="USD", to_currency=dst)
-    return ({"symbol": s, "dst": dst}, [[a], [b]], f"{s} trades at {ra['price']} USD, which is {rb['amount']} {dst}.",
+    return _Draw({"symbol": s, "dst": dst}, [[a], [b]], f"{s} trades at {ra['price']} USD, which is {rb['amount']} {dst}.",
             [str(rb["amount"])], [s])
 
 
@@ -452,7 +467,7 @@ def _restaurant_book(rng, E, env):
     city, cuisine, date, people = rng.choice(E.cities), rng.choice(CUISINES), rng.choice(_DATES), rng.randint(2, 8)
     a, ra = _call(env, "find_restaurant", city=city, cuisine=cuisine)
     b, rb = _call(env, "book_table", restaurant_id=ra["restaurant_id"], people=people, date=date)
-    return ({"city": city, "cuisine": cuisine, "date": date, "people": people}, [[a], [b]],
+    return _Draw({"city": city, "cuisine": cuisine, "date": date, "people": people}, [[a], [b]],
             f"I booked a table for {people} at {ra['name']} on {date}; reservation {rb['reservation_id']} is confirmed.",
             [ra["name"], rb["reservation_id"]], [city])
 
@@ -461,19 +476,19 @@ def _event_list(rng, E, env):
     title, date = rng.choice(E.titles), rng.choice(_DATES)
     a, ra = _call(env, "create_event", title=title, date=date)
     b, rb = _call(env, "list_events", date=date)
-    return ({"title": title, "date": date}, [[a], [b]],
+    return _Draw({"title": title, "date": date}, [[a], [b]],
             f"I added {title} (event {ra['event_id']}). Your events on {date}: {', '.join(rb['events'])}.",
             [ra["event_id"], *rb["events"]], [title])
 
 
 def _greet(rng, E, env):
     p = rng.choice(E.people)
-    return {"name": p}, [], f"Hello {p}! How can I help you today?", [p], [p]
+    return _Draw({"name": p}, [], f"Hello {p}! How can I help you today?", [p], [p])
 
 
 def _add(rng, E, env):
     a, b = rng.randint(1, 20), rng.randint(1, 20)
-    return {"a": a, "b": b}, [], f"{a} plus {b} is {a + b}.", [str(a + b)], []
+    return _Draw({"a": a, "b": b}, [], f"{a} plus {b} is {a + b}.", [str(a + b)], [])
 
 
 _UNSERVABLE = {"taxi": "book a taxi", "email": "send emails", "music": "play music", "pizza": "order food"}
@@ -481,7 +496,7 @@ _UNSERVABLE = {"taxi": "book a taxi", "email": "send emails", "music": "play mus
 
 def _unservable(what: str):
     def build(rng, E, env):
-        return ({"city": rng.choice(E.cities), "name": rng.choice(E.people)}, [],
+        return _Draw({"city": rng.choice(E.cities), "name": rng.choice(E.people)}, [],
                 f"Sorry, I cannot {_UNSERVABLE[what]} with the available tools.", [], [])
     return build
 
@@ -489,20 +504,20 @@ def _unservable(what: str):
 def _population(rng, E, env):
     city = rng.choice(E.cities)
     c, r = _call(env, "get_population", city=city)
-    return {"city": city}, [[c]], f"{city} has {r['population']} people.", [str(r["population"])], [city]
+    return _Draw({"city": city}, [[c]], f"{city} has {r['population']} people.", [str(r["population"])], [city])
 
 
 def _score(rng, E, env):
     team, date = rng.choice(E.teams), rng.choice(_DATES)
     c, r = _call(env, "get_match_score", team=team, date=date)
-    return ({"team": team, "date": date}, [[c]], f"The {team} played {r['score']} on {date}, a {r['result']}.",
+    return _Draw({"team": team, "date": date}, [[c]], f"The {team} played {r['score']} on {date}, a {r['result']}.",
             [r["score"], r["result"]], [team])
 
 
 def _sunrise(rng, E, env):
     city, date = rng.choice(E.cities), rng.choice(_DATES)
     c, r = _call(env, "get_sunrise", city=city, date=date)
-    return ({"city": city, "date": date}, [[c]], f"In {city} on {date} the sun rises at {r['sunrise']} and sets at {r['sunset']}.",
+    return _Draw({"city": city, "date": date}, [[c]], f"In {city} on {date} the sun rises at {r['sunrise']} and sets at {r['sunset']}.",
             [r["sunrise"], r["sunset"]], [city])
 
 
@@ -510,7 +525,7 @@ def _offset2(rng, E, env):
     c1, c2 = rng.sample(E.cities, 2)
     a, ra = _call(env, "get_utc_offset", city=c1)
     b, rb = _call(env, "get_utc_offset", city=c2)
-    return ({"city1": c1, "city2": c2}, [[a, b]], f"{c1} is at UTC {ra['utc_offset']:+d} and {c2} at UTC {rb['utc_offset']:+d}.",
+    return _Draw({"city1": c1, "city2": c2}, [[a, b]], f"{c1} is at UTC {ra['utc_offset']:+d} and {c2} at UTC {rb['utc_offset']:+d}.",
             [str(ra["utc_offset"]), str(rb["utc_offset"])], [c1, c2])
 
 
@@ -518,7 +533,7 @@ def _population2(rng, E, env):
     c1, c2 = rng.sample(E.cities, 2)
     a, ra = _call(env, "get_population", city=c1)
     b, rb = _call(env, "get_population", city=c2)
-    return ({"city1": c1, "city2": c2}, [[a, b]], f"{c1} has {ra['population']} people and {c2} has {rb['population']}.",
+    return _Draw({"city1": c1, "city2": c2}, [[a, b]], f"{c1} has {ra['population']} people and {c2} has {rb['population']}.",
             [str(ra["population"]), str(rb["population"])], [c1, c2])
 
 
@@ -527,7 +542,7 @@ def _score2(rng, E, env):
     date = rng.choice(_DATES)
     a, ra = _call(env, "get_match_score", team=t1, date=date)
     b, rb = _call(env, "get_match_score", team=t2, date=date)
-    return ({"team1": t1, "team2": t2, "date": date}, [[a, b]],
+    return _Draw({"team1": t1, "team2": t2, "date": date}, [[a, b]],
             f"On {date} the {t1} played {ra['score']} and the {t2} played {rb['score']}.", [ra["score"], rb["score"]], [t1, t2])
 
 
@@ -683,9 +698,9 @@ def make_tasks(split: str = "train", n: int | None = None, seed: int = 0, *, kin
             case), in their usual proportions; default all kinds of the split.
 
     Returns:
-        Tasks with ``gold`` (steps of parallel calls), ``kind``, ``answer_facts``
-        and ``meta`` (``split``, ``task_type``, ``template``, ``entities``,
-        ``reference_answer``).
+        Tasks with ``gold`` (steps of parallel calls), ``kind``, ``answer_facts``,
+        ``reference_answer``, ``refusal`` and ``meta`` (``suite``, ``split``,
+        ``task_type``, ``template``, ``entities``).
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
@@ -716,8 +731,8 @@ def make_tasks(split: str = "train", n: int | None = None, seed: int = 0, *, kin
             tt = rng.choice(by_kind[kind])
             template = rng.choice(_templates(tt, split))
             probe = PythonSimulator(_all_tools_box(), FUNCTIONS)  # a fresh world per draw: stateful tools start empty
-            slots, gold, answer, facts, ents = tt.build(rng, E, probe)
-            request = template.format(**slots)
+            draw = tt.build(rng, E, probe)
+            request = template.format(**draw.slots)
             if seen is None or request not in seen:
                 break
         else:  # no unseen request of this kind in _MAX_DRAWS draws: exhausted
@@ -725,16 +740,17 @@ def make_tasks(split: str = "train", n: int | None = None, seed: int = 0, *, kin
             continue
         if seen is not None:
             seen.add(request)
-        tools = _offered_tools(rng, gold, pool, 1 if gold else 2)
+        tools = _offered_tools(rng, draw.gold, pool, 1 if draw.gold else 2)
         task = Task(
             id=f"toolworld-{split}-{seed}-{i:05d}",
             messages=[{"role": "user", "content": request}],
             tools=tools,
-            gold=gold,
+            gold=draw.gold,
             kind=kind,
-            answer_facts=facts,
-            meta={"suite": "toolworld", "split": split, "task_type": tt.name, "template": template,
-                  "entities": ents, "reference_answer": answer, "refusal": kind == "unservable"},
+            answer_facts=draw.facts,
+            meta={"suite": "toolworld", "split": split, "task_type": tt.name, "template": template, "entities": draw.entities},
+            reference_answer=draw.answer,
+            refusal=kind == "unservable",
         )
         tasks.append(task)
     return tasks

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from slca import metrics as M
 from slca.types import RewardBreakdown, Trajectory
 
 __all__ = ["RewardComponents", "ScoredBatch", "score_batch"]
@@ -32,12 +33,12 @@ class RewardComponents:
             for k, v in rb.components.items():
                 into.setdefault(k, []).append(float(v))
 
-    def items(self) -> Iterator[tuple[str, list[float]]]:
-        """``("exec/<name>", values)`` for every execution component, then ``("summary/<name>", values)``:
-        the names they are logged under (``reward/exec/<name>``, ``reward/summary/<name>``)."""
-        for prefix, comps in (("exec", self.execution), ("summary", self.summary)):
+    def by_metric(self) -> Iterator[tuple[str, list[float]]]:
+        """``(metric key, values)`` for every execution component (``reward/exec/<name>``), then every
+        summary component (``reward/summary/<name>``): the keys they are logged under (:mod:`slca.metrics`)."""
+        for family, comps in ((M.REWARD_EXEC, self.execution), (M.REWARD_SUMMARY_PART, self.summary)):
             for k, v in comps.items():
-                yield f"{prefix}/{k}", v
+                yield family.key(component=k), v
 
 
 @dataclass

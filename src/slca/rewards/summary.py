@@ -33,7 +33,7 @@ Components, each in [0, 1]:
 * ``faithfulness``    -- claims that hold / claims (1 when the answer makes none).
 * ``completeness``    -- fraction of ``task.answer_facts`` the answer states
   (numbers compared numerically, words case-insensitively on word boundaries).
-  Refusal tasks (``meta["refusal"]`` or kind ``unservable``): 1 if the answer
+  Refusal tasks (``Task.refusal``; by default kind ``unservable``): 1 if the answer
   says it cannot help, else 0. Tasks without facts: 1 for a non-empty answer.
 * ``no_hallucination``-- 1 if every stated value and entity is supported and the
   answer states no categorical word (an ``enum`` value of an offered tool's
@@ -67,10 +67,6 @@ log = logging.getLogger("slca.rewards")
 
 SUMMARY_WEIGHTS: dict[str, float] = {"faithfulness": 0.3, "completeness": 0.4, "no_hallucination": 0.2, "concision": 0.1}
 REFUSAL_MARKERS = ("cannot", "can't", "can not", "unable", "not able", "sorry", "no tool", "not possible")
-
-
-def _is_refusal_task(task: Task) -> bool:
-    return bool(task.meta.get("refusal", task.kind == "unservable"))
 
 
 def _fact_stated(fact: str, text: str, stated: set[str]) -> bool:
@@ -233,7 +229,7 @@ def _components(task: Task, turns: list[Turn], final_text: str) -> dict[str, flo
     n = claims.n_claims
     faith = (n - claims.n_wrong) / n if n else 1.0
     low = text.casefold()
-    if _is_refusal_task(task):
+    if task.refusal:
         complete = float(any(m in low for m in REFUSAL_MARKERS))
     elif task.answer_facts:
         complete = sum(_fact_stated(f, text, set(claims.values)) for f in task.answer_facts) / len(task.answer_facts)
@@ -241,8 +237,8 @@ def _components(task: Task, turns: list[Turn], final_text: str) -> dict[str, flo
         complete = 1.0
     no_hall = float(not claims.unsupported and not claims.categorical)
     words = len(text.split())
-    ref = task.meta.get("reference_answer")
-    budget = max(12, 2 * len(ref.split())) if isinstance(ref, str) and ref.strip() else 12 + 8 * len(task.answer_facts)
+    ref = task.reference_answer
+    budget = max(12, 2 * len(ref.split())) if ref is not None and ref.strip() else 12 + 8 * len(task.answer_facts)
     concise = 1.0 if words <= budget else max(0.0, 1.0 - (words - budget) / (2 * budget))
     return {"faithfulness": faith, "completeness": complete, "no_hallucination": no_hall, "concision": concise}
 
@@ -258,7 +254,7 @@ def summary_reward(
     """The summary-tier reward of one rollout, in [0, 1] (NaN + reason if unscorable).
 
     Args:
-        task: the task (``answer_facts``, ``meta["reference_answer"]``, ``meta["refusal"]``).
+        task: the task (``answer_facts``, ``reference_answer``, ``refusal``).
         turns: the rollout's assistant turns with their tool results.
         final_text: the final answer the user reads.
         judge: optional object with ``score(task, turns, final_text) -> float in [0, 1]``

@@ -1,0 +1,62 @@
+"""The metric vocabulary (slca.metrics): every key a run logs is declared once, and the outputs select from it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from slca import metrics as M
+from slca.rewards.batch import RewardComponents
+from slca.stats import CreditStats, GradSplit, RewardStats, RolloutStats, UpdateStats, step_metrics
+
+
+def _row() -> dict:
+    comps = RewardComponents()
+    comps.execution["success"] = [1.0, 0.0]
+    comps.summary["concision"] = [0.5, 1.0]
+    return step_metrics(
+        3,
+        RolloutStats(2, 10, 8, [1, 2], ["final_answer", "max_turns"], 50.0),
+        RewardStats(torch.tensor([1.0, 0.0]), torch.tensor([0.5, 1.0]), comps, turn=torch.ones(2, 2)),
+        CreditStats({"mean": 0.0, "std": 1.0, "abs_mean": 1.0}, {"mean": 0.0, "std": 1.0, "abs_mean": 1.0}, 0.1, 0.5),
+        UpdateStats([1.0], [0.1], [0.01], [2.0], GradSplit(1.0, 1.0, 0.2)),
+        volatility=0.3, lr=1e-5, train_tokens_per_s=9.0)
+
+
+def test_every_key_of_a_training_row_is_declared_and_in_its_range():
+    row = _row()
+    for k, v in row.items():
+        lo, hi = M.metric_range(k)
+        assert lo <= v <= hi, k
+    assert {"reward/exec/success", "reward/summary/concision", "rollout/stop_max_turns", "adv/tool_abs_mean"} <= set(row)
+
+
+@pytest.mark.parametrize("key,name", [
+    ("eval_test/tool_tasks/success", "{set}/tool_tasks/success"), ("eval/kind/chain/reward_summary", "{set}/kind/{kind}/reward_summary"),
+    ("reward/summary", "reward/summary"), ("reward/summary/completeness", "reward/summary/{component}"),
+    ("auc/eval/tool_tasks/success", "auc/{set}/tool_tasks/success"), ("adv/summary_abs_mean", "adv/{segment}_{stat}"),
+])
+def test_lookup_finds_the_one_declaration(key, name):
+    assert M.lookup(key).name == name
+
+
+def test_an_undeclared_key_and_a_bad_slot_are_refused():
+    with pytest.raises(ValueError, match="'reward/tools' is declared nowhere"):
+        M.lookup("reward/tools")
+    with pytest.raises(ValueError, match="has slots"):
+        M.EVAL_SUCCESS.key(kind="x")
+    with pytest.raises(ValueError, match="is not a key of metric"):
+        M.ADV_STAT.key(segment="env", stat="mean")
+
+
+def test_views_select_declared_metrics_and_ranges_bound_bands():
+    for p in (*M.RUN_PLOTS, *M.COMPARE_PANELS):
+        assert p.title and M.lookup(p.key)
+    for k in (*M.COMPARE_SUMMARY, *M.COMPARE_DIAGNOSTICS):
+        M.lookup(k)
+    assert M.metric_range("grad/cosine_tool_summary") == (-1.0, 1.0)
+    assert M.metric_range("probe/parallel_pref") == (-math.inf, math.inf)
+    assert M.eval_sets_of(["eval_test/success", "reward/tool", "eval/success"]) == ["eval", "eval_test"]
+    assert len({m.name for m in M.VOCABULARY}) == len(M.VOCABULARY)
