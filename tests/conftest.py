@@ -3,6 +3,8 @@
 * One torch thread: two OpenMP threads on two busy cores run ten times slower.
 * With SLCA_REQUIRE_EXTRAS=1 (CI), a test skipped because an optional extra is
   missing (``pytest.importorskip``) fails instead: CI must exercise everything.
+* ``tiny_model_dir``: one random tiny Qwen2 policy folder (toolworld tokenizer) for the
+  whole session, the ``--set model=`` of the tests that run ``slca train`` as a process.
 """
 
 from __future__ import annotations
@@ -31,3 +33,11 @@ def pytest_runtest_makereport(item, call):
     if "could not import" in msg or "No module named" in msg:
         rep.outcome = "failed"
         rep.longrepr = f"SLCA_REQUIRE_EXTRAS=1 but an optional extra is missing: {msg}"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A random tiny Qwen2 policy saved as a model folder (hidden 32, 2 layers, 2 heads, 1 KV head), built once."""
+    from _tok import save_tiny_policy
+
+    return save_tiny_policy(tmp_path_factory.mktemp("tiny-model"), hidden=32, heads=2, kv_heads=1, intermediate=64)

@@ -35,6 +35,7 @@ import re
 import shlex
 import subprocess
 import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,6 +84,7 @@ EXCEPTIONS: dict[tuple[str, str], tuple[str, str]] = {
 PRELUDES = {
     "docs/chat_formats.md": """
 import sys
+import types
 sys.path.insert(0, {tests!r})
 import torch
 import slca
@@ -205,7 +207,9 @@ def test_python_block_runs(block, tmp_path, monkeypatch):
 
     monkeypatch.setattr(adv, "_REGISTRY", dict(adv._REGISTRY))
     monkeypatch.setattr(adv, "_INPUTS", dict(adv._INPUTS))
-    ns: dict = {"__name__": "__doc_snippet__"}
+    mod = types.ModuleType("__doc_snippet__")  # a real module, as a user's script has: dataclasses look theirs up in sys.modules
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    ns: dict = mod.__dict__
     if block.doc in PRELUDES:
         exec(compile(PRELUDES[block.doc], "prelude", "exec"), ns)
     exec(code, ns)

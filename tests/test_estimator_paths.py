@@ -185,13 +185,6 @@ TINY_SETS = ["steps=2", "tasks_per_step=2", "group_size=2", "max_turns=2", "max_
              "report_to=none"]
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    from _tok import save_tiny_policy
-
-    return save_tiny_policy(tmp_path_factory.mktemp("tiny-model"), hidden=32, heads=2, kv_heads=1, intermediate=64)
-
-
 def _env(*paths: Path, **extra: str) -> dict[str, str]:
     """This environment with only ``paths`` and the slca under test on PYTHONPATH (not this process's sys.path)."""
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), *map(str, paths)]), "OMP_NUM_THREADS": "1", **extra}

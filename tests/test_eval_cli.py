@@ -18,7 +18,8 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> str:
     """The embedded model's build pipeline (toolworld demos, tokenizer, SFT warm start) at a tiny size."""
-    from slca.models import BuildConfig, ModelSize, SFTConfig, default_model_dir, load_default
+    from recipes.warmstart import BuildConfig, ModelSize, SFTConfig
+    from slca.models import default_model_dir, load_default
 
     cfg = BuildConfig(
         n_tasks=80,

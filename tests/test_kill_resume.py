@@ -19,17 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
-from _tok import save_tiny_policy
 
 HOOK = str(Path(__file__).with_name("_killhook.py"))
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), HF_HUB_OFFLINE="1",
            TOKENIZERS_PARALLELISM="false")
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    return save_tiny_policy(tmp_path_factory.mktemp("tiny-model"), hidden=32, heads=2, kv_heads=1, intermediate=64)
 
 
 def _cmd(model: Path, run: Path, kill_at: str = "0", log: str = "-", resume: bool = False) -> list[str]:

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-from _tok import save_tiny_policy
 
 from slca.config import ConfigError, load_config
 
@@ -23,11 +22,6 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=SRC + os.pathsep + os.env
            TOKENIZERS_PARALLELISM="false")
 SMALL = ["tasks_per_step=2", "group_size=2", "max_turns=2", "max_new_tokens=8", "eval_every=0", "eval_tasks=2", "minibatches=1",
          "report_to=none", "sample_html_every=1", "ood_splits=none"]
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    return save_tiny_policy(tmp_path_factory.mktemp("tiny-model"), hidden=32, heads=2, kv_heads=1, intermediate=64)
 
 
 def slca(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
