@@ -34,7 +34,7 @@ import httpx  # noqa: E402
 from slca.env import toolworld as tw  # noqa: E402
 from slca.env.llm import LLMSimulator  # noqa: E402
 from slca.models.serving import TransformersServer, export_for_serving  # noqa: E402
-from slca.rewards import OpenAIJudge, summary_reward  # noqa: E402
+from slca.rewards import OpenAIJudge, digit_logit_bias, summary_reward  # noqa: E402
 from slca.rewards.execution import Unscorable  # noqa: E402
 from slca.types import ParsedTurn, Turn  # noqa: E402
 
@@ -127,6 +127,27 @@ def test_llm_judge_scores_a_summary_through_the_real_server(served, name):
         assert "judge failed" in s.reason and ("not a score" in s.reason or "outside 0-10" in s.reason), s.reason
     else:
         assert 0.0 <= s.components["judge"] <= 1.0 and 0.0 <= s.total <= 1.0
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_llm_judge_constrained_to_digits_through_the_real_server(served, name):
+    """transformers serve applies logit_bias (as sequence_bias): +100 on the digits and the end token leaves the model
+    nothing else to write, on any CPU; the judge sends the same bias and takes a documented path."""
+    from transformers import AutoTokenizer
+
+    model = _folder(served, name)
+    bias = digit_logit_bias(AutoTokenizer.from_pretrained(model))
+    messages = [{"role": "user", "content": "Rate this answer from 0 to 10: It is 21 C in Oslo."}]
+    r = _post(served, model, messages=messages, max_tokens=2, temperature=0.0, logit_bias={str(k): v for k, v in bias.items()})
+    assert r.status_code == 200, r.text[:300]
+    reply = r.json()["choices"][0]["message"]["content"]
+    assert len(reply) <= 2 and all(c in "0123456789" for c in reply), reply
+    judge = OpenAIJudge(served.base_url, model, max_retries=0, max_tokens=2, logit_bias=bias, timeout=LONG, http_attempts=1)
+    try:
+        assert 0.0 <= judge.score(TASK, [], "It is 21 C in Oslo.") <= 1.0
+    except Unscorable as e:  # "77" (out of range), "07" (not JSON) or an empty reply: counted, never a score
+        assert "outside 0-10" in str(e) or "not a score" in str(e), str(e)
+    assert judge.metrics["requests"] == 1 and judge.metrics["http_errors"] == judge.metrics["bad_responses"] == 0, dict(judge.metrics)
 
 
 def test_tau2_user_simulator_through_slca_eval_user_url(served, tmp_path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from slca.rewards.batch import RewardComponents, ScoredBatch, score_batch
 from slca.rewards.execution import EXECUTION_WEIGHTS, Unscorable, execution_reward, in_domain_metrics, parallel_split
-from slca.rewards.judges import Judge, OpenAIJudge, RewardModelJudge
+from slca.rewards.judges import Judge, OpenAIJudge, RewardModelJudge, digit_logit_bias
 from slca.rewards.messages import turns_from_messages
 from slca.rewards.summary import REFUSAL_MARKERS, SUMMARY_WEIGHTS, summary_reward
 from slca.types import RewardBreakdown, Trajectory
@@ -24,6 +24,7 @@ __all__ = [
     "SUMMARY_WEIGHTS",
     "Unscorable",
     "ScoredBatch",
+    "digit_logit_bias",
     "execution_reward",
     "hierarchical_rewards",
     "in_domain_metrics",

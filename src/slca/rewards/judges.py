@@ -5,7 +5,8 @@ A judge is any object with ``score(task, turns, final_text) -> float`` in
 that cannot score raises :class:`~slca.rewards.execution.Unscorable`, which
 turns the summary reward into NaN with the reason logged (never a silent 0).
 
-* :class:`OpenAIJudge` -- an LLM judge behind any OpenAI-compatible endpoint.
+* :class:`OpenAIJudge` -- an LLM judge behind any OpenAI-compatible endpoint;
+  :func:`digit_logit_bias` constrains its reply to a bare 0-10 score.
 * :class:`RewardModelJudge` -- a local scalar reward model
   (``AutoModelForSequenceClassification`` with one label): ``sigmoid(logit / T)``.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from collections import Counter
 from typing import Any, Protocol
 
@@ -21,7 +23,7 @@ from slca.env.llm import ChatClient, EndpointError, parse_json_reply
 from slca.rewards.common import Unscorable, collect_calls
 from slca.types import Task, Turn
 
-__all__ = ["Judge", "OpenAIJudge", "RewardModelJudge", "judge_messages"]
+__all__ = ["Judge", "OpenAIJudge", "RewardModelJudge", "digit_logit_bias", "judge_messages"]
 
 
 class Judge(Protocol):
@@ -44,6 +46,53 @@ def judge_messages(task: Task, turns: list[Turn], final_text: str, max_chars: in
     return [{"role": "system", "content": _RUBRIC}, {"role": "user", "content": body}]
 
 
+LOGIT_BIAS_LIMIT = 100.0
+"""OpenAI's documented range for a ``logit_bias`` value: [-100, 100]."""
+
+
+def _checked_logit_bias(logit_bias: dict[int, float] | None) -> dict[int, float] | None:
+    """``logit_bias`` as OpenAI documents it (token id >= 0 -> finite bias in [-100, 100]), or ValueError naming the bad entry."""
+    if logit_bias is None:
+        return None
+    if not isinstance(logit_bias, dict) or not logit_bias:
+        raise ValueError(f"logit_bias must be a non-empty dict of token id -> bias (None for no bias), got {logit_bias!r}")
+    out: dict[int, float] = {}
+    for k, v in logit_bias.items():
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
+            raise ValueError(f"logit_bias key {k!r} is not a token id (an int >= 0)")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or abs(v) > LOGIT_BIAS_LIMIT:
+            raise ValueError(f"logit_bias[{k}] = {v!r} is not a finite number in [-{LOGIT_BIAS_LIMIT:g}, {LOGIT_BIAS_LIMIT:g}]")
+        out[int(k)] = float(v)
+    return out
+
+
+def digit_logit_bias(tokenizer: Any, bias: float = 100.0, *, allow_end: bool = True) -> dict[int, float]:
+    """``logit_bias`` that lets a served model write only digits: its ids of ``"0"`` .. ``"9"`` -> ``bias``.
+
+    With ``allow_end`` (default) the tokenizer's end token (``eos_token_id``, the chat turn's end for an
+    instruct model) gets ``bias`` too: otherwise every digit outbids it, and a reply of ``max_tokens=2``
+    is always two digits ("77", out of range) where "7" was meant. With ``max_tokens=2`` the reply is then
+    one digit or "10" (or an out-of-range pair, which the judge counts as invalid).
+
+    Raises:
+        ValueError: a digit is not exactly one token of ``tokenizer`` (that decodes back to it), or
+            ``allow_end`` and the tokenizer has no end token.
+    """
+    out: dict[int, float] = {}
+    for d in "0123456789":
+        ids = list(tokenizer.encode(d, add_special_tokens=False))
+        if len(ids) != 1 or tokenizer.decode(ids) != d:  # an unknown digit is one token too: the unknown token
+            raise ValueError(f"digit {d!r} is not one token of this tokenizer (it encodes to {ids}, "
+                             f"which decode to {tokenizer.decode(ids)!r}); a logit_bias cannot constrain the reply to digits")
+        out[int(ids[0])] = float(bias)
+    if allow_end:
+        end = getattr(tokenizer, "eos_token_id", None)
+        if end is None:
+            raise ValueError("the tokenizer has no eos_token_id to end a one-digit reply; pass allow_end=False")
+        out[int(end)] = float(bias)
+    return _checked_logit_bias(out)
+
+
 class OpenAIJudge:
     """LLM judge over an OpenAI-compatible chat endpoint; the score is ``reply / 10``.
 
@@ -52,7 +101,11 @@ class OpenAIJudge:
     ending it within ``timeout + slca.env.llm.DEADLINE_SLACK`` seconds;
     ``http_attempts`` attempts with exponential ``backoff`` up to ``max_backoff``
     while the deadline allows) pass through ``**http``; one score sends at most
-    ``max_retries + 1`` requests; ``max_tokens`` (None: the server's default) bounds each reply. An unparsable
+    ``max_retries + 1`` requests; ``max_tokens`` (None: the server's default) bounds each reply.
+    ``logit_bias`` (None: not sent) goes with every request as OpenAI's ``logit_bias`` (token id -> bias in
+    [-100, 100], added to that token's logit; ``transformers serve`` applies it as ``sequence_bias``):
+    :func:`digit_logit_bias` with ``max_tokens=2`` makes a small model answer a bare score such as ``7``,
+    which is read like ``{"score": 7}``. An unparsable
     or out-of-range reply is asked again ``max_retries`` times. When no score comes, :class:`Unscorable` is raised (the summary reward
     becomes NaN with the reason; the reason names the fault and the redacted URL,
     never the server's body). ``metrics`` counts ``requests``, each fault kind
@@ -60,7 +113,8 @@ class OpenAIJudge:
     ``http_errors``, ``bad_responses``), ``http_retries`` and ``invalid_output``.
     """
 
-    def __init__(self, base_url: str, model: str, *, max_retries: int = 1, temperature: float = 0.0, max_tokens: int | None = None, **http: Any):
+    def __init__(self, base_url: str, model: str, *, max_retries: int = 1, temperature: float = 0.0, max_tokens: int | None = None,
+                 logit_bias: dict[int, float] | None = None, **http: Any):
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
         if max_tokens is not None and int(max_tokens) < 1:
@@ -69,14 +123,19 @@ class OpenAIJudge:
         self.client = ChatClient(base_url, metrics=self.metrics, **http)
         self.model, self.max_retries, self.temperature = model, int(max_retries), float(temperature)
         self.max_tokens = None if max_tokens is None else int(max_tokens)
+        self.logit_bias = _checked_logit_bias(logit_bias)
+        self._params: dict[str, Any] = {"temperature": self.temperature}  # sent with every request; only what is set
+        if self.max_tokens is not None:
+            self._params["max_tokens"] = self.max_tokens
+        if self.logit_bias is not None:
+            self._params["logit_bias"] = {str(k): v for k, v in self.logit_bias.items()}  # JSON keys are strings
 
     def score(self, task: Task, turns: list[Turn], final_text: str) -> float:
         msgs = judge_messages(task, turns, final_text)
         last = ""
         for _ in range(self.max_retries + 1):
             try:
-                text = self.client.complete(self.model, msgs, temperature=self.temperature,
-                                            **({"max_tokens": self.max_tokens} if self.max_tokens is not None else {}))
+                text = self.client.complete(self.model, msgs, **self._params)
             except EndpointError as e:
                 raise Unscorable(f"judge endpoint failed: {e}") from None
             try:
