@@ -196,3 +196,46 @@ def test_the_recipe_still_generates_the_shipped_models_demonstrations():
     cfg = BuildConfig.from_dict(info["config"])
     demos = make_demonstrations(cfg.n_tasks, cfg.mix, seed=cfg.data_seed, synthetic=cfg.synthetic_entities)
     assert build.demonstrations_digest(demos) == info["data"]["demonstrations"]
+
+
+@pytest.mark.slow
+def test_a_build_stopped_midway_resumes_to_the_weights_of_one_go(tmp_path):
+    """build_default with a state_dir: stopped after a checkpoint, run again, it continues there and gives
+    the weights, losses and induction losses of the build made in one go (same machine, same threads)."""
+    from safetensors.torch import load_file
+
+    cfg = dataclasses.replace(TINY, sft=dataclasses.replace(TINY.sft, steps=12, induction_steps=3, induction_every=4))
+    build.build_default(tmp_path / "whole", cfg, progress=False)
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_8(step, loss, model, tokenizer):
+        if step == 8:
+            raise Stop
+
+    state = tmp_path / "state"
+    with pytest.raises(Stop):
+        build.build_default(tmp_path / "part", cfg, progress=False, on_step=stop_at_8, state_dir=state, checkpoint_every=5)
+    saved = build.read_build_state(state, cfg)
+    assert saved["step"] == 5 and len(saved["stats"]["losses"]) == 5 and not (tmp_path / "part").exists()
+    other = dataclasses.replace(cfg, sft=dataclasses.replace(cfg.sft, lr=cfg.sft.lr / 2))
+    with pytest.raises(ValueError, match="another config"):
+        build.build_default(tmp_path / "other", other, progress=False, state_dir=state)  # refused, and the state is kept
+    rep = build.build_default(tmp_path / "part", cfg, progress=False, state_dir=state, checkpoint_every=5)
+    assert rep.resumed_from == 5 and not state.exists()
+    a, b = load_file(tmp_path / "whole" / "model.safetensors"), load_file(tmp_path / "part" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    info_a, info_b = (json.loads((tmp_path / d / "slca_build.json").read_text()) for d in ("whole", "part"))
+    assert info_a["losses"] == info_b["losses"] and len(info_b["losses"]) == 12
+    assert info_a["induction_losses"] == info_b["induction_losses"] and len(info_b["induction_losses"]) == 3
+    assert info_a["fingerprint"] == info_b["fingerprint"] and info_b["report"]["resumed_from"] == 5
+
+
+def test_build_model_refuses_a_negative_checkpoint_interval(tmp_path):
+    from typer.testing import CliRunner
+
+    from slca.cli import app
+
+    r = CliRunner().invoke(app, ["build-model", "--out", str(tmp_path / "m"), "--checkpoint-every", "-1"])
+    assert r.exit_code == 2 and "--checkpoint-every" in r.output

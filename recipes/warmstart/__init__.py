@@ -9,6 +9,7 @@ of the installed ``slca`` package: run it from a source checkout with
 """
 
 from .build import (
+    STATE_FILE,
     BuildReport,
     TokenizerRoundTripError,
     build_default,
@@ -18,6 +19,7 @@ from .build import (
     fingerprint,
     make_model,
     prepare_build,
+    read_build_state,
     warm_start,
 )
 from .config import RECIPE_VERSION, WARM_START, BuildConfig, DemoMix, ModelSize
@@ -27,6 +29,7 @@ from .tokenizer import train_tokenizer
 
 __all__ = [
     "RECIPE_VERSION",
+    "STATE_FILE",
     "WARM_START",
     "BuildConfig",
     "BuildReport",
@@ -45,6 +48,7 @@ __all__ = [
     "make_demonstrations",
     "make_model",
     "prepare_build",
+    "read_build_state",
     "render_texts",
     "sft_train",
     "train_tokenizer",

@@ -54,7 +54,9 @@ __all__ = [
     "DIGEST_SAMPLE",
     "BuildReport",
     "TokenizerRoundTripError",
+    "STATE_FILE",
     "build_default",
+    "read_build_state",
     "check_tokenizer_round_trip",
     "data_digest",
     "demonstrations_digest",
@@ -156,6 +158,8 @@ class BuildReport:
     dropped: int
     mean_length: float
     max_length: int
+    resumed_from: int = 0
+    """The SFT step a resumed build continued from (0: built in one go); times and losses cover all of it."""
 
 
 def prepare_build(cfg: BuildConfig, console=None):
@@ -192,17 +196,21 @@ def induction_vocab(tokenizer) -> list[int]:
     return [i for i in range(len(tokenizer)) if i not in special]
 
 
-def warm_start(model, tokenizer, examples, cfg: BuildConfig, *, on_step=None, console=None):
+def warm_start(model, tokenizer, examples, cfg: BuildConfig, *, on_step=None, console=None, resume=None, checkpoint=None,
+               checkpoint_every: int = 0):
     """Train ``model`` in place by the recipe's warm start; returns ``(SFTStats, induction losses)``.
 
     The induction warm-up (``cfg.sft.induction_steps``), then SFT on ``examples`` with one
     induction batch every ``cfg.sft.induction_every`` steps. ``on_step(step, loss)`` is
     called after each SFT step (0-based); it may evaluate the model (it is put back in
     train mode). The build and ``recipes/warmstart/sweep.py`` both train through here.
+    ``checkpoint(state)`` every ``checkpoint_every`` SFT steps and ``resume`` (such a state:
+    the warm-up is then done already) as in :func:`~.sft.sft_train`; the state also holds the
+    warm-up's losses.
     """
     bos, sep = tokenizer.convert_tokens_to_ids("<|im_start|>"), tokenizer.convert_tokens_to_ids("<|im_end|>")
-    ind: list[float] = []
-    if cfg.sft.induction_steps:
+    ind: list[float] = list(resume["induction_losses"]) if resume is not None else []
+    if cfg.sft.induction_steps and resume is None:
         ind = induction_warmup(model, induction_vocab(tokenizer), cfg.sft.induction_steps, lr=cfg.sft.lr, seed=cfg.sft.seed,
                                bos_id=bos, sep_id=sep)
         if console is not None:
@@ -210,7 +218,9 @@ def warm_start(model, tokenizer, examples, cfg: BuildConfig, *, on_step=None, co
     aux = None
     if cfg.sft.induction_every:
         aux = induction_loss_fn(induction_vocab(tokenizer), bos_id=bos, sep_id=sep, seed=cfg.sft.seed + 1)
-    stats = sft_train(model, examples, cfg.sft, pad_id=tokenizer.pad_token_id, progress=on_step, aux_loss=aux)
+    save = None if checkpoint is None else (lambda state: checkpoint({**state, "induction_losses": ind}))
+    stats = sft_train(model, examples, cfg.sft, pad_id=tokenizer.pad_token_id, progress=on_step, aux_loss=aux, resume=resume,
+                      checkpoint=save, checkpoint_every=checkpoint_every)
     return stats, ind
 
 
@@ -244,18 +254,57 @@ def check_tokenizer_round_trip(tokenizer, model, texts) -> None:
                 "BuildConfig.digit_runs=True cannot be loaded as a Qwen2 tokenizer by transformers 5, use digit_runs=False")
 
 
-def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, progress: bool = True, on_step=None) -> BuildReport:
+STATE_FILE = "state.pt"
+"""The file of a resumable build's state in its ``state_dir``."""
+
+
+def read_build_state(state_dir: str | Path | None, cfg: BuildConfig) -> dict | None:
+    """The partial build of ``cfg`` saved in ``state_dir`` (None when there is none); a state of another
+    config is refused (its fingerprint is named), never resumed or deleted."""
+    f = Path(state_dir) / STATE_FILE if state_dir is not None else None
+    if f is None or not f.is_file():
+        return None
+    state = torch.load(f, weights_only=True)
+    if state.get("fingerprint") != fingerprint(cfg):
+        raise ValueError(f"{f}: the partial build of another config (fingerprint {state.get('fingerprint')}, this build "
+                         f"{fingerprint(cfg)}); delete {state_dir} to start this one")
+    return state
+
+
+def _state_saver(state_dir: Path, cfg: BuildConfig, spent):
+    """``save(state)``: the state with the config's fingerprint and the build's time so far (``spent()``), written
+    atomically to ``state_dir/state.pt`` (a kill mid-write leaves the previous state)."""
+    def save(state: dict) -> None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = state_dir / (STATE_FILE + ".tmp")
+        torch.save({**state, "fingerprint": fingerprint(cfg), "spent": spent()}, tmp)
+        os.replace(tmp, state_dir / STATE_FILE)
+
+    return save
+
+
+def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, progress: bool = True, on_step=None,
+                  state_dir: str | Path | None = None, checkpoint_every: int = 20) -> BuildReport:
     """Build tokenizer + model + warm start for ``config`` and ``save_pretrained`` both to ``out_dir``.
 
     ``slca_build.json`` records the config, its :func:`fingerprint` and the
     :func:`demonstrations_digest` of all the demonstrations it trained on.
     ``on_step(step, loss, model, tokenizer)``, if given, is called after every SFT step
     (the sweep script evaluates the model there; it must not change the model).
+
+    Resumable with ``state_dir``: every ``checkpoint_every`` SFT steps the whole training state
+    goes to ``state_dir/state.pt``; a build that finds a state of its config there continues from
+    it (the data, which is deterministic, is generated again) and gives the weights the build in
+    one go gives; the folder is removed when the model is saved.
     """
     cfg = config or BuildConfig()
     out = Path(out_dir)
     console = Console(stderr=True, quiet=not progress)
-    t0, c0 = time.perf_counter(), time.process_time()
+    resume = read_build_state(state_dir, cfg)
+    before = resume["spent"] if resume is not None else {"wall": 0.0, "cpu": 0.0}
+    t0, c0 = time.perf_counter() - before["wall"], time.process_time() - before["cpu"]
+    if resume is not None:
+        console.log(f"resuming the build at SFT step {resume['step']} of {cfg.sft.steps} ({Path(state_dir) / STATE_FILE})")
     demos, tokenizer, examples, dropped = prepare_build(cfg, console)
     lengths = [len(e.input_ids) for e in examples]
     console.log(f"encoded: mean {sum(lengths) / len(lengths):.0f} tokens, max {max(lengths)}, dropped {dropped} over {cfg.sft.max_length}")
@@ -266,7 +315,7 @@ def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, pro
     columns = [TextColumn("SFT warm start"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]:.3f}"),
                TimeElapsedColumn(), TimeRemainingColumn()]
     with Progress(*columns, console=console, disable=not progress) as bar:
-        job = bar.add_task("sft", total=cfg.sft.steps, loss=float("nan"))
+        job = bar.add_task("sft", total=cfg.sft.steps, loss=float("nan"), completed=resume["step"] if resume is not None else 0)
 
         def step_done(step: int, loss: float) -> None:
             bar.update(job, advance=1, loss=loss)
@@ -274,18 +323,23 @@ def build_default(out_dir: str | Path, config: BuildConfig | None = None, *, pro
                 with torch.random.fork_rng():
                     on_step(step, loss, model, tokenizer)
 
-        stats, ind = warm_start(model, tokenizer, examples, cfg, on_step=step_done, console=console)
+        save = None if state_dir is None else _state_saver(Path(state_dir), cfg, lambda: {"wall": time.perf_counter() - t0,
+                                                                                          "cpu": time.process_time() - c0})
+        stats, ind = warm_start(model, tokenizer, examples, cfg, on_step=step_done, console=console, resume=resume, checkpoint=save,
+                                checkpoint_every=checkpoint_every)
     report = BuildReport(
         n_demos=len(demos), n_params=n_params, vocab_size=len(tokenizer), sft_steps=cfg.sft.steps,
         first_loss=stats.losses[0], last_loss=stats.losses[-1], sft_tokens=stats.tokens, sft_seconds=stats.seconds,
         sft_cpu_seconds=stats.cpu_seconds, total_seconds=time.perf_counter() - t0, total_cpu_seconds=time.process_time() - c0,
         dropped=dropped,
-        mean_length=sum(lengths) / len(lengths), max_length=max(lengths),
+        mean_length=sum(lengths) / len(lengths), max_length=max(lengths), resumed_from=resume["step"] if resume is not None else 0,
     )
     info = {"fingerprint": fingerprint(cfg), "config": cfg.to_dict(),
             "data": {"sample": data_digest(cfg), "demonstrations": demonstrations_digest(demos)},
             "report": report.__dict__, "losses": stats.losses, "induction_losses": ind}
     _save(out, model, tokenizer, info)
+    if state_dir is not None:
+        shutil.rmtree(state_dir, ignore_errors=True)
     console.log(f"built in {report.total_seconds:.0f}s wall, {report.total_cpu_seconds:.0f}s CPU (SFT {report.sft_seconds:.0f}s), saved to {out}")
     return report
 

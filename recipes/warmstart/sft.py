@@ -20,7 +20,7 @@ import torch
 
 from slca.chat import encode_conversation
 
-__all__ = ["SFTConfig", "SFTExample", "SFTStats", "encode_examples", "make_batches", "sft_train", "weighted_lm_loss", "induction_warmup"]
+__all__ = ["SFTConfig", "SFTExample", "SFTStats", "encode_examples", "make_batches", "sft_state", "sft_train", "weighted_lm_loss", "induction_warmup"]
 
 
 @dataclass(frozen=True)
@@ -230,6 +230,7 @@ def induction_loss_fn(vocab_ids: Sequence[int], *, bos_id: int, sep_id: int, row
         logits = model(input_ids=seq).logits[:, n + 1 : -1]  # predictions of the second copy
         return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), x.flatten())
 
+    batch_loss.generator = gen  # its stream's state, saved and restored by a resumable build
     return batch_loss
 
 
@@ -261,7 +262,8 @@ def induction_warmup(model, vocab_ids: Sequence[int], steps: int, *, lr: float, 
     return losses
 
 
-def sft_train(model, examples: Sequence[SFTExample], cfg: SFTConfig, *, pad_id: int, progress=None, aux_loss=None) -> SFTStats:
+def sft_train(model, examples: Sequence[SFTExample], cfg: SFTConfig, *, pad_id: int, progress=None, aux_loss=None,
+              resume: dict[str, Any] | None = None, checkpoint=None, checkpoint_every: int = 0) -> SFTStats:
     """Train ``model`` in place for ``cfg.steps`` steps on ``examples``.
 
     Loss: next-token cross-entropy over the assistant tokens of the batch, plus
@@ -278,9 +280,14 @@ def sft_train(model, examples: Sequence[SFTExample], cfg: SFTConfig, *, pad_id: 
             ``cfg.induction_every`` steps (the induction batches of :func:`induction_loss_fn`).
         progress: optional callable ``progress(step, loss)`` called after each step
             (``step`` 0-based; it may evaluate the model, which is put back in train mode).
+        checkpoint: optional callable ``checkpoint(state)`` called after every ``checkpoint_every``
+            steps (and not after the last) with the loop's whole state (:func:`sft_state`).
+        resume: such a state: the model, the optimizer, the batch order, the random streams and
+            the statistics are restored and training continues at its step; the result is the
+            one the uninterrupted run gives (same machine, same threads).
 
     Returns:
-        The per-step losses and token counts.
+        The per-step losses and token counts (of all steps, those before ``resume`` included).
     """
     if not examples:
         raise ValueError("examples is empty: nothing to train on")
@@ -296,37 +303,74 @@ def sft_train(model, examples: Sequence[SFTExample], cfg: SFTConfig, *, pad_id: 
         betas=(0.9, 0.95),
     )
     stats = SFTStats()
-    model.train()
-    t0, c0 = time.perf_counter(), time.process_time()
     batches: list[list[int]] = []
-    for step in range(cfg.steps):
+    start = 0
+    if resume is not None:
+        start, batches = _restore(resume, model, opt, rng, aux_loss, stats, cfg)
+    model.train()
+    t0, c0 = time.perf_counter() - stats.seconds, time.process_time() - stats.cpu_seconds
+    for step in range(start, cfg.steps):
         if not batches:
             batches = make_batches(lengths, cfg.batch_tokens, rng)
-        idx = batches.pop()
-        batch = [examples[i] for i in idx]
-        ids, att, weights = _collate(batch, pad_id, cfg.env_loss_weight, cfg.copy_weight)
-        assistant = None
-        if cfg.copy_weight != 1.0:
-            assistant = torch.zeros_like(weights)
-            for b, e in enumerate(batch):
-                assistant[b, : len(e.model_mask)] = torch.tensor(e.model_mask, dtype=torch.float32)
-        for g in opt.param_groups:
-            g["lr"] = _lr_at(step, cfg)
-        logits = model(input_ids=ids, attention_mask=att).logits
-        loss, assistant_loss = weighted_lm_loss(logits, ids, weights, assistant)
-        if aux_loss is not None and cfg.induction_every and step % cfg.induction_every == 0:
-            loss = loss + aux_loss(model)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        stats.losses.append(float(assistant_loss))
-        stats.tokens += int(att.sum())
-        stats.assistant_tokens += int(((weights[:, 1:] == 1.0) if assistant is None else assistant[:, 1:].bool()).sum())
+        batch = [examples[i] for i in batches.pop()]
+        loss = _sft_step(model, opt, batch, step, cfg, pad_id, aux_loss, stats)
         if progress is not None:
-            progress(step, stats.losses[-1])
+            progress(step, loss)
             model.train()
+        if checkpoint is not None and checkpoint_every and (step + 1) % checkpoint_every == 0 and step + 1 < cfg.steps:
+            stats.seconds, stats.cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+            checkpoint(sft_state(step + 1, model, opt, rng, batches, aux_loss, stats))
     stats.seconds = time.perf_counter() - t0
     stats.cpu_seconds = time.process_time() - c0
     model.eval()
     return stats
+
+
+def _sft_step(model, opt, batch: list[SFTExample], step: int, cfg: SFTConfig, pad_id: int, aux_loss, stats: SFTStats) -> float:
+    """One optimizer step on ``batch``; appends to ``stats`` and returns the assistant-token loss."""
+    ids, att, weights = _collate(batch, pad_id, cfg.env_loss_weight, cfg.copy_weight)
+    assistant = None
+    if cfg.copy_weight != 1.0:
+        assistant = torch.zeros_like(weights)
+        for b, e in enumerate(batch):
+            assistant[b, : len(e.model_mask)] = torch.tensor(e.model_mask, dtype=torch.float32)
+    for g in opt.param_groups:
+        g["lr"] = _lr_at(step, cfg)
+    logits = model(input_ids=ids, attention_mask=att).logits
+    loss, assistant_loss = weighted_lm_loss(logits, ids, weights, assistant)
+    if aux_loss is not None and cfg.induction_every and step % cfg.induction_every == 0:
+        loss = loss + aux_loss(model)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    stats.losses.append(float(assistant_loss))
+    stats.tokens += int(att.sum())
+    stats.assistant_tokens += int(((weights[:, 1:] == 1.0) if assistant is None else assistant[:, 1:].bool()).sum())
+    return stats.losses[-1]
+
+
+def sft_state(step: int, model, opt, rng: random.Random, batches: list[list[int]], aux_loss, stats: SFTStats) -> dict[str, Any]:
+    """The whole state of :func:`sft_train` after ``step`` steps (what ``resume`` takes; ``torch.save`` writes it)."""
+    gen = getattr(aux_loss, "generator", None)
+    return {"step": step, "model": {k: v.detach().clone() for k, v in model.state_dict().items()}, "optimizer": opt.state_dict(),
+            "rng": rng.getstate(), "batches": [list(b) for b in batches], "torch_rng": torch.get_rng_state(),
+            "aux_rng": None if gen is None else gen.get_state(), "stats": dict(stats.__dict__, losses=list(stats.losses))}
+
+
+def _restore(state: dict[str, Any], model, opt, rng: random.Random, aux_loss, stats: SFTStats, cfg: SFTConfig) -> tuple[int, list[list[int]]]:
+    """Put :func:`sft_state`'s ``state`` back into the loop's objects; returns ``(step, batches)``."""
+    step = int(state["step"])
+    if not 0 < step <= cfg.steps or len(state["stats"]["losses"]) != step:
+        raise ValueError(f"resume: a state of step {step} with {len(state['stats']['losses'])} losses does not fit a run of {cfg.steps} steps")
+    gen = getattr(aux_loss, "generator", None)
+    if (gen is None) != (state["aux_rng"] is None):
+        raise ValueError("resume: the state was saved with" + ("out" if state["aux_rng"] is None else "") + " induction batches, this run differs")
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    rng.setstate(state["rng"])
+    torch.set_rng_state(state["torch_rng"])
+    if gen is not None:
+        gen.set_state(state["aux_rng"])
+    stats.__dict__.update(state["stats"])
+    return step, [list(b) for b in state["batches"]]

@@ -678,25 +678,40 @@ def build_model(
     out: Path = typer.Option(..., "--out", help="Folder to write the model to (src/slca/models/shipped refreshes the shipped weights)."),
     recipe: Optional[Path] = typer.Option(None, "--recipe", help="The recipe folder (CHECKOUT/recipes/warmstart) or a checkout's root; "
                                           "default: the checkout slca runs from, else ./recipes/warmstart. Not in the installed package."),
+    checkpoint_every: int = typer.Option(20, "--checkpoint-every", help="SFT steps between saves of the build's state "
+                                         "(in .OUT.build-state beside --out); a build stopped there continues from its last save "
+                                         "when run again. 0: no saves."),
+    fresh: bool = typer.Option(False, "--fresh", help="Discard a saved partial build and start from nothing."),
 ) -> None:
-    """Build the embedded default model from its recipe (demonstrations, tokenizer, SFT warm start; ~40 CPU minutes)."""
+    """Build the embedded default model from its recipe (demonstrations, tokenizer, SFT warm start; ~40 CPU minutes, resumable)."""
     import shutil
 
     from slca.models.recipe import import_recipe
 
+    if checkpoint_every < 0:
+        _fail(f"--checkpoint-every: {checkpoint_every} (0 or more)")
     try:
         warmstart = import_recipe(recipe)
     except ImportError as e:  # no recipe there (a pip install), or another 'recipes' package
         _fail(str(e))
     cfg = warmstart.BuildConfig()
     name = warmstart.fingerprint(cfg)
-    tmp = out.parent / f".{out.name}.build"
+    tmp, state = out.parent / f".{out.name}.build", out.parent / f".{out.name}.build-state"
+    if fresh:
+        shutil.rmtree(state, ignore_errors=True)
     shutil.rmtree(tmp, ignore_errors=True)
-    rep = warmstart.build_default(tmp, cfg, progress=True)  # records the fingerprint, which load_default reads
+    try:  # records the fingerprint, which load_default reads
+        rep = _refuse_value_errors(lambda: warmstart.build_default(tmp, cfg, progress=True, state_dir=state, checkpoint_every=checkpoint_every))
+    except KeyboardInterrupt:
+        saved = warmstart.read_build_state(state, cfg) if (state / warmstart.STATE_FILE).is_file() else None
+        typer.echo("interrupted (Ctrl-C): " + (f"the build's state of SFT step {saved['step']} is saved in {state}; run the same "
+                   "command to continue" if saved else "no state saved yet; the build starts over when run again"), err=True)
+        raise typer.Exit(130) from None
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
+    again = f", resumed at SFT step {rep.resumed_from}" if rep.resumed_from else ""
     console.print(f"built {rep.n_params / 1e6:.2f}M parameters in {rep.total_seconds / 60:.1f} min "
-                  f"({rep.total_cpu_seconds / 60:.1f} min CPU), fingerprint {name}: {out}")
+                  f"({rep.total_cpu_seconds / 60:.1f} min CPU{again}), fingerprint {name}: {out}")
 
 
 @app.command("export-model")
