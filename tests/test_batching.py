@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from slca.batching import collate, pad, positions, token_logprobs
+from slca.batching import collate, pad, positions
+from slca.losses import token_logprobs
 from slca.types import Task, Trajectory
 
 

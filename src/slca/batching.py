@@ -2,9 +2,9 @@
 
 One home for what every forward pass over rollouts needs: the trainer's
 re-scoring of a rollout batch (:func:`collate` + :func:`response_logprobs`),
-the rollout module's :func:`~slca.rollout.trajectory_logprobs`, the evaluation
-agent's left-padded prompts (:func:`pad`) and the trainer's probe
-(:func:`token_logprobs`).
+the rollout module's :func:`~slca.rollout.trajectory_logprobs` and the evaluation
+agent's left-padded prompts (:func:`pad`). The log-probabilities at the targets are
+:func:`slca.losses.token_logprobs` (pure math, shared with the fast paths).
 
 Layout of a :class:`RolloutBatch`: prompts left-padded to a common length
 ``P`` so every response starts at column ``P``; responses right-padded to
@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 import torch
 
+from slca.losses import token_logprobs
 from slca.types import Trajectory
 
-__all__ = ["RolloutBatch", "pad", "positions", "token_logprobs", "collate", "response_logprobs"]
+__all__ = ["RolloutBatch", "pad", "positions", "collate", "response_logprobs"]
 
 
 def pad(
@@ -61,20 +62,6 @@ def pad(
 def positions(attention_mask: torch.Tensor) -> torch.Tensor:
     """(B, S) position ids that skip padding: ``cumsum(mask) - 1``, 0 on leading pads."""
     return (attention_mask.cumsum(1) - 1).clamp_min(0)
-
-
-def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """``log softmax(logits / temperature)`` at the target ids.
-
-    Args:
-        logits: (..., V) next-token logits (any float dtype; computed in float32).
-        targets: (...) long token ids.
-
-    Returns:
-        (...) float32 log-probabilities.
-    """
-    logits = logits.float() / temperature
-    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
 @dataclass

@@ -17,7 +17,7 @@ import torch
 
 from slca._checks import as_2d, check_mask, check_same_shape
 
-__all__ = ["AGG_MODES", "KL_KINDS", "SurrogateStats", "clipped_surrogate", "kl_penalty", "aggregate", "masked_mean"]
+__all__ = ["AGG_MODES", "KL_KINDS", "SurrogateStats", "clipped_surrogate", "kl_penalty", "aggregate", "masked_mean", "token_logprobs"]
 
 AGG_MODES = ("token_mean", "seq_mean", "token_sum_norm", "segment_balanced")
 KL_KINDS = ("k1", "k2", "k3")
@@ -187,3 +187,17 @@ def aggregate(
             return x.sum() * 0.0
         return torch.stack(parts).mean()
     raise ValueError(f"mode must be one of {AGG_MODES}, got {mode!r}")
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """``log softmax(logits / temperature)`` at the target ids.
+
+    Args:
+        logits: (..., V) next-token logits (any float dtype; computed in float32).
+        targets: (...) long token ids.
+
+    Returns:
+        (...) float32 log-probabilities.
+    """
+    logits = logits.float() / temperature
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)

@@ -39,11 +39,11 @@ import torch
 from slca import metrics as M
 from slca._checks import group_index
 from slca.advantages import AdvantageInputs, compute_advantages, fill_inputs, list_estimators, option_values
-from slca.batching import RolloutBatch, collate, response_logprobs, token_logprobs
+from slca.batching import RolloutBatch, collate, response_logprobs
 from slca.config import TrainConfig, estimator_options, to_dict, validate
 from slca.diagnostics import advantage_stats, contamination, flat_grad, grad_cosine, rolling_cv
 from slca.env.suites import fit_suites, load_suites
-from slca.losses import aggregate, clipped_surrogate, kl_penalty
+from slca.losses import aggregate, clipped_surrogate, kl_penalty, token_logprobs
 from slca.policy import load_policy, policy_options, prepare_policy
 from slca.rewards.batch import ScoredBatch, score_batch
 from slca.samples import SampleGroup, SampleRollout, samples_from_json, samples_to_json

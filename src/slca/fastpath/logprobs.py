@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from slca.batching import token_logprobs
+from slca.losses import token_logprobs
 from slca.fastpath.decode import unsupported_reason
 from slca.kvcache import cache_arg
 
