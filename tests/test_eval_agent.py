@@ -103,3 +103,25 @@ def test_prompts_over_the_model_positions_are_cut_to_their_last_tokens(model_and
     assert turns[1].text == tok.decode(direct[:stop], skip_special_tokens=True)
     with pytest.raises(ValueError, match="leaves no room for a prompt"):
         PolicyAgent(model, tok, "hermes", GenerationConfig(max_new_tokens=n_short + 6))
+
+
+def test_the_agent_stops_where_the_chat_template_ends_a_turn(model_and_tok):
+    """The stop tokens come from the chat template, as in rollouts (slca.rollout.stop_token_ids): a template
+    that ends its turns with <|eot_id|> (Llama 3) stops the agent there; it used to stop only at Qwen's <|im_end|>
+    and the eos token."""
+    import copy
+
+    from slca.chat import ChatRenderer
+    from slca.rollout import stop_token_ids
+
+    model, tok = model_and_tok
+    tok = copy.deepcopy(tok)
+    tok.add_special_tokens({"additional_special_tokens": ["<|eot_id|>"]})
+    template = ("{% for m in messages %}<|start|>{{ m['role'] }}\n{{ m['content'] }}<|eot_id|>{% endfor %}"
+                "{% if add_generation_prompt %}<|start|>assistant\n{% endif %}")
+    eot = tok.convert_tokens_to_ids("<|eot_id|>")
+    agent = PolicyAgent(model, tok, "hermes", GenerationConfig(max_new_tokens=4), chat_template=template)
+    assert agent._stop_ids == sorted({eot, tok.eos_token_id})  # the template's end of turn, and the eos token
+    assert agent._stop_ids == stop_token_ids(tok, model, ChatRenderer(tok, chat_template=template).end_of_turn_id())
+    qwen = PolicyAgent(model, model_and_tok[1], "hermes", GenerationConfig(max_new_tokens=4))
+    assert model_and_tok[1].convert_tokens_to_ids("<|im_end|>") in qwen._stop_ids

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from slca.kvcache import KVBatch
 
 __all__ = [
+    "stop_token_ids",
     "RolloutConfig",
     "RolloutResult",
     "generate_rollouts",
@@ -234,14 +235,17 @@ def answer_turn(parsed: ParsedTurn, env: Any, episode: int | str = 0) -> tuple[l
     return results, msgs
 
 
-def _stop_ids(tokenizer: Any, model: torch.nn.Module) -> set[int]:
-    ids: set[int] = set()
+def stop_token_ids(tokenizer: Any, model: torch.nn.Module, end_of_turn_id: int) -> list[int]:
+    """The tokens that end a sampled turn (sorted): the chat template's end-of-turn token
+    (:meth:`slca.chat.ChatRenderer.end_of_turn_id`) and every eos token of the tokenizer and of the
+    model's generation config. One rule for rollouts and for evaluation (:class:`slca.eval.agent.PolicyAgent`)."""
+    ids: set[int] = {int(end_of_turn_id)}
     for v in (getattr(tokenizer, "eos_token_id", None), getattr(getattr(model, "generation_config", None), "eos_token_id", None)):
         if isinstance(v, int):
             ids.add(v)
         elif isinstance(v, (list, tuple)):
             ids.update(int(x) for x in v)
-    return ids
+    return sorted(ids)
 
 
 @dataclass
@@ -390,7 +394,7 @@ def generate_rollouts(
     G = cfg.group_size
     renderers = [ChatRenderer(tokenizer, t.tools or None, chat_template=cfg.chat_template) for t in tasks]
     eot_id = renderers[0].end_of_turn_id()
-    stop_ids = sorted(_stop_ids(tokenizer, model) | {eot_id})
+    stop_ids = stop_token_ids(tokenizer, model, eot_id)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eot_id
     turns = _Turns(tokenizer, fmt, renderers, [make_env(t) for t in tasks], eot_id, stop_ids,
                    cfg.max_turns, cfg.max_total_tokens)

@@ -28,6 +28,8 @@ from typing import Any, Protocol, Sequence
 import torch
 
 from slca.batching import pad
+from slca.chat import ChatRenderer
+from slca.rollout import stop_token_ids
 from slca.types import ParsedTurn
 
 __all__ = ["GenerationConfig", "AgentTurn", "PolicyAgent", "Episode", "drive"]
@@ -113,11 +115,9 @@ class PolicyAgent:
         return f"{self.max_prompt_tokens:,} tokens ({self.max_positions:,} positions less {self.gen.max_new_tokens} new tokens)"
 
     def _stop_token_ids(self) -> list[int]:
-        ids = {self.tokenizer.eos_token_id}
-        im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
-        if isinstance(im_end, int) and im_end != self.tokenizer.unk_token_id:
-            ids.add(im_end)
-        return sorted(i for i in ids if i is not None)
+        """The rollouts' rule (:func:`slca.rollout.stop_token_ids`): the chat template's end-of-turn token and the eos tokens."""
+        eot = ChatRenderer(self.tokenizer, chat_template=self.chat_template).end_of_turn_id()
+        return stop_token_ids(self.tokenizer, self.model, eot)
 
     def prompt_ids(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> list[int]:
         """Token ids of the conversation followed by the assistant generation prompt."""
