@@ -42,7 +42,7 @@ from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForC
 
 from slca.models.default import INFO_FILE, add_response_template
 from slca.models.tokenizer import chat_template
-from slca.runs import temp_dir, umask_modes
+from slca._fs import temp_dir, umask_modes
 
 from .config import RECIPE_VERSION, BuildConfig, DemoMix, ModelSize
 from .demos import Demonstration, make_demonstrations, render_texts

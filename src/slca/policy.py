@@ -14,20 +14,56 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import torch
 
-__all__ = ["DTYPES", "looks_like_path", "hub_model_problem", "lora_base", "check_device", "check_dtype", "resolve_chat_template", "load_pretrained", "apply_lora", "prepare_policy", "load_policy", "policy_options"]
+from slca._fields import ConfigError, check_value
+
+__all__ = ["DTYPES", "DTYPE_NAMES", "DTYPE_FIELD", "DEVICE_FIELD", "CHAT_TEMPLATE_FIELD", "device_problem", "chat_template_problem", "looks_like_path", "hub_model_problem", "lora_base", "check_device", "check_dtype", "resolve_chat_template", "load_pretrained", "apply_lora", "prepare_policy", "load_policy", "policy_options"]
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPE_NAMES = tuple(DTYPES)
+
+
+def device_problem(v: str) -> str | None:
+    """What is wrong with the torch device ``v`` on this machine (None: nothing); the ``device`` field's check."""
+    try:
+        d = torch.device(v)
+    except (RuntimeError, ValueError):
+        return f"{v!r} is not a torch device (cpu, cuda, cuda:N, mps)"
+    if d.type == "cpu":
+        return None
+    if d.type == "cuda":
+        if not torch.cuda.is_available():
+            return f"{v!r}: CUDA is not available on this machine"
+        if d.index is not None and d.index >= torch.cuda.device_count():
+            return f"{v!r}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+        return None
+    if d.type == "mps":
+        return None if torch.backends.mps.is_available() else f"{v!r}: MPS is not available on this machine"
+    return f"{v!r}: device type {d.type!r} is not supported (cpu, cuda, cuda:N, mps)"
+
+
+def chat_template_problem(v: str) -> str | None:
+    """What is wrong with ``v`` as a ``chat_template`` value (None: nothing): '', a .jinja file or inline Jinja."""
+    if not v or "{{" in v or "{%" in v:  # the tokenizer's own, or an inline template
+        return None
+    return None if Path(v).expanduser().is_file() else f"{v!r} is neither a file nor an inline Jinja template"
+
+
+DTYPE_FIELD = Literal[DTYPE_NAMES]
+DEVICE_FIELD = Annotated[str, device_problem]
+CHAT_TEMPLATE_FIELD = Annotated[str, chat_template_problem]
+_HINTS: dict[str, Any] = {"dtype": DTYPE_FIELD, "device": DEVICE_FIELD, "chat_template": CHAT_TEMPLATE_FIELD}
+"""The config fields this module refuses values of, by the annotations ``TrainConfig`` declares them with (one rule, one place)."""
 
 
 def _checked(field: str, value: Any) -> None:
-    """Refuse ``value`` as :func:`slca.config.check_field` would for ``field`` (one rule, one place)."""
-    from slca.config import check_field
-
-    check_field(field, value)
+    """Refuse ``value`` as ``slca.config.check_field`` does for ``field`` (the same annotation, the same check)."""
+    problem = check_value(value, _HINTS[field])[1]
+    if problem:
+        raise ConfigError(field, problem)
 
 
 def check_dtype(dtype: str) -> torch.dtype:

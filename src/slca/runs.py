@@ -29,10 +29,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from slca._fs import temp_dir, umask, umask_modes
 from slca.config import ConfigError, TrainConfig, config_diff, read_stored_config, to_dict
 
 __all__ = [
-    "RunFolder", "read_jsonl", "write_atomic", "temp_dir", "umask", "umask_modes", "save_checkpoint", "verify_checkpoint", "list_checkpoints",
+    "RunFolder", "read_jsonl", "write_atomic", "save_checkpoint", "verify_checkpoint", "list_checkpoints",
     "newest_intact_checkpoint", "load_checkpoint", "encode_state", "decode_state", "rng_state", "set_rng_state",
     "RESUME_MAY_CHANGE", "checkpoint_step",
 ]
@@ -62,38 +63,6 @@ def _fsync_dir(d: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def umask() -> int:
-    """The process's file-mode creation mask (read without changing it where Linux allows)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)  # elsewhere: set and restore (not thread-safe, but only for a moment)
-    os.umask(mask)
-    return mask
-
-
-def temp_dir(prefix: str, dir: str | Path) -> Path:
-    """``tempfile.mkdtemp`` with the mode ``mkdir`` would give (``0o777`` less the umask), not 0700:
-    a folder renamed into place (a checkpoint, a built model) is readable as any other output."""
-    d = Path(tempfile.mkdtemp(prefix=prefix, dir=dir))
-    os.chmod(d, 0o777 & ~umask())
-    return d
-
-
-def umask_modes(root: str | Path) -> None:
-    """Give every file and folder under ``root`` (``root`` included) the mode a plain ``open`` /
-    ``mkdir`` gives under the umask: safetensors writes its files 0600, mkdtemp its folder 0700."""
-    mask = umask()
-    root = Path(root)
-    for p in [root, *root.rglob("*")]:
-        if not p.is_symlink():
-            os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~mask)
 
 
 def write_atomic(path: str | Path, text: str) -> None:

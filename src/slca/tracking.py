@@ -25,6 +25,7 @@ cannot also hold ``a/b/c``, as ``reward/summary`` and ``reward/summary/faithfuln
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 import os
@@ -190,7 +191,6 @@ class Trackers:
 
 
 def make_trackers(cfg: Any) -> Trackers:
-    """:class:`Trackers` for a :class:`~slca.config.TrainConfig` (its ``report_to``, ``project``, ``run_dir``)."""
-    from slca.config import to_dict
-
-    return Trackers(cfg.report_to, cfg.run_dir, to_dict(cfg), project=cfg.project)
+    """:class:`Trackers` for a :class:`~slca.config.TrainConfig` (its ``report_to``, ``project``, ``run_dir``; the whole
+    config is logged as ``dataclasses.asdict`` gives it, as ``slca.config.to_dict`` does)."""
+    return Trackers(cfg.report_to, cfg.run_dir, dataclasses.asdict(cfg), project=cfg.project)

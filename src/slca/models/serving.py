@@ -65,7 +65,7 @@ def export_for_serving(spec: str, out: str | Path, *, tool_calls: bool = False, 
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    from slca.runs import umask_modes
+    from slca._fs import umask_modes
 
     umask_modes(out)
     return out

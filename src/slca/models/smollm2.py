@@ -140,7 +140,7 @@ def _convert(gguf: Path, out: Path, *, progress: bool) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from slca.runs import temp_dir, umask_modes
+    from slca._fs import temp_dir, umask_modes
 
     console = Console(stderr=True, quiet=not progress)
     t0, c0 = time.perf_counter(), time.process_time()
