@@ -43,6 +43,12 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=6)
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--mlp", type=int, default=512)
+    ap.add_argument("--from-default", action="store_true",
+                    help="start from BuildConfig() (the shipped recipe) and apply only --paraphrase, --entity-style, "
+                         "--wrong-entity and --synthetic-style overrides; the other options above are ignored")
+    ap.add_argument("--paraphrase", type=float, default=0.0, help="BuildConfig.paraphrase")
+    ap.add_argument("--entity-style", default="syllables", help="BuildConfig.entity_style")
+    ap.add_argument("--wrong-entity", type=float, default=0.0, help="DemoMix.wrong_entity")
     ap.add_argument("--eval-at", default="")
     ap.add_argument("--eval-n", type=int, default=64)
     ap.add_argument("--out", required=True, help="JSON record (rewritten after every evaluation)")
@@ -61,6 +67,8 @@ def main() -> None:
     sys_path_fix()
     from warmstart_report import rollout_rates
 
+    from dataclasses import replace
+
     cfg = BuildConfig(
         n_tasks=args.n_tasks, synthetic_entities=args.synthetic, drills=args.drills, digit_runs=args.digit_runs,
         vocab_size=args.vocab,
@@ -69,7 +77,9 @@ def main() -> None:
         sft=SFTConfig(steps=args.steps, batch_tokens=args.batch_tokens, lr=args.lr, warmup_steps=args.warmup,
                       env_loss_weight=args.env_weight, copy_weight=args.copy_weight, induction_steps=args.induction,
                       induction_every=args.induction_every),
-    )
+    ) if not args.from_default else BuildConfig()
+    cfg = replace(cfg, paraphrase=args.paraphrase, entity_style=args.entity_style, mix=replace(cfg.mix, wrong_entity=args.wrong_entity))
+    args.steps = cfg.sft.steps
     t0, c0 = time.perf_counter(), time.process_time()
     tasks = toolworld.make_tasks("test", n=args.eval_n)
     rcfg = RolloutConfig(group_size=1, temperature=0.0, max_turns=4, max_new_tokens=128, max_total_tokens=768)
@@ -111,7 +121,8 @@ def main() -> None:
     import tempfile
 
     dest = Path(args.save) if args.save else Path(tempfile.mkdtemp()) / "build"
-    report = build_default(dest, cfg, progress=False, on_step=on_step)
+    state = Path(str(dest) + ".build-state") if args.save else None  # resumable: run the same command again
+    report = build_default(dest, cfg, progress=False, on_step=on_step, state_dir=state)
     info = json.loads((dest / "slca_build.json").read_text())
     record.update(n_params=report.n_params, induction_losses=info.get("induction_losses", []), report=report.__dict__,
                   wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0, eval_cpu_s=eval_cpu[0])

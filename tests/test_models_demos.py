@@ -19,7 +19,7 @@ from slca.rewards.summary import answer_claims
 
 from _helpers import reference_summary
 
-NONE = dict(sequential=0.0, redundant=0.0, wrong_argument=0.0, unfaithful=0.0, incomplete=0.0, verbose=0.0)
+NONE = dict(sequential=0.0, redundant=0.0, wrong_argument=0.0, unfaithful=0.0, wrong_entity=0.0, incomplete=0.0, verbose=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -150,9 +150,27 @@ def test_demonstrations_do_not_depend_on_the_process_hash_seed():
     import sys
 
     code = ("import hashlib; from recipes.warmstart.demos import make_demonstrations, render_texts; from recipes.warmstart.config import BuildConfig; "
-            "c = BuildConfig(); d = make_demonstrations(150, c.mix, seed=0, synthetic=c.synthetic_entities); "
+            "c = BuildConfig(); d = make_demonstrations(150, c.mix, seed=0, synthetic=c.synthetic_entities, "
+            "entity_style=c.entity_style, paraphrase=c.paraphrase); "
             "print(hashlib.md5(''.join(render_texts(d)).encode()).hexdigest())")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # recipes/ is imported from the repository root
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,
                            env=dict(os.environ, PYTHONHASHSEED=str(s))).stdout for s in (1, 2, 3)}
     assert len(outs) == 1
+
+
+def test_wrong_entity_names_another_entity_and_the_summary_tier_flags_it(tasks):
+    entity_pool = sorted({e for t in tasks for e in t.meta["entities"]})
+    mix = DemoMix(**{**NONE, "wrong_entity": 1.0})
+    pool, rng = ArgumentPool(tasks), random.Random(0)
+    demos = [demonstrate(t, toolworld.make_env(t), mix, rng, pool, [], episode=i, entity_pool=entity_pool) for i, t in enumerate(tasks)]
+    flawed = [d for d in demos if "wrong_entity" in d.flaws]
+    assert len(flawed) > 50
+    for d in flawed:
+        ex, sm = _rewards(d)
+        assert ex == pytest.approx(1.0)  # a summary flaw: the calls are the gold calls
+        assert d.final_text != d.task.reference_answer
+        assert answer_claims(d.task, d.turns, d.final_text).wrong_entity, (d.messages[0]["content"], d.final_text)
+        assert sm.total < reference_summary(d.task), (d.final_text, sm)
+    # a task whose answer names no entity of its request keeps its clean answer
+    assert all(d.final_text == d.task.reference_answer for d in demos if "wrong_entity" not in d.flaws)

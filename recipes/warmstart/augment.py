@@ -21,10 +21,18 @@ from typing import Any
 
 from slca.types import Task, ToolCall
 
-__all__ = ["synthesize_entities", "pseudo_word", "replace_value"]
+__all__ = ["synthesize_entities", "pseudo_word", "varied_word", "replace_value", "ENTITY_STYLES"]
 
 _CONSONANTS = "bdfgklmnprstvz"
 _VOWELS = "aeiou"
+#: ``syllables``: consonant-vowel pseudo-words (:func:`pseudo_word`); ``varied``: names from a wider
+#: syllable grammar, one in four of random letters (:func:`varied_word`).
+ENTITY_STYLES = ("syllables", "varied")
+_ONSETS = ("b", "bl", "br", "c", "ch", "cl", "cr", "d", "dr", "f", "fl", "fr", "g", "gl", "gr", "h", "j", "k", "kr", "l", "m",
+           "n", "p", "ph", "pl", "pr", "qu", "r", "s", "sc", "sh", "sk", "sl", "sm", "sn", "sp", "st", "str", "t", "th", "tr",
+           "v", "w", "wh", "x", "y", "z", "")
+_NUCLEI = ("a", "e", "i", "o", "u", "y", "ai", "ea", "ee", "ie", "oa", "oo", "ou", "au", "ei")
+_CODAS = ("", "", "", "n", "r", "s", "t", "l", "m", "ck", "nd", "ng", "st", "x", "rn", "ld", "sk", "tt", "ff")
 _DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
 
 
@@ -35,20 +43,44 @@ def pseudo_word(rng: random.Random, syllables: int | None = None) -> str:
     return w + (rng.choice("lnrs") if rng.random() < 0.3 else "")
 
 
+def varied_word(rng: random.Random) -> str:
+    """A lowercase name of 1-3 syllables from a wide onset-nucleus-coda grammar, or (one in four) 4-9 random letters.
+
+    Wider than :func:`pseudo_word`'s 14 x 5 consonant-vowel syllables: the BPE pieces of
+    unseen real names (``Boston``, ``Toronto``) come up in training, and a random-letter
+    name can only be predicted by copying it from the request.
+    """
+    if rng.random() < 0.25:
+        return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(4, 9)))
+    n = rng.choice((1, 2, 2, 3))
+    return "".join(rng.choice(_ONSETS) + rng.choice(_NUCLEI) for _ in range(n)) + rng.choice(_CODAS)
+
+
 def replace_value(text: str, old: str, new: str, count: int = 0) -> str:
     """Replace ``old`` where it stands as a whole value (not inside a word, date, id or longer number)."""
     return re.sub(rf"(?<![\w.:\-]){re.escape(old)}(?![\w:\-]|\.\d)", lambda _: new, text, count=count)
 
 
-def _like(entity: str, rng: random.Random) -> str:
+def _like(entity: str, rng: random.Random, style: str = "syllables") -> str:
     """A fresh value shaped like ``entity``."""
     if _DATE.fullmatch(entity):
         return f"{rng.choice((2024, 2025, 2026))}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
     if re.fullmatch(r"[A-Z]{2,5}", entity):
         return "".join(rng.choice("ABCDEFGHIJKLMNOPRSTUVWXZ") for _ in range(rng.randint(2, 5)))
     words = entity.split()
-    new = [pseudo_word(rng) for _ in words]
+    word = varied_word if style == "varied" else pseudo_word
+    new = [_word(word, rng) for _ in words]
     return " ".join(w.capitalize() if o[:1].isupper() else w for w, o in zip(new, words))
+
+
+_RUDE = ("fuck", "shit", "cunt", "dick", "piss", "cock", "nigg", "fag", "slut", "whor")
+
+
+def _word(word, rng: random.Random) -> str:
+    w = word(rng)
+    while len(w) < 2 or any(r in w for r in _RUDE):
+        w = word(rng)
+    return w
 
 
 def _map_value(v: Any, mapping: dict[Any, Any]) -> Any:
@@ -56,7 +88,7 @@ def _map_value(v: Any, mapping: dict[Any, Any]) -> Any:
     return mapping.get(key, v) if key is not None else v
 
 
-def synthesize_entities(task: Task, env, rng: random.Random, episode: str | int = "synth") -> Task | None:
+def synthesize_entities(task: Task, env, rng: random.Random, episode: str | int = "synth", style: str = "syllables") -> Task | None:
     """``task`` with its entities, dates and small request numbers replaced by fresh values.
 
     Args:
@@ -64,11 +96,14 @@ def synthesize_entities(task: Task, env, rng: random.Random, episode: str | int 
         env: the environment its gold calls run against (pure functions of the arguments).
         rng: draws the new values.
         episode: simulator episode used for the replay.
+        style: one of :data:`ENTITY_STYLES` (how a new name is drawn).
 
     Returns:
         The rewritten task, or None when it cannot be rewritten consistently
         (a replayed call fails, or a value to rewrite is not found verbatim).
     """
+    if style not in ENTITY_STYLES:
+        raise ValueError(f"style must be one of {ENTITY_STYLES}, got {style!r}")
     request = task.messages[-1]["content"]
     answer = task.reference_answer
     if task.messages[-1].get("role") != "user" or answer is None:
@@ -77,9 +112,9 @@ def synthesize_entities(task: Task, env, rng: random.Random, episode: str | int 
     entities += sorted(set(_DATE.findall(request)))
     text_map: dict[str, str] = {}
     for e in sorted(set(entities), key=lambda e: (-len(e), e)):  # longest first; ties by text (a set's order varies per process)
-        new = _like(e, rng)
+        new = _like(e, rng, style)
         while new in text_map.values() or new == e:
-            new = _like(e, rng)
+            new = _like(e, rng, style)
         text_map[e] = new
     # Request numbers that are call arguments (amounts, party sizes) are redrawn in their range.
     arg_map: dict[Any, Any] = {("str", k): v for k, v in text_map.items()}

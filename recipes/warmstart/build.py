@@ -44,7 +44,7 @@ from slca.models.default import INFO_FILE, add_response_template
 from slca.models.tokenizer import chat_template
 from slca._fs import temp_dir, umask_modes
 
-from .config import RECIPE_VERSION, BuildConfig, DemoMix, ModelSize
+from .config import LATER_FIELDS, RECIPE_VERSION, BuildConfig, DemoMix, ModelSize
 from .demos import Demonstration, make_demonstrations, render_texts
 from .drills import make_drills
 from .sft import encode_examples, induction_loss_fn, induction_warmup, sft_train
@@ -95,13 +95,15 @@ def data_digest(cfg: BuildConfig) -> str:
     template or the drills that changes what they produce changes it; a comment
     or a refactoring that changes no output does not.
     """
-    return _data_digest(min(cfg.n_tasks, DIGEST_SAMPLE), cfg.mix, cfg.data_seed, cfg.synthetic_entities, min(cfg.drills, DIGEST_SAMPLE))
+    return _data_digest(min(cfg.n_tasks, DIGEST_SAMPLE), cfg.mix, cfg.data_seed, cfg.synthetic_entities, min(cfg.drills, DIGEST_SAMPLE),
+                        cfg.entity_style, cfg.paraphrase)
 
 
 @functools.lru_cache(maxsize=8)
-def _data_digest(n_tasks: int, mix: DemoMix, seed: int, synthetic: float, n_drills: int) -> str:
+def _data_digest(n_tasks: int, mix: DemoMix, seed: int, synthetic: float, n_drills: int, entity_style: str, paraphrase: float) -> str:
     h = hashlib.sha256(chat_template().encode())
-    h.update(demonstrations_digest(make_demonstrations(n_tasks, mix, seed=seed, synthetic=synthetic)).encode())
+    h.update(demonstrations_digest(make_demonstrations(n_tasks, mix, seed=seed, synthetic=synthetic, entity_style=entity_style,
+                                                       paraphrase=paraphrase)).encode())
     if n_drills:
         h.update(json.dumps(make_drills(n_drills, seed=seed), sort_keys=True, default=str).encode())
     return h.hexdigest()
@@ -112,8 +114,21 @@ def fingerprint(cfg: BuildConfig) -> str:
 
     ``slca_build.json`` records it, and ``load_default`` names a cache entry by it.
     """
-    blob = json.dumps({"recipe": RECIPE_VERSION, "config": asdict(cfg), "data": data_digest(cfg)}, sort_keys=True)
+    blob = json.dumps({"recipe": RECIPE_VERSION, "config": _fingerprinted(asdict(cfg)), "data": data_digest(cfg)}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _fingerprinted(config: dict) -> dict:
+    """``config`` without the :data:`~.config.LATER_FIELDS` that hold their earlier-neutral value."""
+    config = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
+    for dotted, neutral in LATER_FIELDS.items():
+        *parents, name = dotted.split(".")
+        d = config
+        for p in parents:
+            d = d[p]
+        if d.get(name) == neutral:
+            del d[name]
+    return config
 
 
 def make_model(size: ModelSize, tokenizer, seed: int = 0):
@@ -173,7 +188,8 @@ def prepare_build(cfg: BuildConfig, console=None):
     status = console.status if console is not None else (lambda _: nullcontext())
     log = console.log if console is not None else (lambda *_: None)
     with status("toolworld demonstrations"):
-        demos = make_demonstrations(cfg.n_tasks, cfg.mix, seed=cfg.data_seed, synthetic=cfg.synthetic_entities)
+        demos = make_demonstrations(cfg.n_tasks, cfg.mix, seed=cfg.data_seed, synthetic=cfg.synthetic_entities,
+                                    entity_style=cfg.entity_style, paraphrase=cfg.paraphrase)
     log(f"{len(demos)} demonstrations from toolworld train tasks")
     with status("training the tokenizer"):
         tokenizer = train_tokenizer(render_texts(demos), vocab_size=cfg.vocab_size, model_max_length=cfg.model.max_position_embeddings,

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from .augment import ENTITY_STYLES
 from .sft import SFTConfig
 
-__all__ = ["ModelSize", "DemoMix", "BuildConfig", "RECIPE_VERSION", "WARM_START"]
+__all__ = ["ModelSize", "DemoMix", "BuildConfig", "RECIPE_VERSION", "WARM_START", "LATER_FIELDS"]
 
 #: Bump when the build code (tokenizer training, model initialisation, SFT) changes what a given
 #: config produces from the same data; a change to the generated data changes the fingerprint by itself.
@@ -26,6 +27,12 @@ RECIPE_VERSION = 1
 #: ships with the package (``src/slca/models/shipped``, rebuilt by ``slca build-model``).
 WARM_START = SFTConfig(steps=4000, batch_tokens=2048, lr=1.5e-3, induction_steps=150, induction_every=2,
                        env_loss_weight=0.5, copy_weight=4.0)
+
+
+#: Fields added after the first shipped fingerprints, with the value that reproduces the data from
+#: before them: the fingerprint leaves a field out at that value, so adding an option (off) does not
+#: rename the builds made without it (dotted names are fields of the nested configs).
+LATER_FIELDS = {"entity_style": "syllables", "paraphrase": 0.0, "mix.wrong_entity": 0.0}
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,8 @@ class DemoMix:
     """One argument value replaced by another entity's (execution: wrong args)."""
     unfaithful: float = 0.15
     """A value in the summary differs from the tool result (summary: unfaithful)."""
+    wrong_entity: float = 0.0
+    """The summary names another entity than the request's (``In Sofia`` for Tokyo; summary: unfaithful)."""
     incomplete: float = 0.15
     """The summary leaves out part of the answer (summary: incomplete)."""
     verbose: float = 0.15
@@ -98,6 +107,12 @@ class BuildConfig:
     synthetic_entities: float = 0.8
     """Fraction of demos whose cities, tickers, people, titles, dates and request numbers are
     replaced by fresh pseudo-words (teaches copying; see :mod:`.augment`)."""
+    entity_style: str = "syllables"
+    """How synthetic names are drawn: ``syllables`` (consonant-vowel pseudo-words) or ``varied`` (a wider
+    syllable grammar, one name in four of random letters; :data:`.augment.ENTITY_STYLES`)."""
+    paraphrase: float = 0.0
+    """Fraction of demos whose request is rephrased by the procedural grammar of :mod:`.paraphrase`
+    (lead-ins, synonyms, register; never a test template)."""
     drills: int = 0
     """Copy drills mixed into the warm-start data (:mod:`.drills`): short
     conversations whose assistant tokens are all copied from the request."""
@@ -116,6 +131,14 @@ class BuildConfig:
     """Warm-start optimisation (:data:`WARM_START`; ``SFTConfig()`` is the plain recipe of the first build)."""
     model_seed: int = 0
     """Seeds the weight initialisation."""
+
+    def __post_init__(self) -> None:
+        if self.entity_style not in ENTITY_STYLES:
+            raise ValueError(f"BuildConfig.entity_style must be one of {ENTITY_STYLES}, got {self.entity_style!r}")
+        for name in ("synthetic_entities", "paraphrase"):
+            p = getattr(self, name)
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"BuildConfig.{name} must be a probability in [0, 1], got {p}")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -14,6 +14,7 @@ execution segment
     value seen for that argument; the answer then restates what the tools said);
 summary segment
     ``unfaithful`` (one stated value differs from the tool result),
+    ``wrong_entity`` (an entity of the request named as another one: ``In Sofia`` for Tokyo),
     ``incomplete`` (the last fact-bearing clause dropped, or no fact at all),
     ``verbose`` (filler around the answer).
 
@@ -38,6 +39,7 @@ from slca.types import Task, ToolCall, ToolResult, Turn
 
 from .augment import replace_value, synthesize_entities
 from .config import DemoMix
+from .paraphrase import paraphrase_task
 
 __all__ = ["Demonstration", "demonstrate", "make_demonstrations", "render_texts", "ArgumentPool"]
 
@@ -193,13 +195,30 @@ def _turns(steps: list[list[ToolCall]], mix: DemoMix, rng: random.Random, flaws:
     return turns
 
 
-def _summary_flaws(answer: str, task: Task, mix: DemoMix, rng: random.Random, fact_pool: list[str], flaws: list[str]) -> str:
-    """The final answer with the summary flaws drawn from ``mix`` (``unfaithful``, ``incomplete``, ``verbose``)."""
+def _swap_entity(answer: str, task: Task, rng: random.Random, entity_pool: list[str]) -> str | None:
+    """``answer`` with one of the request's entities renamed as another entity of the same shape (None if none fits)."""
+    named = [e for e in task.meta.get("entities", []) if isinstance(e, str) and e and replace_value(answer, e, "\0") != answer]
+    if not named:
+        return None
+    e = rng.choice(sorted(named))
+    shape = (e.isupper(), e[:1].isupper(), len(e.split()))
+    others = [o for o in entity_pool if o not in named and (o.isupper(), o[:1].isupper(), len(o.split())) == shape]
+    return replace_value(answer, e, rng.choice(others)) if others else None
+
+
+def _summary_flaws(answer: str, task: Task, mix: DemoMix, rng: random.Random, fact_pool: list[str], flaws: list[str],
+                   entity_pool: list[str] = ()) -> str:
+    """The final answer with the summary flaws drawn from ``mix`` (``unfaithful``, ``wrong_entity``, ``incomplete``, ``verbose``)."""
     facts = [f for f in task.answer_facts if replace_value(answer, f, "\0") != answer]
     if facts and rng.random() < mix.unfaithful:
         f = rng.choice(facts)
         answer = replace_value(answer, f, _perturb(f, rng, fact_pool, task.tools), count=1)
         flaws.append("unfaithful")
+    if mix.wrong_entity and rng.random() < mix.wrong_entity:  # no draw at 0: the other flaws' stream is unchanged
+        swapped = _swap_entity(answer, task, rng, entity_pool)
+        if swapped is not None:
+            answer = swapped
+            flaws.append("wrong_entity")
     if rng.random() < mix.incomplete:
         answer = _incomplete(answer, facts, rng)
         flaws.append("incomplete")
@@ -210,7 +229,7 @@ def _summary_flaws(answer: str, task: Task, mix: DemoMix, rng: random.Random, fa
 
 
 def demonstrate(task: Task, env, mix: DemoMix, rng: random.Random, pool: ArgumentPool, fact_pool: list[str],
-                episode: str | int = "demo") -> Demonstration:
+                episode: str | int = "demo", entity_pool: list[str] = ()) -> Demonstration:
     """Play ``task`` against ``env`` with flaws drawn from ``mix``; returns the conversation.
 
     Args:
@@ -221,6 +240,7 @@ def demonstrate(task: Task, env, mix: DemoMix, rng: random.Random, pool: Argumen
         pool: argument values for ``wrong_argument``.
         fact_pool: fact strings of other tasks (replacement values for ``unfaithful``).
         episode: simulator episode of this demonstration.
+        entity_pool: entities of other tasks (replacement names for ``wrong_entity``).
     """
     hermes = get_format("hermes")
     answer = task.reference_answer
@@ -247,29 +267,40 @@ def demonstrate(task: Task, env, mix: DemoMix, rng: random.Random, pool: Argumen
         gold_results = [env.call(c.name, c.arguments, episode=f"{episode}-gold") for step in task.gold for c in step]
         actual = [results_by_call[c.key()] for step in steps for c in step]
         answer = _restate(answer, gold_results, actual)
-    answer = _summary_flaws(answer, task, mix, rng, fact_pool, flaws)
+    answer = _summary_flaws(answer, task, mix, rng, fact_pool, flaws, entity_pool)
     messages.append({"role": "assistant", "content": answer})
     played.append(Turn(text=answer, parsed=hermes.parse(answer)))
     return Demonstration(task, messages, flaws, played)
 
 
-def make_demonstrations(n_tasks: int, mix: DemoMix, seed: int = 0, split: str = "train", synthetic: float = 0.0) -> list[Demonstration]:
+def make_demonstrations(n_tasks: int, mix: DemoMix, seed: int = 0, split: str = "train", synthetic: float = 0.0, *,
+                        entity_style: str = "syllables", paraphrase: float = 0.0) -> list[Demonstration]:
     """Demonstrations for ``n_tasks`` toolworld tasks of ``split`` (one per task), seeded.
 
     ``synthetic`` is the probability that a task's entities are first replaced
-    by fresh pseudo-words (:func:`~.augment.synthesize_entities`).
+    by fresh names drawn in ``entity_style`` (:func:`~.augment.synthesize_entities`);
+    ``paraphrase`` the probability that its request is then rephrased
+    (:func:`~.paraphrase.paraphrase_task`, its own random stream per task, so the
+    other draws do not depend on it).
     """
-    if not 0.0 <= synthetic <= 1.0:
-        raise ValueError(f"synthetic must be a probability in [0, 1], got {synthetic}")
+    for name, p in (("synthetic", synthetic), ("paraphrase", paraphrase)):
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"{name} must be a probability in [0, 1], got {p}")
     rng = random.Random(seed)
     tasks = []
     for i, t in enumerate(toolworld.make_tasks(split, n=n_tasks, seed=seed)):
         if rng.random() < synthetic:
-            t = synthesize_entities(t, toolworld.make_env(t), rng, episode=f"synth-{i}") or t
+            t = synthesize_entities(t, toolworld.make_env(t), rng, episode=f"synth-{i}", style=entity_style) or t
+        if paraphrase:
+            prng = random.Random(f"paraphrase-{seed}-{i}")
+            if prng.random() < paraphrase:
+                t = paraphrase_task(t, prng) or t
         tasks.append(t)
     pool = ArgumentPool(tasks)
     fact_pool = sorted({f for t in tasks for f in t.answer_facts})
-    return [demonstrate(t, toolworld.make_env(t), mix, rng, pool, fact_pool, episode=f"demo-{i}") for i, t in enumerate(tasks)]
+    entity_pool = sorted({e for t in tasks for e in t.meta.get("entities", []) if isinstance(e, str) and e})
+    return [demonstrate(t, toolworld.make_env(t), mix, rng, pool, fact_pool, episode=f"demo-{i}", entity_pool=entity_pool)
+            for i, t in enumerate(tasks)]
 
 
 def render_texts(demos: Iterable[Demonstration]) -> Iterable[str]:
