@@ -3,8 +3,9 @@
 Rollouts come from the project's rollout engine
 (:func:`slca.rollout.generate_rollouts`) against each task's simulator
 (toolworld's own environment for toolworld tasks; the schema-guided simulator
-for loaded rows), and every rollout is scored with the paper's in-domain
-metrics (:func:`slca.rewards.in_domain_metrics`):
+for loaded rows), and every rollout is scored by :func:`slca.rewards.eval_scores`, the scoring
+the trainer's held-out sets (``eval*/*``) use too. The report gives the paper's
+in-domain metrics (:func:`slca.rewards.in_domain_metrics`):
 
 * ``name_f1``: F1 between the multisets of called and gold tool names;
 * ``arg_match``: agreement of the arguments of matched calls with the gold ones;
@@ -12,7 +13,10 @@ metrics (:func:`slca.rewards.in_domain_metrics`):
   in the rollout's call sequence (1 for a no-tool task answered without a call);
 * ``success``: 1 when the normalised calls equal the gold calls and all executed.
 
-Reported overall and per group, with ``pass^k`` on ``success`` when K > 1
+Each record also holds ``parse_ok`` (no turn had a parse error) and, for a
+task with a parallel step, ``parallel_split`` (1 when its calls were spread over
+more turns than it has steps). The metrics are
+reported overall and per group, with ``pass^k`` on ``success`` when K > 1
 samples per task. Groups are task kinds (``Task.kind``) for toolworld and the
 Toucan subsets (``single-turn-original``, ``single-turn-diversify``,
 ``irrelevant``, ``multi-turn``; ``meta["subset"]``, the kind for rows without
@@ -82,7 +86,7 @@ def run_in_domain(
     scores as a failure; the report's notes and a warning say how many there were.
     """
     from slca.env.loaders import prompt_lengths
-    from slca.rewards import in_domain_metrics
+    from slca.rewards import eval_scores
     from slca.rollout import RolloutConfig, generate_rollouts
 
     if samples < 1:
@@ -118,7 +122,7 @@ def run_in_domain(
             agent.generated_tokens += res.gen_tokens
             for i, traj in enumerate(res.trajectories):
                 task = chunk[traj.group_id]
-                scores = in_domain_metrics(task, traj.turns)
+                scores = eval_scores(task, traj.turns)
                 records.append(Record(task.id, group_of(task, group_by), i % samples, scores, None,
                                       {"stop_reason": traj.stop_reason, "final_text": traj.final_text, "kind": task.kind}))
             bar.advance(bid, len(chunk))
@@ -135,6 +139,6 @@ def run_in_domain(
         records=records,
         config={"tasks": len(tasks), "max_turns": max_turns, "format": agent.format_name, "temperature": g.temperature,
                 "group_by": group_by, "prompts_too_long": too_long},
-        notes=[f"metrics: slca.rewards.in_domain_metrics per rollout, averaged; groups are task {'kinds' if group_by == 'kind' else 'subsets'}"]
+        notes=[f"metrics: slca.rewards.eval_scores per rollout, averaged; groups are task {'kinds' if group_by == 'kind' else 'subsets'}"]
         + ([f"{too_long} of {len(tasks)} prompts reach max_total_tokens={max_total_tokens}: no room to generate, scored as failures"] if too_long else []),
     )
