@@ -96,17 +96,8 @@ def run_in_domain(
     group_by = group_by or ("subset" if suite == "toucan" else "kind")
     group_of(tasks[0], group_by)  # refuse a bad group_by before any rollout
     g = agent.gen
-    cfg = RolloutConfig(
-        group_size=samples,
-        max_turns=max_turns,
-        max_new_tokens=g.max_new_tokens,
-        max_total_tokens=max_total_tokens,
-        temperature=g.temperature,
-        top_p=g.top_p,
-        format=agent.format_name,
-        seed=g.seed,
-        chat_template=agent.chat_template,
-    )
+    cfg = RolloutConfig.of(g, group_size=samples, max_turns=max_turns, max_total_tokens=max_total_tokens, format=agent.format_name,
+                           chat_template=agent.chat_template)
     too_long = sum(n >= max_total_tokens for n in prompt_lengths(tasks, agent.tokenizer, chat_template=agent.chat_template))
     if too_long:
         log.warning("%s: %d of %d prompts reach max_total_tokens=%d and score as failures", suite, too_long, len(tasks), max_total_tokens)
