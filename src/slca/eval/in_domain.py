@@ -1,11 +1,14 @@
 """In-domain evaluation: toolworld's test split and loaded Toucan / paper-format rows.
 
 Rollouts come from the project's rollout engine
-(:func:`slca.rollout.generate_rollouts`) against each task's simulator
-(toolworld's own environment for toolworld tasks; the schema-guided simulator
-for loaded rows), and every rollout is scored by :func:`slca.rewards.eval_scores`, the scoring
-the trainer's held-out sets (``eval*/*``) use too. The report gives the paper's
-in-domain metrics (:func:`slca.rewards.in_domain_metrics`):
+(:func:`slca.rollout.generate_rollouts`) against each task's simulator. The
+tasks and their simulator factory come from the loader ``slca train`` uses
+(:func:`slca.env.suites.load_suite`): toolworld's own world for toolworld tools
+(its splits, or toolworld tasks saved to a file), the schema-guided simulator
+for any other tool (loaded rows). Every rollout is scored by
+:func:`slca.rewards.eval_scores`, the scoring the trainer's held-out sets
+(``eval*/*``) use too. The report gives the paper's in-domain metrics
+(:func:`slca.rewards.in_domain_metrics`):
 
 * ``name_f1``: F1 between the multisets of called and gold tool names;
 * ``arg_match``: agreement of the arguments of matched calls with the gold ones;
@@ -15,8 +18,7 @@ in-domain metrics (:func:`slca.rewards.in_domain_metrics`):
 
 Each record also holds ``parse_ok`` (no turn had a parse error) and, for a
 task with a parallel step, ``parallel_split`` (1 when its calls were spread over
-more turns than it has steps). The metrics are
-reported overall and per group, with ``pass^k`` on ``success`` when K > 1
+more turns than it has steps). The metrics are reported overall and per group, with ``pass^k`` on ``success`` when K > 1
 samples per task. Groups are task kinds (``Task.kind``) for toolworld and the
 Toucan subsets (``single-turn-original``, ``single-turn-diversify``,
 ``irrelevant``, ``multi-turn``; ``meta["subset"]``, the kind for rows without
@@ -32,7 +34,7 @@ from slca.eval.agent import PolicyAgent
 from slca.eval.report import Record, SuiteReport, group_means, mean, pass_k
 from slca.types import Task
 
-__all__ = ["GROUPINGS", "METRICS", "group_of", "run_in_domain", "toolworld_tasks", "loaded_tasks"]
+__all__ = ["GROUPINGS", "METRICS", "group_of", "run_in_domain"]
 
 METRICS = ("name_f1", "arg_match", "process", "success")
 GROUPINGS = ("kind", "subset")
@@ -47,22 +49,6 @@ def group_of(task: Task, group_by: str) -> str:
     if group_by == "subset":
         return str(task.meta.get("subset") or task.kind)
     raise ValueError(f"group_by must be one of {GROUPINGS}, got {group_by!r}")
-
-
-def toolworld_tasks(limit: int | None = None, seed: int = 0, split: str = "test") -> tuple[list[Task], Callable[[Task], object]]:
-    """A toolworld split (default ``test``: unseen names and phrasings; ``train_heldout``: new requests of the
-    training distribution) and its environment factory."""
-    from slca.env import toolworld
-
-    return toolworld.make_tasks(split, n=limit, seed=seed), lambda t: toolworld.make_env(t, seed=seed)
-
-
-def loaded_tasks(path: str, limit: int | None = None, seed: int = 0) -> tuple[list[Task], Callable[[Task], object]]:
-    """Rows from ``path`` (Toucan, verl/paper or slca format; a file or a datasets folder) and a schema-guided simulator per task."""
-    from slca.env import SchemaSimulator, load_tasks
-
-    tasks = load_tasks(path)  # refuses an empty source
-    return tasks[:limit] if limit is not None else tasks, lambda t: SchemaSimulator(t.tools, seed=seed)
 
 
 def run_in_domain(
