@@ -227,6 +227,31 @@ def test_config_validation():
         RolloutConfig(format="xml")
 
 
+def test_rollouts_and_eval_share_one_sampling_declaration():
+    """RolloutConfig and slca eval's GenerationConfig are both a Sampling: the same fields, the same checks
+    (each bad value refused by both, naming the class and the field), keyword arguments only; an agent's
+    settings reach its in-domain rollouts unchanged (RolloutConfig.of)."""
+    import dataclasses
+
+    from slca.eval.agent import GenerationConfig
+    from slca.rollout import Sampling
+
+    names = [f.name for f in dataclasses.fields(Sampling)]
+    assert names == ["max_new_tokens", "temperature", "top_p", "seed"]
+    for cls in (RolloutConfig, GenerationConfig):
+        assert issubclass(cls, Sampling) and [f.name for f in dataclasses.fields(cls)][:4] == names
+        for bad in ({"max_new_tokens": 0}, {"temperature": -0.5}, {"temperature": float("nan")}, {"top_p": 0.0}, {"top_p": 1.5}, {"seed": 1.5}):
+            (name,) = bad
+            with pytest.raises(ValueError, match=rf"^{cls.__name__}\.{name} must"):
+                cls(**bad)
+        with pytest.raises(TypeError):
+            cls(8)  # positional: refused rather than read into another field
+    assert (GenerationConfig().max_new_tokens, GenerationConfig().temperature) == (256, 0.0)  # slca eval's defaults: greedy, 256 tokens
+    gen = GenerationConfig(max_new_tokens=7, temperature=0.7, top_p=0.9, seed=3, batch_size=2)
+    cfg = RolloutConfig.of(gen, group_size=2, max_turns=3)
+    assert (cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.seed, cfg.group_size, cfg.max_turns) == (7, 0.7, 0.9, 3, 2, 3)
+
+
 def test_parked_rows_keep_exact_logprobs(tok, scripted, monkeypatch):
     """Rows that end their turn early leave the batch (parked) and rejoin for the next turn; nothing changes for them."""
     from slca.fastpath import FastBatch

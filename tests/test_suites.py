@@ -96,3 +96,29 @@ def test_training_on_a_datasets_folder_evaluates_on_its_held_out_share(tmp_path)
     evals = {k: v for k, v in rows[-1].items() if k.startswith("eval/")}
     for k in ("eval/name_f1", "eval/arg_match", "eval/process", "eval/success", "eval/reward_tool", "eval/reward_summary"):
         assert evals[k] is not None and math.isfinite(evals[k]), (k, evals)
+
+
+def test_a_toolworld_task_file_runs_against_toolworld_in_train_and_eval(tmp_path):
+    """slca train and slca eval load a task file through one loader (load_suite): toolworld tasks saved to a
+    file get toolworld's world in both (their gold calls get toolworld's results, not the schema simulator's)."""
+    from slca.env import PythonSimulator, SchemaSimulator
+    from slca.env.suites import load_suite
+    from slca.eval.runner import EvalConfig, _in_domain
+
+    tasks = [t for t in toolworld.make_tasks("test", n=30, seed=0) if t.gold][:8]
+    path = save_tasks(tasks, tmp_path / "tw.jsonl")
+    run = _in_domain(EvalConfig(model="unused", suite="toucan", data=str(path)))  # what slca eval --suite toucan --data rolls out against
+    eval_tasks, eval_env = run.keywords["tasks"], run.keywords["make_env"]
+    train_tasks, train_env = load_suite(str(path), "train", 0)
+
+    def results(task, env):
+        return [[(r.ok, r.content) for r in step] for step in toolworld.run_gold(task, env)]
+
+    assert [t.id for t in eval_tasks] == [t.id for t in train_tasks] == [t.id for t in tasks]
+    schema_differs = 0
+    for task, ev, tr in zip(tasks, eval_tasks, train_tasks):
+        assert isinstance(eval_env(ev), PythonSimulator) and isinstance(train_env(tr), PythonSimulator)
+        world = results(task, toolworld.make_env(task))
+        assert results(ev, eval_env(ev)) == world == results(tr, train_env(tr))
+        schema_differs += results(ev, SchemaSimulator(ev.tools, seed=0)) != world
+    assert schema_differs  # the schema simulator would have answered otherwise: the check can fail

@@ -158,3 +158,50 @@ def test_parallel_split_counts_turns_on_parallel_tasks():
     assert parallel_split(par, [turn(step), Turn(text="done", parsed=fmt.parse("done"))]) == 0.0
     assert parallel_split(par, [turn(step[:1]), turn(step[1:])]) == 1.0
     assert math.isnan(parallel_split(single, [turn(single.gold[0])]))
+
+
+def test_trainer_evaluation_scores_as_slca_eval(tmp_path, tiny, monkeypatch):
+    """The trainer's held-out metrics and ``slca eval``'s in-domain report score the same rollouts the
+    same way (slca.rewards.eval_scores): overall, per kind, parse rate and parallel split agree."""
+    import slca.rollout
+    from slca.eval.agent import GenerationConfig, PolicyAgent
+    from slca.eval.in_domain import METRICS, run_in_domain
+    from slca.rollout import RolloutResult
+    from slca.types import ParsedTurn, ParseError, Trajectory, Turn
+
+    tasks = toolworld.make_tasks("train_heldout", n=40, seed=0)
+    picked = [next(t for t in tasks if t.kind == k) for k in ("single", "parallel", "chain")]
+    picked += [next(t for t in tasks if t.kind == "parallel" and t is not picked[1]), next(t for t in tasks if t.kind == "no_tool")]
+
+    def tool_turn(calls, env):
+        return Turn(text="<calls>", parsed=ParsedTurn(calls=list(calls)), results=[env.call(c.name, c.arguments) for c in calls])
+
+    def script(i, task):
+        env = toolworld.make_env(task, seed=0)
+        if i == 1:  # the parallel step one call per turn: split
+            return [tool_turn([c], env) for step in task.gold for c in step] + [Turn(text="done", parsed=ParsedTurn(content="done"))]
+        if i == 3:  # a malformed turn
+            return [Turn(text="<tool_call>{", parsed=ParsedTurn(errors=[ParseError("invalid_json", "bad json", "<tool_call>{")]))]
+        turns = [tool_turn(step, env) for step in task.gold]
+        return turns + [Turn(text=task.reference_answer, parsed=ParsedTurn(content=task.reference_answer))]
+
+    def fake_rollouts(model, tok, chunk, make_env, cfg):
+        trajs = [Trajectory(task=t, prompt_ids=[], response_ids=[], model_mask=[], logprobs=[], turns=script(picked.index(t), t),
+                            final_text=t.reference_answer if picked.index(t) != 3 else "", stop_reason="final_answer", group_id=j)
+                 for j, t in enumerate(chunk)]
+        return RolloutResult(trajs, 0, 1.0)
+
+    monkeypatch.setattr(slca.rollout, "generate_rollouts", fake_rollouts)
+    kw = _trainer_kwargs(tiny)
+    tr = Trainer(_cfg(tmp_path), **{**kw, "eval_tasks": picked})
+    m = tr.evaluate_on(picked, "eval")
+    agent = PolicyAgent(kw["model"], kw["tokenizer"], gen=GenerationConfig(max_new_tokens=8, batch_size=8))
+    rep = run_in_domain(agent, picked, kw["make_env"], suite="toolworld", progress=False)
+    for k in METRICS:
+        assert m[f"eval/{k}"] == pytest.approx(rep.metrics[k]), k
+    for kind, vals in rep.groups.items():
+        assert m[f"eval/kind/{kind}/success"] == pytest.approx(vals["success"]), kind
+    assert {r.detail["kind"] for r in rep.records if r.scores["success"] == 1.0} == {"single", "parallel", "chain", "no_tool"}
+    assert m["eval/parse_ok"] == pytest.approx(4 / 5) == sum(r.scores["parse_ok"] for r in rep.records) / 5
+    split = [r.scores["parallel_split"] for r in rep.records if "parallel_split" in r.scores]
+    assert m["eval/parallel_split"] == pytest.approx(0.5) and sorted(split) == [0.0, 1.0]

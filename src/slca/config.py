@@ -45,6 +45,7 @@ from slca.advantages import (
 )
 from slca.losses import AGG_MODES, KL_KINDS
 from slca.policy import CHAT_TEMPLATE_FIELD, DEVICE_FIELD, DTYPE_FIELD
+from slca.rollout import MAX_NEW_TOKENS_FIELD, TEMPERATURE_FIELD, TOP_P_FIELD
 
 __all__ = ["TrainConfig", "ConfigError", "GROUPS", "ESTIMATOR_FIELDS", "OTHER_NAMES", "check_field", "estimator_options", "field_docs", "load_config", "resume_config", "read_config_file", "file_overrides", "apply_overrides", "validate", "config_diff", "to_dict"]
 
@@ -140,12 +141,12 @@ class TrainConfig:
 
     # ---- sampling: rollouts
     max_turns: Annotated[int, gt(0)] = _field(4, "Assistant turns per rollout before it is stopped (stop_reason='max_turns').")
-    max_new_tokens: Annotated[int, gt(0)] = _field(96, 'Tokens per assistant turn.')
+    max_new_tokens: MAX_NEW_TOKENS_FIELD = _field(96, 'Tokens per assistant turn.')
     max_total_tokens: Annotated[int, gt(0)] = _field(
         1024,
         'Prompt + response tokens per rollout (environment tokens included); generation stops there.')
     temperature: Annotated[float, gt(0)] = _field(1.0, 'Sampling temperature; training log-probs use the same temperature.')
-    top_p: Annotated[float, within(0, 1, lo_open=True)] = _field(
+    top_p: TOP_P_FIELD = _field(
         1.0,
         'Nucleus sampling threshold (1.0 = off). Off by default: with top_p < 1 the sampling distribution is not the '
         'policy, and the PPO ratio is biased.')
@@ -233,7 +234,7 @@ class TrainConfig:
         'Toolworld splits also evaluated at every evaluation, each logged as eval_<split>/* (e.g. eval_test/success); '
         "'none' or [] for none. Toolworld only (a file suite warns and skips them).")
     ood_eval_tasks: Annotated[int, ge(0)] = _field(0, 'Tasks per out-of-distribution evaluation (0 = eval_tasks).')
-    eval_temperature: Annotated[float, ge(0)] = _field(0.0, 'Evaluation sampling temperature (0 = greedy).')
+    eval_temperature: TEMPERATURE_FIELD = _field(0.0, 'Evaluation sampling temperature (0 = greedy).')
     diag_every: Annotated[int, ge(0)] = _field(
         1,
         'Compute per-segment gradients and their cosine on steps 1, N+1, 2N+1, ... (costs one extra backward).')

@@ -163,8 +163,9 @@ EVAL_KIND_SUMMARY = Metric("{set}/kind/{kind}/reward_summary", "summary reward o
 EVAL_REWARD_TOOL = Metric("{set}/reward_tool", "execution-tier reward of the greedy rollouts", UNIT, "higher")
 EVAL_REWARD_SUMMARY = Metric("{set}/reward_summary", "summary-tier reward of the greedy rollouts", UNIT, "higher",
                              column="summary reward")
-EVAL_IN_DOMAIN = {"name_f1": EVAL_NAME_F1, "arg_match": EVAL_ARG_MATCH, "process": EVAL_PROCESS, "success": EVAL_SUCCESS}
-"""The metrics of :func:`slca.rewards.in_domain_metrics`, by the name it returns them under."""
+EVAL_IN_DOMAIN = {"name_f1": EVAL_NAME_F1, "arg_match": EVAL_ARG_MATCH, "process": EVAL_PROCESS, "success": EVAL_SUCCESS,
+                  "parse_ok": EVAL_PARSE_OK, "parallel_split": EVAL_PARALLEL_SPLIT}
+"""The metrics of :func:`slca.rewards.eval_scores` (one evaluation rollout's scores), by the name it returns them under."""
 PROBE_LOGP_PARALLEL = Metric("probe/logp_parallel", "log p(the first parallel step in one turn), held-out mean", (-_INF, 0.0))
 PROBE_LOGP_SEQUENTIAL = Metric("probe/logp_sequential", "log p(its first call alone), held-out mean", (-_INF, 0.0))
 PROBE_PARALLEL_PREF = Metric("probe/parallel_pref", "probe/logp_parallel - probe/logp_sequential (the paper's diagnostic case)",

@@ -41,11 +41,12 @@ PPO / GRPO ratio needs.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Sequence
 
 import torch
 
+from slca._fields import check_value, ge, gt, hints, within
 from slca.chat import ChatRenderer, ToolCallFormat, get_format
 from slca.types import ParsedTurn, Task, ToolResult, Trajectory, Turn
 
@@ -55,6 +56,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "stop_token_ids",
+    "MAX_NEW_TOKENS_FIELD",
+    "TEMPERATURE_FIELD",
+    "TOP_P_FIELD",
+    "Sampling",
     "RolloutConfig",
     "RolloutResult",
     "generate_rollouts",
@@ -65,26 +70,55 @@ __all__ = [
 ]
 
 
-@dataclass
-class RolloutConfig:
-    """How rollouts are sampled."""
+MAX_NEW_TOKENS_FIELD = Annotated[int, gt(0)]
+"""The annotation (type and check) of every ``max_new_tokens`` setting: :class:`Sampling`'s and ``TrainConfig``'s."""
+TEMPERATURE_FIELD = Annotated[float, ge(0)]
+"""The annotation of every sampling temperature (0 = greedy): :class:`Sampling`'s and ``TrainConfig.eval_temperature``'s.
+``TrainConfig.temperature`` is stricter (> 0: the update's log-probs are taken at that temperature)."""
+TOP_P_FIELD = Annotated[float, within(0, 1, lo_open=True)]
+"""The annotation of every nucleus mass ``top_p``: :class:`Sampling`'s and ``TrainConfig``'s."""
+
+
+@dataclass(kw_only=True)
+class Sampling:
+    """How one assistant turn is sampled: the settings rollouts (:class:`RolloutConfig`) and ``slca eval``'s
+    agent (:class:`slca.eval.agent.GenerationConfig`) share, declared here once and checked once (against
+    the ``*_FIELD`` annotations, which ``TrainConfig``'s fields of the same names use too)."""
+
+    max_new_tokens: MAX_NEW_TOKENS_FIELD = 128
+    """Tokens per assistant turn; a turn that reaches it without an end-of-turn token stops (a rollout with
+    ``max_tokens``; in ``slca eval`` the turn is parsed as it is)."""
+    temperature: TEMPERATURE_FIELD = 1.0
+    """Sampling temperature; 0 means greedy. Rollouts record their logprobs at this temperature."""
+    top_p: TOP_P_FIELD = 1.0
+    """Nucleus sampling mass (1 = off; ignored when greedy). Recorded logprobs are before truncation."""
+    seed: int = 0
+    """Seed of the sampling generator: same seed, model and tasks -> same rollouts."""
+
+    def __post_init__(self) -> None:
+        for f in fields(Sampling):
+            value, problem = check_value(getattr(self, f.name), _SAMPLING_HINTS[f.name])
+            if problem:
+                raise ValueError(f"{type(self).__name__}.{f.name} {problem}")
+            setattr(self, f.name, value)
+
+
+_SAMPLING_HINTS = hints(Sampling)
+
+
+@dataclass(kw_only=True)
+class RolloutConfig(Sampling):
+    """How rollouts are sampled: :class:`Sampling` (``max_new_tokens``, ``temperature``, ``top_p``, ``seed``)
+    and the rollout's own settings. Keyword arguments only."""
 
     group_size: int = 4
     """G: rollouts per task (the GRPO group)."""
     max_turns: int = 4
     """Assistant turns per rollout; a rollout whose last allowed turn still calls tools stops with ``max_turns``."""
-    max_new_tokens: int = 128
-    """Tokens per assistant turn; a turn that reaches it without an end-of-turn token stops the rollout (``max_tokens``)."""
     max_total_tokens: int = 1024
     """Prompt + response tokens per rollout; generation never goes past it (the last turn's environment tokens may)."""
-    temperature: float = 1.0
-    """Sampling temperature; 0 means greedy. Logprobs are recorded at this temperature."""
-    top_p: float = 1.0
-    """Nucleus sampling mass (1 = off). Recorded logprobs are before truncation."""
     format: str = "hermes"
     """Tool-call format the model writes (:func:`slca.chat.get_format`)."""
-    seed: int = 0
-    """Seed of the sampling generator: same seed, model and tasks -> same rollouts."""
     chat_template: str | None = None
     """A chat template to use instead of ``tokenizer.chat_template`` (e.g. a prefix-preserving training template)."""
     fast_decode: bool = True
@@ -92,15 +126,18 @@ class RolloutConfig:
     KV buffer): same sampled tokens, logprobs within 1e-5 of the transformers forward (tested); other models,
     or False, use the transformers forward."""
 
+    @classmethod
+    def of(cls, sampling: Sampling, **settings: Any) -> RolloutConfig:
+        """Rollouts sampled as ``sampling`` says (its :class:`Sampling` fields: e.g. an agent's
+        :class:`~slca.eval.agent.GenerationConfig`), with the rollout's own ``settings``."""
+        return cls(**{f.name: getattr(sampling, f.name) for f in fields(Sampling)}, **settings)
+
     def __post_init__(self) -> None:
-        for name in ("group_size", "max_turns", "max_new_tokens", "max_total_tokens"):
+        super().__post_init__()
+        for name in ("group_size", "max_turns", "max_total_tokens"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"RolloutConfig.{name} must be a positive int, got {v!r}")
-        if not self.temperature >= 0:
-            raise ValueError(f"RolloutConfig.temperature must be >= 0, got {self.temperature!r}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"RolloutConfig.top_p must be in (0, 1], got {self.top_p!r}")
         get_format(self.format)
 
 

@@ -46,6 +46,7 @@ from slca.env.suites import fit_suites, load_suites
 from slca.losses import aggregate, clipped_surrogate, kl_penalty, token_logprobs
 from slca.policy import load_policy, policy_options, prepare_policy
 from slca.rewards.batch import ScoredBatch, score_batch
+from slca.rewards.execution import eval_scores
 from slca.samples import SampleGroup, SampleRollout, samples_from_json, samples_to_json
 from slca.segments import segment_masks
 from slca.stats import CreditStats, GradSplit, RewardStats, RolloutStats, UpdateStats, mixed_fraction, nanmean, step_metrics
@@ -374,8 +375,9 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate_on(self, tasks: list[Task], prefix: str) -> dict[str, float]:
-        """One greedy rollout per task: in-domain metrics, both reward tiers, parse rate, parallel steps split over turns."""
-        from slca.rewards import in_domain_metrics, parallel_split
+        """One greedy rollout per task, scored as ``slca eval`` scores its in-domain suites
+        (:func:`slca.rewards.eval_scores`: in-domain metrics, parse rate, parallel steps split over
+        turns), averaged overall, per task kind and over the tasks that need a call; both reward tiers."""
         from slca.rollout import generate_rollouts
 
         self.model.eval()
@@ -383,12 +385,8 @@ class Trainer:
         sb = score_batch(res.trajectories)
         out: dict[str, list[float]] = {}  # metric key -> one value per rollout that has it
         for t, rs in zip(res.trajectories, sb.summary.tolist()):
-            scores = in_domain_metrics(t.task, t.turns)
+            scores = eval_scores(t.task, t.turns)
             row = {M.EVAL_IN_DOMAIN[k].key(set=prefix): v for k, v in scores.items()}
-            row[M.EVAL_PARSE_OK.key(set=prefix)] = float(sum(len(x.parsed.errors) for x in t.turns) == 0)
-            split = parallel_split(t.task, t.turns)
-            if split == split:  # parallel tasks only: the key is absent from a set without one
-                row[M.EVAL_PARALLEL_SPLIT.key(set=prefix)] = split
             row[M.EVAL_KIND_SUCCESS.key(set=prefix, kind=t.task.kind)] = scores["success"]
             row[M.EVAL_KIND_SUMMARY.key(set=prefix, kind=t.task.kind)] = rs
             if t.task.gold:  # tasks that need at least one call: what tool use is judged on

@@ -1,4 +1,4 @@
-"""Task suites for training: the built-in ``toolworld`` or a task file, with their simulator."""
+"""Task suites for training and evaluation: the built-in ``toolworld`` or a task file, with their simulator."""
 
 from __future__ import annotations
 
@@ -15,13 +15,16 @@ log = logging.getLogger("slca.env")
 
 
 def load_suite(suite: str, split: str, seed: int) -> tuple[list[Task], Callable[[Task], Any]]:
-    """Tasks of a split and the simulator factory for them.
+    """Tasks of a split and the simulator factory for them: the one loader of ``slca train``
+    (``suite``, ``eval_suite``) and of ``slca eval``'s in-domain suites (``--suite toolworld
+    --split``, ``--suite toucan --data``), so a task runs against the same world in both.
 
     ``suite`` is ``"toolworld"`` (its ``split``) or anything
     :func:`slca.env.load_tasks` reads: a JSONL / JSON / parquet file or a
     ``datasets`` ``save_to_disk`` folder (``split`` is not used). Either way the
-    simulator is toolworld's environment, which answers toolworld tools from its
-    world and any other tool from the schema-guided simulator.
+    simulator is toolworld's environment (:func:`slca.env.toolworld.make_env`),
+    which answers toolworld tools from its world (toolworld tasks saved to a file
+    included) and any other tool from the schema-guided simulator.
     """
     from slca.env import load_tasks, toolworld
 

@@ -29,7 +29,7 @@ import torch
 
 from slca.batching import pad
 from slca.chat import ChatRenderer
-from slca.rollout import stop_token_ids
+from slca.rollout import MAX_NEW_TOKENS_FIELD, TEMPERATURE_FIELD, Sampling, stop_token_ids
 from slca.types import ParsedTurn
 
 __all__ = ["GenerationConfig", "AgentTurn", "PolicyAgent", "Episode", "drive"]
@@ -37,30 +37,24 @@ __all__ = ["GenerationConfig", "AgentTurn", "PolicyAgent", "Episode", "drive"]
 Message = dict[str, Any]
 
 
-@dataclass
-class GenerationConfig:
-    """How the agent samples one assistant turn."""
+@dataclass(kw_only=True)
+class GenerationConfig(Sampling):
+    """How the agent samples one assistant turn: :class:`slca.rollout.Sampling` (``max_new_tokens``,
+    ``temperature``, ``top_p``, ``seed``; declared and checked there, as for rollouts) with ``slca eval``'s
+    defaults (256 tokens, greedy), and the batch size. Keyword arguments only.
 
-    max_new_tokens: int = 256
-    """Tokens generated per assistant turn (a turn cut here is parsed as is)."""
-    temperature: float = 0.0
-    """0 means greedy decoding; pass^k with K > 1 samples needs a temperature > 0."""
-    top_p: float = 1.0
-    """Nucleus sampling mass (ignored when greedy)."""
+    ``seed`` seeds torch's generator once when the agent is built; a temperature > 0 is needed for
+    pass^k with K > 1 samples."""
+
+    max_new_tokens: MAX_NEW_TOKENS_FIELD = 256
+    temperature: TEMPERATURE_FIELD = 0.0
     batch_size: int = 8
     """Conversations generated together (left-padded)."""
-    seed: int = 0
-    """Seed of torch's generator, set once when the agent is built."""
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        super().__post_init__()
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"GenerationConfig.batch_size must be a positive int, got {self.batch_size!r}")
 
 
 @dataclass

@@ -1,10 +1,14 @@
 """In-domain evaluation: toolworld's test split and loaded Toucan / paper-format rows.
 
 Rollouts come from the project's rollout engine
-(:func:`slca.rollout.generate_rollouts`) against each task's simulator
-(toolworld's own environment for toolworld tasks; the schema-guided simulator
-for loaded rows), and every rollout is scored with the paper's in-domain
-metrics (:func:`slca.rewards.in_domain_metrics`):
+(:func:`slca.rollout.generate_rollouts`) against each task's simulator. The
+tasks and their simulator factory come from the loader ``slca train`` uses
+(:func:`slca.env.suites.load_suite`): toolworld's own world for toolworld tools
+(its splits, or toolworld tasks saved to a file), the schema-guided simulator
+for any other tool (loaded rows). Every rollout is scored by
+:func:`slca.rewards.eval_scores`, the scoring the trainer's held-out sets
+(``eval*/*``) use too. The report gives the paper's in-domain metrics
+(:func:`slca.rewards.in_domain_metrics`):
 
 * ``name_f1``: F1 between the multisets of called and gold tool names;
 * ``arg_match``: agreement of the arguments of matched calls with the gold ones;
@@ -12,7 +16,9 @@ metrics (:func:`slca.rewards.in_domain_metrics`):
   in the rollout's call sequence (1 for a no-tool task answered without a call);
 * ``success``: 1 when the normalised calls equal the gold calls and all executed.
 
-Reported overall and per group, with ``pass^k`` on ``success`` when K > 1
+Each record also holds ``parse_ok`` (no turn had a parse error) and, for a
+task with a parallel step, ``parallel_split`` (1 when its calls were spread over
+more turns than it has steps). The metrics are reported overall and per group, with ``pass^k`` on ``success`` when K > 1
 samples per task. Groups are task kinds (``Task.kind``) for toolworld and the
 Toucan subsets (``single-turn-original``, ``single-turn-diversify``,
 ``irrelevant``, ``multi-turn``; ``meta["subset"]``, the kind for rows without
@@ -28,7 +34,7 @@ from slca.eval.agent import PolicyAgent
 from slca.eval.report import Record, SuiteReport, group_means, mean, pass_k
 from slca.types import Task
 
-__all__ = ["GROUPINGS", "METRICS", "group_of", "run_in_domain", "toolworld_tasks", "loaded_tasks"]
+__all__ = ["GROUPINGS", "METRICS", "group_of", "run_in_domain"]
 
 METRICS = ("name_f1", "arg_match", "process", "success")
 GROUPINGS = ("kind", "subset")
@@ -43,22 +49,6 @@ def group_of(task: Task, group_by: str) -> str:
     if group_by == "subset":
         return str(task.meta.get("subset") or task.kind)
     raise ValueError(f"group_by must be one of {GROUPINGS}, got {group_by!r}")
-
-
-def toolworld_tasks(limit: int | None = None, seed: int = 0, split: str = "test") -> tuple[list[Task], Callable[[Task], object]]:
-    """A toolworld split (default ``test``: unseen names and phrasings; ``train_heldout``: new requests of the
-    training distribution) and its environment factory."""
-    from slca.env import toolworld
-
-    return toolworld.make_tasks(split, n=limit, seed=seed), lambda t: toolworld.make_env(t, seed=seed)
-
-
-def loaded_tasks(path: str, limit: int | None = None, seed: int = 0) -> tuple[list[Task], Callable[[Task], object]]:
-    """Rows from ``path`` (Toucan, verl/paper or slca format; a file or a datasets folder) and a schema-guided simulator per task."""
-    from slca.env import SchemaSimulator, load_tasks
-
-    tasks = load_tasks(path)  # refuses an empty source
-    return tasks[:limit] if limit is not None else tasks, lambda t: SchemaSimulator(t.tools, seed=seed)
 
 
 def run_in_domain(
@@ -82,7 +72,7 @@ def run_in_domain(
     scores as a failure; the report's notes and a warning say how many there were.
     """
     from slca.env.loaders import prompt_lengths
-    from slca.rewards import in_domain_metrics
+    from slca.rewards import eval_scores
     from slca.rollout import RolloutConfig, generate_rollouts
 
     if samples < 1:
@@ -92,17 +82,8 @@ def run_in_domain(
     group_by = group_by or ("subset" if suite == "toucan" else "kind")
     group_of(tasks[0], group_by)  # refuse a bad group_by before any rollout
     g = agent.gen
-    cfg = RolloutConfig(
-        group_size=samples,
-        max_turns=max_turns,
-        max_new_tokens=g.max_new_tokens,
-        max_total_tokens=max_total_tokens,
-        temperature=g.temperature,
-        top_p=g.top_p,
-        format=agent.format_name,
-        seed=g.seed,
-        chat_template=agent.chat_template,
-    )
+    cfg = RolloutConfig.of(g, group_size=samples, max_turns=max_turns, max_total_tokens=max_total_tokens, format=agent.format_name,
+                           chat_template=agent.chat_template)
     too_long = sum(n >= max_total_tokens for n in prompt_lengths(tasks, agent.tokenizer, chat_template=agent.chat_template))
     if too_long:
         log.warning("%s: %d of %d prompts reach max_total_tokens=%d and score as failures", suite, too_long, len(tasks), max_total_tokens)
@@ -118,7 +99,7 @@ def run_in_domain(
             agent.generated_tokens += res.gen_tokens
             for i, traj in enumerate(res.trajectories):
                 task = chunk[traj.group_id]
-                scores = in_domain_metrics(task, traj.turns)
+                scores = eval_scores(task, traj.turns)
                 records.append(Record(task.id, group_of(task, group_by), i % samples, scores, None,
                                       {"stop_reason": traj.stop_reason, "final_text": traj.final_text, "kind": task.kind}))
             bar.advance(bid, len(chunk))
@@ -135,6 +116,6 @@ def run_in_domain(
         records=records,
         config={"tasks": len(tasks), "max_turns": max_turns, "format": agent.format_name, "temperature": g.temperature,
                 "group_by": group_by, "prompts_too_long": too_long},
-        notes=[f"metrics: slca.rewards.in_domain_metrics per rollout, averaged; groups are task {'kinds' if group_by == 'kind' else 'subsets'}"]
+        notes=[f"metrics: slca.rewards.eval_scores per rollout, averaged; groups are task {'kinds' if group_by == 'kind' else 'subsets'}"]
         + ([f"{too_long} of {len(tasks)} prompts reach max_total_tokens={max_total_tokens}: no room to generate, scored as failures"] if too_long else []),
     )

@@ -97,9 +97,11 @@ def _tau2(cfg: EvalConfig) -> SuiteRun:
 
 def _in_domain(cfg: EvalConfig) -> SuiteRun:
     """toolworld / toucan: the tasks load (and ``--categories``, their kinds, are checked) here."""
-    from slca.eval.in_domain import loaded_tasks, run_in_domain, toolworld_tasks
+    from slca.env.suites import load_suite
+    from slca.eval.in_domain import run_in_domain
 
-    tasks, make_env = toolworld_tasks(None, cfg.gen.seed, cfg.split) if cfg.suite == "toolworld" else loaded_tasks(cfg.data, None, cfg.gen.seed)
+    # slca train's loader: a toolworld task file gets toolworld's world here too
+    tasks, make_env = load_suite("toolworld", cfg.split, cfg.gen.seed) if cfg.suite == "toolworld" else load_suite(cfg.data, cfg.split, cfg.gen.seed)
     if cfg.categories:
         kinds = sorted({t.kind for t in tasks})
         bad = [c for c in cfg.categories if c not in kinds]

@@ -8,13 +8,14 @@ A rollout that cannot be scored gets a NaN total with its reason (logged on the
 from __future__ import annotations
 
 from slca.rewards.batch import RewardComponents, ScoredBatch, score_batch
-from slca.rewards.execution import EXECUTION_WEIGHTS, Unscorable, execution_reward, in_domain_metrics, parallel_split
+from slca.rewards.execution import EVAL_SCORES, EXECUTION_WEIGHTS, Unscorable, eval_scores, execution_reward, in_domain_metrics, parallel_split
 from slca.rewards.judges import Judge, OpenAIJudge, RewardModelJudge, digit_logit_bias
 from slca.rewards.messages import turns_from_messages
 from slca.rewards.summary import REFUSAL_MARKERS, SUMMARY_WEIGHTS, summary_reward
 from slca.types import RewardBreakdown, Trajectory
 
 __all__ = [
+    "EVAL_SCORES",
     "EXECUTION_WEIGHTS",
     "Judge",
     "OpenAIJudge",
@@ -25,6 +26,7 @@ __all__ = [
     "Unscorable",
     "ScoredBatch",
     "digit_logit_bias",
+    "eval_scores",
     "execution_reward",
     "hierarchical_rewards",
     "in_domain_metrics",

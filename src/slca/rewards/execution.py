@@ -40,9 +40,13 @@ from slca.rewards.common import Unscorable, collect_calls, gold_calls, pair_scor
 from slca.rewards.values import normalize, normalized_call_key
 from slca.types import RewardBreakdown, Task, ToolCall, Turn
 
-__all__ = ["EXECUTION_WEIGHTS", "execution_reward", "in_domain_metrics", "parallel_split", "Unscorable"]
+__all__ = ["EVAL_SCORES", "EXECUTION_WEIGHTS", "eval_scores", "execution_reward", "in_domain_metrics", "parallel_split", "Unscorable"]
 
 log = logging.getLogger("slca.rewards")
+
+#: The names :func:`eval_scores` returns, in order: the paper's in-domain metrics, then the parse and split checks
+#: (``parallel_split`` only for a task with a parallel step).
+EVAL_SCORES = ("name_f1", "arg_match", "process", "success", "parse_ok", "parallel_split")
 
 #: Cascade weights (format, name_f1, arg_match, success, efficiency).
 EXECUTION_WEIGHTS: dict[str, float] = {"format": 0.1, "name_f1": 0.2, "arg_match": 0.3, "success": 0.2, "efficiency": 0.2}
@@ -199,3 +203,20 @@ def parallel_split(task: Task, turns: list[Turn]) -> float:
     if not any(len(step) > 1 for step in task.gold):
         return math.nan
     return float(sum(t.parsed.is_tool_turn for t in turns) > len(task.gold))
+
+
+def eval_scores(task: Task, turns: list[Turn]) -> dict[str, float]:
+    """Every score of one evaluation rollout (:data:`EVAL_SCORES`): the one scoring that
+    ``slca eval``'s in-domain suites (:func:`slca.eval.in_domain.run_in_domain`, per record)
+    and the trainer's held-out sets (:meth:`slca.trainer.Trainer.evaluate_on`, ``eval*/*``) share.
+
+    :func:`in_domain_metrics` (``name_f1``, ``arg_match``, ``process``, ``success``; NaN when
+    unscorable), ``parse_ok`` (1.0 when no turn had a parse error) and, only for a task with a
+    parallel step, :func:`parallel_split` (a set without one has no such figure). Averaged over the
+    rollouts of one task kind, ``success`` is that kind's success.
+    """
+    scores = {**in_domain_metrics(task, turns), "parse_ok": float(all(not t.parsed.errors for t in turns))}
+    split = parallel_split(task, turns)
+    if not math.isnan(split):
+        scores["parallel_split"] = split
+    return scores
