@@ -53,8 +53,14 @@ def test_eval_toolworld(tiny_model, tmp_path):
 
 
 @pytest.mark.slow
-def test_eval_toucan_rows(tiny_model, tmp_path):
-    rep = _eval(["--model", tiny_model, "--suite", "toucan", "--data", str(FIXTURES / "env" / "toucan_small.jsonl"), "--limit", "3"], tmp_path)
+@pytest.mark.parametrize("source", ["file", "save_to_disk folder"])
+def test_eval_toucan_rows(tiny_model, tmp_path, source):
+    data = FIXTURES / "env" / "toucan_small.jsonl"
+    if source != "file":  # evaluation.md: --data takes any source load_tasks reads
+        datasets = pytest.importorskip("datasets")
+        datasets.Dataset.from_json(str(data)).save_to_disk(str(tmp_path / "rows"))
+        data = tmp_path / "rows"
+    rep = _eval(["--model", tiny_model, "--suite", "toucan", "--data", str(data), "--limit", "3"], tmp_path)
     assert len(rep["records"]) == 3
     assert set(rep["metrics"]) == {"name_f1", "arg_match", "process", "success"}
 

@@ -194,7 +194,7 @@ def test_the_recipe_still_generates_the_shipped_models_demonstrations():
     if "demonstrations" not in info.get("data", {}):
         pytest.skip("the shipped build records no digest of its demonstrations")
     cfg = BuildConfig.from_dict(info["config"])
-    demos = make_demonstrations(cfg.n_tasks, cfg.mix, seed=cfg.data_seed, synthetic=cfg.synthetic_entities)
+    demos = build.build_demonstrations(cfg)
     assert build.demonstrations_digest(demos) == info["data"]["demonstrations"]
 
 

@@ -149,9 +149,8 @@ def test_demonstrations_do_not_depend_on_the_process_hash_seed():
     import subprocess
     import sys
 
-    code = ("import hashlib; from recipes.warmstart.demos import make_demonstrations, render_texts; from recipes.warmstart.config import BuildConfig; "
-            "c = BuildConfig(); d = make_demonstrations(150, c.mix, seed=0, synthetic=c.synthetic_entities, "
-            "entity_style=c.entity_style, paraphrase=c.paraphrase); "
+    code = ("import hashlib; from recipes.warmstart.demos import render_texts; from recipes.warmstart.build import build_demonstrations; "
+            "from recipes.warmstart.config import BuildConfig; d = build_demonstrations(BuildConfig(), 150); "
             "print(hashlib.md5(''.join(render_texts(d)).encode()).hexdigest())")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # recipes/ is imported from the repository root
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,

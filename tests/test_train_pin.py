@@ -70,6 +70,7 @@ from recipes.warmstart.tokenizer import train_tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures" / "train_pin"
 TINY = ModelSize(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128, max_position_embeddings=1024)
+PIN_MIX = DemoMix(wrong_entity=0.0)  # the quality mix the pin was written with (DemoMix gained wrong_entity later, issue 27)
 # every phase of a step runs: KL reference, per-segment gradient split, optional estimator
 # inputs (slca_turn), summary noise, evaluation, sample recording, two PPO epochs
 RUNS = {
@@ -157,7 +158,7 @@ def build_tiny_model(d: Path) -> Path:
     Deterministic: fixed demonstrations, fixed seeds. Without the warm start a
     random model never calls a tool and the tool-segment paths would not run.
     """
-    demos = make_demonstrations(40, DemoMix(), seed=0)
+    demos = make_demonstrations(40, PIN_MIX, seed=0)
     tok = train_tokenizer(render_texts(demos), vocab_size=600)
     examples, _ = encode_examples(tok, [(d.messages, d.tools) for d in demos], 512)
     model = make_model(TINY, tok, seed=0)
@@ -176,7 +177,7 @@ def step0(model_dir: Path, n: int = 8) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
-    demos = make_demonstrations(40, DemoMix(), seed=0)[:n]
+    demos = make_demonstrations(40, PIN_MIX, seed=0)[:n]
     examples, _ = encode_examples(tok, [(d.messages, d.tools) for d in demos], 512)
     out = {}
     for key, model in (("init_logprob", make_model(TINY, tok, seed=0)),

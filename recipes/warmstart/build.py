@@ -57,6 +57,7 @@ __all__ = [
     "STATE_FILE",
     "build_default",
     "read_build_state",
+    "build_demonstrations",
     "check_tokenizer_round_trip",
     "data_digest",
     "demonstrations_digest",
@@ -85,6 +86,12 @@ def demonstrations_digest(demos: Sequence[Demonstration]) -> str:
     return h.hexdigest()
 
 
+def build_demonstrations(cfg: BuildConfig, n_tasks: int | None = None) -> list[Demonstration]:
+    """The demonstrations ``cfg``'s build trains on (the first ``n_tasks`` of them; default all ``cfg.n_tasks``)."""
+    return make_demonstrations(cfg.n_tasks if n_tasks is None else n_tasks, cfg.mix, seed=cfg.data_seed, synthetic=cfg.synthetic_entities,
+                               entity_style=cfg.entity_style, paraphrase=cfg.paraphrase)
+
+
 def data_digest(cfg: BuildConfig) -> str:
     """What decides the built model besides its config and the recipe version: the data the recipe generates.
 
@@ -101,9 +108,10 @@ def data_digest(cfg: BuildConfig) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _data_digest(n_tasks: int, mix: DemoMix, seed: int, synthetic: float, n_drills: int, entity_style: str, paraphrase: float) -> str:
+    """Cached per data setting (the fields of :class:`BuildConfig` that decide the demonstrations and drills)."""
+    data = BuildConfig(n_tasks=n_tasks, mix=mix, data_seed=seed, synthetic_entities=synthetic, entity_style=entity_style, paraphrase=paraphrase)
     h = hashlib.sha256(chat_template().encode())
-    h.update(demonstrations_digest(make_demonstrations(n_tasks, mix, seed=seed, synthetic=synthetic, entity_style=entity_style,
-                                                       paraphrase=paraphrase)).encode())
+    h.update(demonstrations_digest(build_demonstrations(data)).encode())
     if n_drills:
         h.update(json.dumps(make_drills(n_drills, seed=seed), sort_keys=True, default=str).encode())
     return h.hexdigest()
@@ -188,8 +196,7 @@ def prepare_build(cfg: BuildConfig, console=None):
     status = console.status if console is not None else (lambda _: nullcontext())
     log = console.log if console is not None else (lambda *_: None)
     with status("toolworld demonstrations"):
-        demos = make_demonstrations(cfg.n_tasks, cfg.mix, seed=cfg.data_seed, synthetic=cfg.synthetic_entities,
-                                    entity_style=cfg.entity_style, paraphrase=cfg.paraphrase)
+        demos = build_demonstrations(cfg)
     log(f"{len(demos)} demonstrations from toolworld train tasks")
     with status("training the tokenizer"):
         tokenizer = train_tokenizer(render_texts(demos), vocab_size=cfg.vocab_size, model_max_length=cfg.model.max_position_embeddings,

@@ -83,7 +83,7 @@ class DemoMix:
     """One argument value replaced by another entity's (execution: wrong args)."""
     unfaithful: float = 0.15
     """A value in the summary differs from the tool result (summary: unfaithful)."""
-    wrong_entity: float = 0.0
+    wrong_entity: float = 0.1
     """The summary names another entity than the request's (``In Sofia`` for Tokyo; summary: unfaithful)."""
     incomplete: float = 0.15
     """The summary leaves out part of the answer (summary: incomplete)."""
@@ -110,7 +110,7 @@ class BuildConfig:
     entity_style: str = "syllables"
     """How synthetic names are drawn: ``syllables`` (consonant-vowel pseudo-words) or ``varied`` (a wider
     syllable grammar, one name in four of random letters; :data:`.augment.ENTITY_STYLES`)."""
-    paraphrase: float = 0.0
+    paraphrase: float = 0.5
     """Fraction of demos whose request is rephrased by the procedural grammar of :mod:`.paraphrase`
     (lead-ins, synonyms, register; never a test template)."""
     drills: int = 0

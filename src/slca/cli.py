@@ -650,7 +650,7 @@ def eval_(
         ("--temperature", temperature, temperature is None or (math.isfinite(temperature) and temperature >= 0), "a finite number >= 0"),
         ("--format", format, format in list_formats(), f"one of {list_formats()}"),
         ("--user", user, user in ("llm", "scripted"), "llm or scripted"),
-        ("--data", data, data is None or data.is_file(), "an existing file"),
+        ("--data", data, data is None or data.is_file() or data.is_dir(), "an existing file or a save_to_disk folder"),
         ("--out", out, not out.exists() or out.is_dir(), "a folder"),
     ]
     for name, value, ok, want in checks:
