@@ -112,9 +112,9 @@ def test_demo_verdict_reads_the_warm_start_and_says_who_did_better(tmp_path):
     runs = {"GRPO": _run(tmp_path / "g1", rows(0.1, [0.3] * 8)), "SLCA": _run(tmp_path / "s1", rows(0.4, [0.3] * 8))}
     assert demo_verdict(runs)[2].startswith("SLCA ended above GRPO on held-out tool-task Success in distribution (0.400 vs 0.100)")
 
-    def with_ood(final, ood_final, split=None):
+    def with_ood(final, ood_final, split=None, ood_start=0.03):
         out = rows(final, [0.3] * 8)
-        out[0].update({"eval_test/tool_tasks/success": 0.03, "eval/parallel_split": 0.4})
+        out[0].update({"eval_test/tool_tasks/success": ood_start, "eval/parallel_split": 0.4})
         out[-1].update({"eval_test/tool_tasks/success": ood_final, **({"eval/parallel_split": split} if split is not None else {})})
         return out
 
@@ -125,7 +125,11 @@ def test_demo_verdict_reads_the_warm_start_and_says_who_did_better(tmp_path):
     assert lines[3].startswith("Out of distribution (toolworld's test split") and "0.030 before training and GRPO 0.030, SLCA 0.040" in lines[3]
     assert "left it where it was (within 0.03)" in lines[3] and "rarely solves these" in lines[3]
     runs = {"GRPO": _run(tmp_path / "g3", with_ood(0.9, 0.30)), "SLCA": _run(tmp_path / "s3", with_ood(0.95, 0.03))}
-    assert "moved it" in demo_verdict(runs)[3]
+    assert "raised it" in demo_verdict(runs)[3]
+    runs = {"GRPO": _run(tmp_path / "g4", with_ood(0.9, 0.1, ood_start=0.2)), "SLCA": _run(tmp_path / "s4", with_ood(0.95, 0.2, ood_start=0.2))}
+    assert demo_verdict(runs)[3].endswith("GRPO 0.100, SLCA 0.200 after: RL on the training distribution lowered it.")
+    runs = {"GRPO": _run(tmp_path / "g5", with_ood(0.9, 0.30, ood_start=0.2)), "SLCA": _run(tmp_path / "s5", with_ood(0.95, 0.0, ood_start=0.2))}
+    assert "moved it both ways" in demo_verdict(runs)[3]
 
 
 def _tiny_tokenizer(digit_runs=False):

@@ -349,9 +349,11 @@ def demo_verdict(runs: dict[str, Path], k: int = 4, frozen: list[float] | None =
     ood_base, ood = start_and_final(M.EVAL_TOOL_TASKS, M.TEST_SET)
     if any(v == v for v in ood.values()):
         each = ", ".join(f"{label} {v:.3f}" for label, v in ood.items())
-        moved = max(abs(v - ood_base) for v in ood.values() if v == v) if ood_base == ood_base else float("nan")
-        how = ("RL on the training distribution left it where it was (within 0.03)" if moved <= 0.03
-               else "RL on the training distribution moved it" if moved == moved else "")
+        changes = [v - ood_base for v in ood.values() if v == v] if ood_base == ood_base else []
+        up, down = any(c > 0.03 for c in changes), any(c < -0.03 for c in changes)
+        how = ("" if not changes else "RL on the training distribution moved it both ways" if up and down
+               else "RL on the training distribution raised it" if up else "RL on the training distribution lowered it" if down
+               else "RL on the training distribution left it where it was (within 0.03)")
         low = " The warm start rarely solves these (docs/warmstart.md: unseen names and phrasings are where it fails)." if ood_base < 0.1 else ""
         lines.append(f"Out of distribution (toolworld's test split: unseen entities and phrasings), tool-task Success was {ood_base:.3f} "
                      f"before training and {each} after{': ' + how if how else ''}.{low}")
