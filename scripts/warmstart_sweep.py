@@ -45,10 +45,11 @@ def main() -> None:
     ap.add_argument("--mlp", type=int, default=512)
     ap.add_argument("--from-default", action="store_true",
                     help="start from BuildConfig() (the shipped recipe) and apply only --paraphrase, --entity-style, "
-                         "--wrong-entity and --synthetic-style overrides; the other options above are ignored")
-    ap.add_argument("--paraphrase", type=float, default=0.0, help="BuildConfig.paraphrase")
-    ap.add_argument("--entity-style", default="syllables", help="BuildConfig.entity_style")
-    ap.add_argument("--wrong-entity", type=float, default=0.0, help="DemoMix.wrong_entity")
+                         "--wrong-entity and --model-heads; the other options above are ignored")
+    ap.add_argument("--paraphrase", type=float, default=None, help="BuildConfig.paraphrase (default: the base config's)")
+    ap.add_argument("--entity-style", default=None, help="BuildConfig.entity_style (default: the base config's)")
+    ap.add_argument("--wrong-entity", type=float, default=None, help="DemoMix.wrong_entity (default: the base config's)")
+    ap.add_argument("--model-heads", default=None, help="with --from-default: 'H,KV' attention and key/value heads (same width)")
     ap.add_argument("--eval-at", default="")
     ap.add_argument("--eval-n", type=int, default=64)
     ap.add_argument("--out", required=True, help="JSON record (rewritten after every evaluation)")
@@ -78,7 +79,17 @@ def main() -> None:
                       env_loss_weight=args.env_weight, copy_weight=args.copy_weight, induction_steps=args.induction,
                       induction_every=args.induction_every),
     ) if not args.from_default else BuildConfig()
-    cfg = replace(cfg, paraphrase=args.paraphrase, entity_style=args.entity_style, mix=replace(cfg.mix, wrong_entity=args.wrong_entity))
+    if not args.from_default:  # the options above describe the recipes before issue 27: no paraphrases, syllable names
+        args.paraphrase = 0.0 if args.paraphrase is None else args.paraphrase
+        args.entity_style = args.entity_style or "syllables"
+        args.wrong_entity = 0.0 if args.wrong_entity is None else args.wrong_entity
+    overrides = {k: v for k, v in (("paraphrase", args.paraphrase), ("entity_style", args.entity_style)) if v is not None}
+    if args.wrong_entity is not None:
+        overrides["mix"] = replace(cfg.mix, wrong_entity=args.wrong_entity)
+    if args.model_heads:
+        h, kv = (int(x) for x in args.model_heads.split(","))
+        overrides["model"] = replace(cfg.model, num_attention_heads=h, num_key_value_heads=kv)
+    cfg = replace(cfg, **overrides)
     args.steps = cfg.sft.steps
     t0, c0 = time.perf_counter(), time.process_time()
     tasks = toolworld.make_tasks("test", n=args.eval_n)
