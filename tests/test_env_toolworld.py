@@ -232,3 +232,15 @@ def test_diagnostic_cells_cross_the_two_axes(train, test):
         assert set().union(*map(_slot_values, tasks)) <= ents[e] and {t.meta["template"] for t in tasks} <= tpls[p], split
         assert not set(_requests(tasks)) & set(_requests(train)), split
         assert {t.kind for t in tasks} >= {"single", "parallel", "chain"}
+
+
+def test_request_templates_are_the_templates_a_split_draws(train, test):
+    tr, te = tw.request_templates("train"), tw.request_templates("test")
+    assert set(tr) == set(te) and all(len(v) == 4 for v in tr.values()) and all(len(v) == 2 for v in te.values())
+    assert all(not set(tr[k]) & set(te[k]) for k in tr)  # train and test phrasings are disjoint
+    for split, tasks, table in (("train", train, tr), ("test", test, te)):
+        assert all(t.meta["template"] in table[t.meta["task_type"]] for t in tasks), split
+    assert tw.request_templates("test_phrasings") == te and tw.request_templates("test_entities") == tr
+    assert set(tw.request_templates("heldout_tools")).isdisjoint(tr)
+    with pytest.raises(ValueError, match="split"):
+        tw.request_templates("dev")

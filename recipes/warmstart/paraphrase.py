@@ -26,7 +26,6 @@ rewritten: the rules see ``{slot}`` placeholders, not the values.
 
 from __future__ import annotations
 
-import functools
 import random
 import re
 from dataclasses import replace
@@ -108,14 +107,9 @@ def paraphrase_template(template: str, rng: random.Random) -> str:
     return t
 
 
-@functools.lru_cache(maxsize=None)
 def test_templates() -> dict[str, frozenset[str]]:
     """Each toolworld task type's test-split templates (a paraphrase never equals one)."""
-    out: dict[str, set[str]] = {}
-    for split in ("test", "test_phrasings"):
-        for t in toolworld.make_tasks(split, n=2000, seed=0):
-            out.setdefault(t.meta["task_type"], set()).add(t.meta["template"])
-    return {k: frozenset(v) for k, v in out.items()}
+    return {k: frozenset(v) for k, v in toolworld.request_templates("test").items()}
 
 
 def _slots(template: str, request: str) -> dict[str, str] | None:

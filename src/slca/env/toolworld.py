@@ -52,7 +52,7 @@ from slca.env.schema import ToolBox
 from slca.env.simulators import PythonSimulator, SchemaSimulator, Simulator, ToolError
 from slca.types import Task, ToolCall
 
-__all__ = ["TOOLS", "HELDOUT_TOOLS", "FUNCTIONS", "SPLITS", "KINDS", "WARMSTART_DEMOS", "make_tasks", "make_env", "tool", "run_gold"]
+__all__ = ["TOOLS", "HELDOUT_TOOLS", "FUNCTIONS", "SPLITS", "KINDS", "WARMSTART_DEMOS", "make_tasks", "request_templates", "make_env", "tool", "run_gold"]
 
 SPLITS = ("train", "train_heldout", "test", "test_entities", "test_phrasings", "heldout_tools")
 KINDS = ("single", "parallel", "chain", "no_tool", "unservable")
@@ -665,6 +665,13 @@ def _templates(tt: _TaskType, split: str) -> tuple[str, ...]:
     if tt.heldout:
         return tt.templates
     return tt.templates[:4] if split in _TRAIN_PHRASING else tt.templates[4:]
+
+
+def request_templates(split: str) -> dict[str, tuple[str, ...]]:
+    """The request templates a ``split`` phrases each of its task types with (``{slot}`` placeholders), by task type."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    return {tt.name: _templates(tt, split) for tt in _TYPES if tt.heldout == (split == "heldout_tools")}
 
 
 @functools.lru_cache(maxsize=4)

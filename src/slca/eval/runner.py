@@ -101,7 +101,7 @@ def _in_domain(cfg: EvalConfig) -> SuiteRun:
     from slca.eval.in_domain import run_in_domain
 
     # slca train's loader: a toolworld task file gets toolworld's world here too
-    tasks, make_env = load_suite("toolworld", cfg.split, cfg.gen.seed) if cfg.suite == "toolworld" else load_suite(cfg.data, cfg.split, cfg.gen.seed)
+    tasks, make_env = load_suite("toolworld" if cfg.suite == "toolworld" else cfg.data, cfg.split, cfg.gen.seed)
     if cfg.categories:
         kinds = sorted({t.kind for t in tasks})
         bad = [c for c in cfg.categories if c not in kinds]
