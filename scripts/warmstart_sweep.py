@@ -45,11 +45,12 @@ def main() -> None:
     ap.add_argument("--mlp", type=int, default=512)
     ap.add_argument("--from-default", action="store_true",
                     help="start from BuildConfig() (the shipped recipe) and apply only --paraphrase, --entity-style, "
-                         "--wrong-entity and --model-heads; the other options above are ignored")
+                         "--wrong-entity, --model-heads and --sft-steps; the other options above are ignored")
     ap.add_argument("--paraphrase", type=float, default=None, help="BuildConfig.paraphrase (default: the base config's)")
     ap.add_argument("--entity-style", default=None, help="BuildConfig.entity_style (default: the base config's)")
     ap.add_argument("--wrong-entity", type=float, default=None, help="DemoMix.wrong_entity (default: the base config's)")
     ap.add_argument("--model-heads", default=None, help="with --from-default: 'H,KV' attention and key/value heads (same width)")
+    ap.add_argument("--sft-steps", type=int, default=None, help="with --from-default: SFTConfig.steps (the schedule follows)")
     ap.add_argument("--eval-at", default="")
     ap.add_argument("--eval-n", type=int, default=64)
     ap.add_argument("--out", required=True, help="JSON record (rewritten after every evaluation)")
@@ -89,6 +90,8 @@ def main() -> None:
     if args.model_heads:
         h, kv = (int(x) for x in args.model_heads.split(","))
         overrides["model"] = replace(cfg.model, num_attention_heads=h, num_key_value_heads=kv)
+    if args.sft_steps:
+        overrides["sft"] = replace(cfg.sft, steps=args.sft_steps)
     cfg = replace(cfg, **overrides)
     args.steps = cfg.sft.steps
     t0, c0 = time.perf_counter(), time.process_time()

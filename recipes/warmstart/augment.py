@@ -14,6 +14,7 @@ follow the new values. The request phrasing is left alone.
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from dataclasses import replace
@@ -21,13 +22,14 @@ from typing import Any
 
 from slca.types import Task, ToolCall
 
-__all__ = ["synthesize_entities", "pseudo_word", "varied_word", "replace_value", "ENTITY_STYLES"]
+__all__ = ["synthesize_entities", "pseudo_word", "varied_word", "faker_word", "faker_names", "replace_value", "ENTITY_STYLES"]
 
 _CONSONANTS = "bdfgklmnprstvz"
 _VOWELS = "aeiou"
 #: ``syllables``: consonant-vowel pseudo-words (:func:`pseudo_word`); ``varied``: names from a wider
-#: syllable grammar, one in four of random letters (:func:`varied_word`).
-ENTITY_STYLES = ("syllables", "varied")
+#: syllable grammar, one in four of random letters (:func:`varied_word`); ``faker``: real-world names of
+#: many locales from the ``faker`` package's lists, one in four a syllable pseudo-word (:func:`faker_word`).
+ENTITY_STYLES = ("syllables", "varied", "faker")
 _ONSETS = ("b", "bl", "br", "c", "ch", "cl", "cr", "d", "dr", "f", "fl", "fr", "g", "gl", "gr", "h", "j", "k", "kr", "l", "m",
            "n", "p", "ph", "pl", "pr", "qu", "r", "s", "sc", "sh", "sk", "sl", "sm", "sn", "sp", "st", "str", "t", "th", "tr",
            "v", "w", "wh", "x", "y", "z", "")
@@ -56,6 +58,54 @@ def varied_word(rng: random.Random) -> str:
     return "".join(rng.choice(_ONSETS) + rng.choice(_NUCLEI) for _ in range(n)) + rng.choice(_CODAS)
 
 
+@functools.cache
+def faker_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Capitalised and lowercase name pools from ``faker``'s own lists (no random draws, so stable per version).
+
+    Capitalised: every locale's first names, last names and city names; lowercase: its English
+    word list. Accents are stripped; only plain ``[A-Za-z]`` words of 3-12 letters are kept,
+    and every word of a toolworld *test* entity (``Toronto``, ``piano``) is left out, so the
+    test split's names stay unseen. Sorted, so a seeded draw is the same in every process.
+    """
+    import importlib
+    import pkgutil
+    import unicodedata
+
+    import faker.providers.address as address
+    import faker.providers.lorem.en_US as lorem
+    import faker.providers.person as person
+
+    from slca.env import toolworld
+
+    def listed(provider: type, attr: str) -> list[str]:
+        v = getattr(provider, attr, None)
+        if v is None or isinstance(v, property) or callable(v):
+            return []
+        return [str(x) for x in (v.keys() if hasattr(v, "keys") else v)]
+
+    raw: set[str] = set()
+    for pkg, attrs in ((person, ("first_names", "last_names", "first_names_male", "first_names_female")), (address, ("cities", "city_names"))):
+        for mod in pkgutil.iter_modules(pkg.__path__):
+            provider = importlib.import_module(f"{pkg.__name__}.{mod.name}").Provider
+            for attr in attrs:
+                raw.update(listed(provider, attr))
+    banned = {w.lower() for e in toolworld.entities("test").all() for w in e.split()}
+
+    def keep(words, shape: str) -> tuple[str, ...]:
+        plain = {unicodedata.normalize("NFKD", w).encode("ascii", "ignore").decode() for w in words}
+        return tuple(sorted(w for w in plain if re.fullmatch(shape, w) and w.lower() not in banned))
+
+    return keep(raw, r"[A-Z][a-z]{2,11}"), keep(lorem.Provider.word_list, r"[a-z]{3,12}")
+
+
+def faker_word(rng: random.Random, capital: bool = True) -> str:
+    """A lowercase name: from :func:`faker_names` (capitalised pool when ``capital``), or one in four a :func:`pseudo_word`."""
+    if rng.random() < 0.25:
+        return pseudo_word(rng)
+    caps, lower = faker_names()
+    return rng.choice(caps).lower() if capital else rng.choice(lower)
+
+
 def replace_value(text: str, old: str, new: str, count: int = 0) -> str:
     """Replace ``old`` where it stands as a whole value (not inside a word, date, id or longer number)."""
     return re.sub(rf"(?<![\w.:\-]){re.escape(old)}(?![\w:\-]|\.\d)", lambda _: new, text, count=count)
@@ -68,8 +118,11 @@ def _like(entity: str, rng: random.Random, style: str = "syllables") -> str:
     if re.fullmatch(r"[A-Z]{2,5}", entity):
         return "".join(rng.choice("ABCDEFGHIJKLMNOPRSTUVWXZ") for _ in range(rng.randint(2, 5)))
     words = entity.split()
-    word = varied_word if style == "varied" else pseudo_word
-    new = [_word(word, rng) for _ in words]
+    if style == "faker":
+        new = [_word(functools.partial(faker_word, capital=o[:1].isupper()), rng) for o in words]
+    else:
+        word = varied_word if style == "varied" else pseudo_word
+        new = [_word(word, rng) for _ in words]
     return " ".join(w.capitalize() if o[:1].isupper() else w for w, o in zip(new, words))
 
 

@@ -306,6 +306,18 @@ class _Entities:
     titles: list[str]
     teams: list[str]
 
+    def all(self) -> list[str]:
+        """Every entity of every kind."""
+        return [*self.cities, *self.symbols, *self.people, *self.titles, *self.teams]
+
+
+def entities(split: str) -> _Entities:
+    """The entities a split draws its tasks from: the train entities for ``train``, ``train_heldout`` and
+    ``test_phrasings``, the test entities (disjoint) for the others. Dates are shared."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    return _entities("train" if split in _TRAIN_ENTITIES else "test")
+
 
 def _entities(split: str) -> _Entities:
     """Every fourth entity is test-only; train gets the rest (disjoint by construction)."""
