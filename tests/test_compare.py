@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-from _tok import save_tiny_policy
 
 from slca.compare import t_interval
 
@@ -33,11 +32,6 @@ def test_bands_are_clipped_to_the_metric_range():
     assert band("eval/success", [mu], [hw]) == ([0.0], [1.0])
     assert band("grad/cosine_tool_summary", [0.9], [0.5]) == ([0.4], [1.0])
     assert band("probe/parallel_pref", [0.0], [2.0]) == ([-2.0], [2.0])
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    return save_tiny_policy(tmp_path_factory.mktemp("tiny-model"))
 
 
 @pytest.mark.slow

@@ -220,7 +220,8 @@ def run_pin(name: str, fast: bool, model_dir: Path, run: Path) -> tuple[list[dic
 
 
 @pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
+def pin_model_dir(tmp_path_factory):
+    """The pin's own model: warm-started for a few seconds so it calls tools (not the session's random tiny_model_dir)."""
     return build_tiny_model(tmp_path_factory.mktemp("tiny_model"))
 
 
@@ -228,11 +229,11 @@ _RUNS: dict[tuple[str, bool], tuple[list[dict], list]] = {}
 
 
 @pytest.fixture()
-def pin_run(tmp_path_factory, tiny_model_dir, request):
+def pin_run(tmp_path_factory, pin_model_dir, request):
     """The case's run, once per session (the exact and the any-CPU check read the same run)."""
     name, fast = request.param
     if (name, fast) not in _RUNS:
-        _RUNS[name, fast] = run_pin(name, fast, tiny_model_dir, tmp_path_factory.mktemp(f"run_{name}_{fast}") / "run")
+        _RUNS[name, fast] = run_pin(name, fast, pin_model_dir, tmp_path_factory.mktemp(f"run_{name}_{fast}") / "run")
     return (name, fast, *_RUNS[name, fast])
 
 
@@ -268,12 +269,12 @@ def _regen(name: str, fast: bool, got_metrics: list[dict], got_samples: list, mo
 
 @pytest.mark.slow
 @pytest.mark.parametrize("pin_run", CASES, ids=CASE_IDS, indirect=True)
-def test_seeded_train_metrics_unchanged(pin_run, tiny_model_dir):
+def test_seeded_train_metrics_unchanged(pin_run, pin_model_dir):
     """The plain transformers forward (fast_paths=false) reproduces the pin exactly (rel 1e-6); slca.fastpath
     (the default) computes the same math in other kernels, so it matches within rel 1e-3 / abs 1e-6, same tokens."""
     name, fast, got_metrics, got_samples = pin_run
     if os.environ.get("SLCA_REGEN_PIN") == "1" and not fast:
-        _regen(name, fast, got_metrics, got_samples, tiny_model_dir)
+        _regen(name, fast, got_metrics, got_samples, pin_model_dir)
     why = exact_mismatch(json.loads((FIXTURES / "env.json").read_text()), numeric_env())
     if why is not None:
         pytest.skip(f"exact comparison skipped: {why}; test_seeded_train_holds_on_any_cpu checked what holds on any CPU")
@@ -408,7 +409,7 @@ def _check_samples(name, got, expected, steps) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("pin_run", CASES, ids=CASE_IDS, indirect=True)
-def test_seeded_train_holds_on_any_cpu(pin_run, tiny_model_dir):
+def test_seeded_train_holds_on_any_cpu(pin_run, pin_model_dir):
     """What the pin fixes on every x86-64 machine, whatever tokens its float sums sample (module docstring)."""
     name, fast, got_metrics, got_samples = pin_run
     exp_dir = FIXTURES / name
@@ -416,7 +417,7 @@ def test_seeded_train_holds_on_any_cpu(pin_run, tiny_model_dir):
     check_any_cpu(name, got_metrics, got_samples, expected, exp_samples)
     pinned0 = FIXTURES / "step0.json"
     if pinned0.exists():  # before any RL step and without sampling: the same within rounding on any CPU
-        check_step0(json.loads(pinned0.read_text()), step0(tiny_model_dir))
+        check_step0(json.loads(pinned0.read_text()), step0(pin_model_dir))
     why = exact_mismatch(json.loads((FIXTURES / "env.json").read_text()), numeric_env())
     same = got_metrics == expected and got_samples == exp_samples
     print(f"[train pin] {name}{' fast_paths' if fast else ''}: any-CPU checks passed (numbers "
