@@ -45,10 +45,11 @@ def main() -> None:
     ap.add_argument("--mlp", type=int, default=512)
     ap.add_argument("--from-default", action="store_true",
                     help="start from BuildConfig() (the shipped recipe) and apply only --paraphrase, --entity-style, "
-                         "--wrong-entity, --model-heads and --sft-steps; the other options above are ignored")
+                         "--wrong-entity, --sequential, --model-heads and --sft-steps; the other options above are ignored")
     ap.add_argument("--paraphrase", type=float, default=None, help="BuildConfig.paraphrase (default: the base config's)")
     ap.add_argument("--entity-style", default=None, help="BuildConfig.entity_style (default: the base config's)")
     ap.add_argument("--wrong-entity", type=float, default=None, help="DemoMix.wrong_entity (default: the base config's)")
+    ap.add_argument("--sequential", type=float, default=None, help="DemoMix.sequential: parallel steps split over turns (default: the base config's)")
     ap.add_argument("--model-heads", default=None, help="with --from-default: 'H,KV' attention and key/value heads (same width)")
     ap.add_argument("--sft-steps", type=int, default=None, help="with --from-default: SFTConfig.steps (the schedule follows)")
     ap.add_argument("--eval-at", default="")
@@ -85,8 +86,9 @@ def main() -> None:
         args.entity_style = args.entity_style or "syllables"
         args.wrong_entity = 0.0 if args.wrong_entity is None else args.wrong_entity
     overrides = {k: v for k, v in (("paraphrase", args.paraphrase), ("entity_style", args.entity_style)) if v is not None}
-    if args.wrong_entity is not None:
-        overrides["mix"] = replace(cfg.mix, wrong_entity=args.wrong_entity)
+    mix = {k: v for k, v in (("wrong_entity", args.wrong_entity), ("sequential", args.sequential)) if v is not None}
+    if mix:
+        overrides["mix"] = replace(cfg.mix, **mix)
     if args.model_heads:
         h, kv = (int(x) for x in args.model_heads.split(","))
         overrides["model"] = replace(cfg.model, num_attention_heads=h, num_key_value_heads=kv)

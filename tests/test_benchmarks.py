@@ -147,3 +147,13 @@ def test_bench_scaling_tiny_one_point(bench, capsys):
     vals = numbers(r[6:9])  # step, rollout, train CPU seconds
     assert all(math.isfinite(v) and v > 0 for v in vals) and abs(vals[0] - vals[1] - vals[2]) < 0.02, out
     assert r[-2].endswith("GB") and float(r[-2][:-2]) > 0.1, out  # peak RSS of the child
+
+
+def test_bench_shared_prompt_tiny(bench, capsys):
+    bench("bench_shared_prompt").main(["--tiny", "--threads", "1"])
+    out = capsys.readouterr().out
+    for side in ("shared", "copies"):
+        (r,) = rows(out, side)
+        assert all(math.isfinite(v) and v > 0 for v in numbers(r[1:])), out
+    assert re.search(r"same tokens: \d+ of 4 rollouts", out), out
+    assert "2 of 2 at or past" in out, out
