@@ -71,9 +71,12 @@ def faker_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
     import pkgutil
     import unicodedata
 
-    import faker.providers.address as address
-    import faker.providers.lorem.en_US as lorem
-    import faker.providers.person as person
+    try:
+        import faker.providers.address as address
+        import faker.providers.lorem.en_US as lorem
+        import faker.providers.person as person
+    except ImportError as e:
+        raise ImportError(f"entity_style='faker' needs the faker package ({e}): pip install -e '.[warmstart]'") from e
 
     from slca.env import toolworld
 
