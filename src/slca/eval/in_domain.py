@@ -1,7 +1,7 @@
 """In-domain evaluation: toolworld's test split and loaded Toucan / paper-format rows.
 
 Rollouts come from the project's rollout engine
-(:func:`slca.rollout.generate_rollouts`) against each task's simulator. The
+(:func:`slca.generation.rollout.generate_rollouts`) against each task's simulator. The
 tasks and their simulator factory come from the loader ``slca train`` uses
 (:func:`slca.env.suites.load_suite`): toolworld's own world for toolworld tools
 (its splits, or toolworld tasks saved to a file), the schema-guided simulator
@@ -73,7 +73,7 @@ def run_in_domain(
     """
     from slca.env.loaders import prompt_lengths
     from slca.rewards import eval_scores
-    from slca.rollout import RolloutConfig, generate_rollouts
+    from slca.generation.rollout import RolloutConfig, generate_rollouts
 
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")

@@ -59,8 +59,8 @@ class EvalConfig:
 
 def load_model(spec: str):
     """``(model, tokenizer)`` in eval mode from a model folder or a Hugging Face hub id, or the
-    embedded model for ``default`` (:func:`slca.policy.load_policy`: float32, on the CPU)."""
-    from slca.policy import load_policy
+    embedded model for ``default`` (:func:`slca.training.policy.load_policy`: float32, on the CPU)."""
+    from slca.training.policy import load_policy
 
     try:
         model, tok = load_policy(spec, template_fix="")

@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from slca.advantages import (
+from slca.core.advantages import (
     EMPTY_TOOL_DEFAULT,
     AdvantageInputs,
     EstimatorSpec,
@@ -69,7 +69,7 @@ from slca.advantages import (
     resolve_estimator,
     split_assignments,
 )
-from slca.segments import segment_masks
+from slca.core.segments import segment_masks
 
 __all__ = [
     "ESTIMATOR_NAME",
@@ -363,7 +363,7 @@ def selected_estimator() -> EstimatorSpec:
     ``my_pkg.module:function`` (the module is imported here, which registers it:
     verl's workers need no registration code of their own, only the package on
     their path) or the name of a ``slca.estimators`` entry point
-    (:func:`slca.advantages.resolve_estimator`). verl looks ``adv_estimator`` up in
+    (:func:`slca.core.advantages.resolve_estimator`). verl looks ``adv_estimator`` up in
     its own registry, where this module registers ``slca`` alone, so the choice
     among slca's estimators travels in the environment. Check a node before a run
     with ``python -c "from slca.integrations.verl import selected_estimator as s; print(s().name)"``.

@@ -54,7 +54,7 @@ def export_for_serving(spec: str, out: str | Path, *, tool_calls: bool = False, 
     into OpenAI ``tool_calls`` (:data:`slca.models.default.RESPONSE_TEMPLATE`). ``out`` must not hold a model yet.
     """
     from slca.models.default import RESPONSE_TEMPLATE
-    from slca.policy import load_policy
+    from slca.training.policy import load_policy
 
     out = Path(out).expanduser()
     if out.exists() and any(out.iterdir()):

@@ -60,7 +60,7 @@ _HINTS: dict[str, Any] = {"dtype": DTYPE_FIELD, "device": DEVICE_FIELD, "chat_te
 
 
 def _checked(field: str, value: Any) -> None:
-    """Refuse ``value`` as ``slca.config.check_field`` does for ``field`` (the same annotation, the same check)."""
+    """Refuse ``value`` as ``slca.training.config.check_field`` does for ``field`` (the same annotation, the same check)."""
     problem = check_value(value, _HINTS[field])[1]
     if problem:
         raise ConfigError(field, problem)
@@ -311,5 +311,5 @@ def load_policy(spec: str, **options: Any) -> tuple[torch.nn.Module, Any]:
 
 
 def policy_options(cfg: Any) -> dict[str, Any]:
-    """The :func:`prepare_policy` options a :class:`~slca.config.TrainConfig` sets."""
+    """The :func:`prepare_policy` options a :class:`~slca.training.config.TrainConfig` sets."""
     return {k: getattr(cfg, k) for k in ("device", "dtype", "chat_template", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")}

@@ -18,7 +18,7 @@ import torch
 
 from slca._checks import as_1d, as_2d, check_mask, check_same_shape, group_index
 from slca._fields import check_value, coerce, ge, gt, hints, within
-from slca.segments import last_tool_turn, tool_turn_index
+from slca.core.segments import last_tool_turn, tool_turn_index
 
 __all__ = [
     "SCALES",
@@ -1111,7 +1111,7 @@ def slca_turn_advantages(
         group_ids: (B,) group ids.
         tool_mask, summary_mask: (B, T) 0/1, disjoint.
         turn_index: (B, T) integer, the tool turn of each tool token (-1 elsewhere;
-            :func:`slca.segments.turn_index`). Only its values on tool tokens are read.
+            :func:`slca.core.segments.turn_index`). Only its values on tool tokens are read.
         turn_lambda: weight of the turn term (finite).
 
     Returns:

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from slca._fs import temp_dir, umask, umask_modes
-from slca.config import ConfigError, TrainConfig, config_diff, read_stored_config, to_dict
+from slca.training.config import ConfigError, TrainConfig, config_diff, read_stored_config, to_dict
 
 __all__ = [
     "RunFolder", "read_jsonl", "write_atomic", "save_checkpoint", "verify_checkpoint", "list_checkpoints",
@@ -340,7 +340,7 @@ def load_checkpoint(d: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, A
 class RunFolder:
     """An exclusively held run folder, checked against ``resume`` / ``overwrite``.
 
-    Use as a context manager around a run (:func:`slca.trainer.train` does)::
+    Use as a context manager around a run (:func:`slca.training.trainer.train` does)::
 
         with RunFolder(cfg, resume=True) as run:
             ...  # run.checkpoint: the checkpoint to resume from, or None
@@ -412,7 +412,7 @@ class RunFolder:
     def commit(self) -> None:
         """The run starts: with ``overwrite`` the old run is deleted; config.json is written.
 
-        :func:`slca.trainer.train` commits once the tasks and the model have loaded, so a
+        :func:`slca.training.trainer.train` commits once the tasks and the model have loaded, so a
         bad data file or a model that does not load leaves the folder as it was."""
         if self.overwrite and self.holds_run():
             self._clear()
