@@ -163,7 +163,8 @@ def test_parallel_split_counts_turns_on_parallel_tasks():
 def test_trainer_evaluation_scores_as_slca_eval(tmp_path, tiny, monkeypatch):
     """The trainer's held-out metrics and ``slca eval``'s in-domain report score the same rollouts the
     same way (slca.rewards.eval_scores): overall, per kind, parse rate and parallel split agree."""
-    import slca.generation.rollout
+    import slca.eval.in_domain
+    import slca.training.trainer
     from slca.eval.agent import GenerationConfig, PolicyAgent
     from slca.eval.in_domain import METRICS, run_in_domain
     from slca.generation.rollout import RolloutResult
@@ -191,7 +192,8 @@ def test_trainer_evaluation_scores_as_slca_eval(tmp_path, tiny, monkeypatch):
                  for j, t in enumerate(chunk)]
         return RolloutResult(trajs, 0, 1.0)
 
-    monkeypatch.setattr(slca.generation.rollout, "generate_rollouts", fake_rollouts)
+    for user in (slca.training.trainer, slca.eval.in_domain):  # the two callers of the rollout engine
+        monkeypatch.setattr(user, "generate_rollouts", fake_rollouts)
     kw = _trainer_kwargs(tiny)
     tr = Trainer(_cfg(tmp_path), **{**kw, "eval_tasks": picked})
     m = tr.evaluate_on(picked, "eval")

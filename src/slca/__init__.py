@@ -3,6 +3,8 @@
 Public API; everything not re-exported here may change.
 """
 
+import importlib
+
 from slca.core.advantages import (
     AdvantageInputs,
     compute_advantages,
@@ -89,8 +91,6 @@ _LAZY = {
 def __getattr__(name: str):
     # Lazily exposed parts that pull heavier imports (transformers, the environment).
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'slca' has no attribute {name!r}")
 

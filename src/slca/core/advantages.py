@@ -12,6 +12,7 @@ import inspect
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass, make_dataclass, replace
+from importlib.metadata import entry_points
 from typing import Annotated, Any, Literal, Protocol
 
 import torch
@@ -768,8 +769,6 @@ def resolve_estimator(ref: str) -> EstimatorSpec:
 
 def _entry_points() -> dict[str, Any]:
     """The ``slca.estimators`` entry points by name; ValueError if two packages declare one name differently."""
-    from importlib.metadata import entry_points
-
     out: dict[str, Any] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         old = out.get(ep.name)

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 import torch
+from rich.progress import Progress
 
-from slca.chat import ChatRenderer
+from slca.chat import ChatRenderer, get_format
 from slca.generation.batching import pad
 from slca.generation.rollout import MAX_NEW_TOKENS_FIELD, TEMPERATURE_FIELD, Sampling, stop_token_ids
 from slca.types import ParsedTurn
@@ -79,8 +80,6 @@ class PolicyAgent:
     """
 
     def __init__(self, model, tokenizer, format: str = "hermes", gen: GenerationConfig | None = None, *, chat_template: str | None = None):
-        from slca.chat import get_format
-
         self.model = model
         self.tokenizer = tokenizer
         self.format_name = format
@@ -195,8 +194,6 @@ class Episode(Protocol):
 
 def drive(agent: PolicyAgent, episodes: Sequence[Episode], *, desc: str = "rollouts", progress: bool = True) -> None:
     """Step all episodes with batched agent turns until every one is done."""
-    from rich.progress import Progress
-
     active = [e for e in episodes if not e.done]
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task(desc, total=len(episodes), completed=len(episodes) - len(active))

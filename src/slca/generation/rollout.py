@@ -48,6 +48,7 @@ import torch
 
 from slca._fields import check_value, ge, gt, hints, within
 from slca.chat import ChatRenderer, ToolCallFormat, get_format
+from slca.generation.batching import collate, response_logprobs
 from slca.types import ParsedTurn, Task, ToolResult, Trajectory, Turn
 
 if TYPE_CHECKING:
@@ -534,8 +535,6 @@ def trajectory_logprobs(model: torch.nn.Module, trajectories: Sequence[Trajector
         One (T_i,) float tensor per trajectory, aligned with ``response_ids``;
         on policy tokens it matches ``Trajectory.logprobs`` within float tolerance.
     """
-    from slca.generation.batching import collate, response_logprobs
-
     if not trajectories:
         return []
     device = next(model.parameters()).device

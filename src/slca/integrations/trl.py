@@ -65,6 +65,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from packaging.version import Version
 
 from slca._fields import help_of
 from slca.core.advantages import (
@@ -82,6 +83,7 @@ from slca.core.advantages import (
     resolve_estimator,
 )
 from slca.core.segments import segment_masks
+from slca.rewards import execution_reward, summary_reward, turns_from_messages
 from slca.types import Task, ToolResult, Trajectory, Turn
 
 try:
@@ -445,8 +447,6 @@ def trajectories_from_completions(
     tokens); ``stop_reason`` is ``final_answer`` when the last assistant turn
     made no call, else ``max_turns``.
     """
-    from slca.rewards import turns_from_messages
-
     out = []
     for c, key in zip(completions, task_ids, strict=True):
         msgs = _messages(c)
@@ -496,8 +496,6 @@ def slca_reward_funcs(
       action-dependent baseline: the tool tier then never sees the cost of
       running out of turns (docs/beyond.md, "Segments that are missing").
     """
-    from slca.rewards import execution_reward, summary_reward, turns_from_messages
-
     if unanswered not in UNANSWERED_MODES:
         raise ValueError(f"unanswered must be one of {UNANSWERED_MODES}, got {unanswered!r}")
     complete = mark_unanswered if unanswered == "not_executed" else (lambda turns: turns)
@@ -851,8 +849,6 @@ class SLCAGRPOTrainer(GRPOTrainer):
 
 
 def _warn_untested_version() -> None:
-    from packaging.version import Version
-
     v = Version(trl.__version__)
     if not (Version("1.16") <= v < Version("1.17")):
         warnings.warn(

@@ -51,9 +51,11 @@ How the two rewards reach the estimator (verl 0.9.1)
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -70,6 +72,7 @@ from slca.core.advantages import (
     split_assignments,
 )
 from slca.core.segments import segment_masks
+from slca.types import ToolResult, Turn
 
 __all__ = [
     "ESTIMATOR_NAME",
@@ -334,8 +337,6 @@ def dump_batch(directory: str, estimator: str, token_level_rewards, response_mas
     Returns:
         The file's path.
     """
-    from pathlib import Path
-
     global _DUMPS
     _DUMPS += 1
     out = Path(directory)
@@ -440,6 +441,7 @@ def _task_from_row(ground_truth: Any, extra_info: Mapping[str, Any] | None):
     or its JSON, of steps, each a list of parallel ``{"name", "arguments"}``)
     and ``answer_facts``.
     """
+    # the environment and the rewards load on first use: every verl process (each Ray worker) imports this plugin
     from slca.env.loaders import task_from_row
 
     gt = json.loads(ground_truth) if isinstance(ground_truth, str) else dict(ground_truth or {})
@@ -474,7 +476,6 @@ def _turns_from_solution(solution_str: str, fmt: str):
     """
     from slca.chat import get_format
     from slca.rewards.messages import tool_result
-    from slca.types import ToolResult, Turn
 
     parser = get_format(fmt)
     pieces = re.split(r"<tool_response>(.*?)</tool_response>", solution_str, flags=re.S)
@@ -549,8 +550,6 @@ def _warn_if_unresolvable() -> None:
     try:
         selected_options(selected_estimator())
     except ValueError as e:
-        import logging
-
         logging.getLogger(__name__).warning("%s (adv_estimator=slca will raise this on the first batch)", e)
 
 

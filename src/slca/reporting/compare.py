@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from slca import metrics as M
+from slca.core.advantages import _entry_points, resolve_estimator
 from slca.reporting.report import final_eval, md_header, md_row, mean_of, metric_range, read_metrics
-from slca.training.runs import write_atomic
+from slca.training.config import config_diff, load_config
+from slca.training.runs import RunFolder, checkpoint_step, newest_intact_checkpoint, write_atomic
 from slca.training.samples import SampleGroup, SampleRollout, is_finite_number, read_samples
 
 __all__ = ["RunSpec", "run_compare", "train_process", "run_status", "check_runs", "summarize", "write_compare_report", "t_interval", "band"]
@@ -55,8 +57,6 @@ class RunSpec:
 
 def run_config(spec: RunSpec, overrides: list[str]) -> Any:
     """The validated config ``slca train`` builds for one run of the comparison."""
-    from slca.training.config import load_config
-
     return load_config(None, [*overrides, f"estimator={spec.estimator}", f"seed={spec.seed}", f"run_dir={spec.run_dir}"])
 
 
@@ -68,9 +68,6 @@ def run_status(spec: RunSpec, overrides: list[str]) -> tuple[str, list[str]]:
     continued with ``--resume``; ``("differs", diff)`` trained with another config
     (or not a run slca wrote): retrained only with ``overwrite``.
     """
-    from slca.training.config import config_diff
-    from slca.training.runs import RunFolder, checkpoint_step, newest_intact_checkpoint
-
     cfg = run_config(spec, overrides)
     folder = RunFolder(cfg)
     if not folder.holds_run():
@@ -109,8 +106,6 @@ def check_runs(estimators: list[str], seeds: list[int], out: Path, overrides: li
     Every run's config is validated, and a run folder already in ``out`` that
     was trained with a different config is refused unless ``overwrite``.
     """
-    from slca.training.config import load_config
-
     check_estimators(estimators)
     if any(k.split("=", 1)[0].strip() in ("estimator", "seed", "run_dir") for k in overrides):
         raise ValueError("--set: may not change estimator, seed or run_dir (compare sets them per run)")
@@ -135,8 +130,6 @@ def check_estimators(estimators: list[str]) -> None:
     Also refused: two references to one estimator, and two whose run folders
     would share a name.
     """
-    from slca.core.advantages import _entry_points, resolve_estimator
-
     done: list[tuple[str, Any]] = []
     for e in estimators:
         try:
@@ -163,8 +156,6 @@ def _label(estimator: str) -> str:
     """The run folders' name for ``estimator``: itself, or for an import path the name it is registered under."""
     if ":" not in estimator:
         return estimator
-    from slca.core.advantages import resolve_estimator
-
     return resolve_estimator(estimator).name
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import json
 import typing
 from collections.abc import Callable, Iterator
@@ -30,6 +31,7 @@ from typing import Annotated, Any, Literal
 import yaml
 
 from slca._fields import ConfigError, check_value, coerce, ge, gt, help_of, hints, within
+from slca.chat import list_formats
 from slca.core.advantages import (
     Eps,
     EmptySummary,
@@ -45,7 +47,9 @@ from slca.core.advantages import (
 )
 from slca.core.losses import AGG_MODES, KL_KINDS
 from slca.generation.rollout import MAX_NEW_TOKENS_FIELD, TEMPERATURE_FIELD, TOP_P_FIELD
-from slca.training.policy import CHAT_TEMPLATE_FIELD, DEVICE_FIELD, DTYPE_FIELD
+from slca.models.named import NAMED_MODELS, named_model_problem
+from slca.training.policy import CHAT_TEMPLATE_FIELD, DEVICE_FIELD, DTYPE_FIELD, hub_model_problem, lora_base, looks_like_path
+from slca.training.tracking import parse_report_to
 
 __all__ = ["TrainConfig", "ConfigError", "GROUPS", "ESTIMATOR_FIELDS", "OTHER_NAMES", "check_field", "estimator_options", "field_docs", "load_config", "resume_config", "read_config_file", "file_overrides", "apply_overrides", "validate", "config_diff", "to_dict"]
 
@@ -265,8 +269,6 @@ GROUPS: dict[str, str] = {"run_dir": "run", "suite": "data", "max_turns": "sampl
 
 
 def _estimator(v: str) -> str | None:
-    from slca.core.advantages import resolve_estimator
-
     try:
         resolve_estimator(v)  # a registered name, 'package.module:function' (imported here) or an entry point
     except ValueError as e:
@@ -275,20 +277,14 @@ def _estimator(v: str) -> str | None:
 
 
 def _tool_format(v: str) -> str | None:
-    from slca.chat import list_formats
-
     return None if v in list_formats() else f"must be a tool-call format {list_formats()}, got {v!r}"
 
 
 def _model(v: str) -> str | None:
-    from slca.models.named import NAMED_MODELS, named_model_problem
-
     if v in NAMED_MODELS:
         return named_model_problem(v)
     p = Path(v).expanduser()
     if not p.exists():
-        from slca.training.policy import hub_model_problem, looks_like_path
-
         if looks_like_path(v):
             hint = _did_you_mean_path(p) or "give 'default', 'smollm2', a save_pretrained folder or a Hugging Face hub id"
             return f"{v!r}: no such folder ({hint})"
@@ -296,8 +292,6 @@ def _model(v: str) -> str | None:
     if not p.is_dir() or not ((p / "config.json").is_file() or (p / "adapter_config.json").is_file()):
         return f"{v!r}: not a Hugging Face model folder (no config.json or adapter_config.json)"
     if not (p / "config.json").is_file():  # a LoRA checkpoint: its base model must be there too
-        from slca.training.policy import lora_base
-
         try:
             lora_base(p)
         except ValueError as e:
@@ -316,8 +310,6 @@ def _did_you_mean_path(p: Path) -> str:
 
 
 def _report_to(v: list[str]) -> str | None:
-    from slca.training.tracking import parse_report_to
-
     try:
         parse_report_to(v)
     except ValueError as e:
@@ -411,8 +403,6 @@ def _cross_checks(cfg: TrainConfig) -> Iterator[tuple[str, str]]:
     if cfg.dtype == "float16" and cfg.lora_r == 0:
         yield "dtype", "float16 full fine-tuning needs loss scaling, which slca does not do; use bfloat16, or float16 with lora_r > 0 (adapters train in float32)"
     if cfg.lora_r > 0:
-        import importlib.util
-
         if importlib.util.find_spec("peft") is None:
             yield "lora_r", "> 0 needs peft, which is not installed (pip install \"slca[peft]\")"
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
 
 from slca._fs import temp_dir, umask, umask_modes
 from slca.training.config import ConfigError, TrainConfig, config_diff, read_stored_config, to_dict
@@ -231,8 +232,6 @@ def save_checkpoint(root: str | Path, step: int, *, model: Any, tokenizer: Any, 
     flushed to disk, then renamed into place: a kill at any point leaves either
     the complete checkpoint or none.
     """
-    from safetensors.torch import save_file
-
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(root)
@@ -317,8 +316,6 @@ def newest_intact_checkpoint(root: str | Path) -> tuple[Path | None, list[tuple[
 
 def load_checkpoint(d: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """``(model state dict, trainer state)`` of a verified checkpoint; tensors only, no pickle."""
-    from safetensors.torch import load_file
-
     d = Path(d)
     why = verify_checkpoint(d)
     if why is not None:

@@ -38,16 +38,30 @@ import torch
 
 from slca import metrics as M
 from slca._checks import group_index
+from slca.chat import encode_conversation, get_format
 from slca.core.advantages import AdvantageInputs, compute_advantages, fill_inputs, list_estimators, option_values
 from slca.core.diagnostics import advantage_stats, contamination, flat_grad, grad_cosine, rolling_cv
 from slca.core.losses import aggregate, clipped_surrogate, kl_penalty, token_logprobs
 from slca.core.segments import segment_masks
 from slca.env.suites import fit_suites, load_suites
 from slca.generation.batching import RolloutBatch, collate, response_logprobs
+from slca.generation.rollout import RolloutConfig, generate_rollouts
 from slca.rewards.batch import ScoredBatch, score_batch
 from slca.rewards.execution import eval_scores
-from slca.training.config import TrainConfig, estimator_options, to_dict, validate
+from slca.rewards.turns import subgroup_fraction
+from slca.training.config import TrainConfig, config_diff, estimator_options, to_dict, validate
 from slca.training.policy import load_policy, policy_options, prepare_policy
+from slca.training.runs import (
+    RESUME_MAY_CHANGE,
+    RunFolder,
+    load_checkpoint,
+    newest_intact_checkpoint,
+    read_jsonl,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+    write_atomic,
+)
 from slca.training.samples import SampleGroup, SampleRollout, samples_from_json, samples_to_json
 from slca.training.stats import CreditStats, GradSplit, RewardStats, RolloutStats, UpdateStats, mixed_fraction, nanmean, step_metrics
 from slca.training.tracking import make_trackers
@@ -192,8 +206,6 @@ class Trainer:
         return m
 
     def rollout_config(self, step: int, *, eval_mode: bool = False):
-        from slca.generation.rollout import RolloutConfig
-
         c = self.cfg
         return RolloutConfig(
             group_size=1 if eval_mode else c.group_size,
@@ -209,8 +221,6 @@ class Trainer:
 
     def rollout(self, step: int) -> Rollouts:
         """Phase 1: ``tasks_per_step x group_size`` rollouts (task-major) and their token batch."""
-        from slca.generation.rollout import generate_rollouts
-
         tasks = [self.train_tasks[i] for i in self.sampler.next(self.cfg.tasks_per_step)]
         self.model.eval()
         res = generate_rollouts(self.model, self.tok, tasks, self.make_env, self.rollout_config(step))
@@ -314,8 +324,6 @@ class Trainer:
 
     def step_metrics(self, step: int, ro: Rollouts, scored: ScoredBatch, credit: Credit, update: UpdateStats) -> dict[str, Any]:
         """Phase 5: the step's diagnostics and its ``metrics.jsonl`` row (names in :mod:`slca.training.stats`)."""
-        from slca.rewards.turns import subgroup_fraction
-
         c, inp, b = self.cfg, credit.inputs, ro.batch
         rewards = RewardStats(inp.tool_rewards, inp.summary_rewards, scored.components, inp.turn_rewards)
         sigs = inp.tool_signatures
@@ -378,8 +386,6 @@ class Trainer:
         """One greedy rollout per task, scored as ``slca eval`` scores its in-domain suites
         (:func:`slca.rewards.eval_scores`: in-domain metrics, parse rate, parallel steps split over
         turns), averaged overall, per task kind and over the tasks that need a call; both reward tiers."""
-        from slca.generation.rollout import generate_rollouts
-
         self.model.eval()
         res = generate_rollouts(self.model, self.tok, tasks, self.make_env, self.rollout_config(self.step, eval_mode=True))
         sb = score_batch(res.trajectories)
@@ -407,8 +413,6 @@ class Trainer:
         its first call (the start of the wasteful one-call-per-turn pattern).
         ``probe/parallel_pref`` = mean log p(one parallel turn) - log p(first call alone).
         """
-        from slca.chat import encode_conversation, get_format
-
         fmt = get_format(self.cfg.tool_format)
         tasks = [t for t in self.eval_tasks if t.gold and len(t.gold[0]) > 1][:n]
         if not tasks:
@@ -429,8 +433,6 @@ class Trainer:
 
     def save(self) -> Path:
         """Checkpoint the run atomically (see :func:`slca.training.runs.save_checkpoint`); returns its folder."""
-        from slca.training.runs import rng_state, save_checkpoint
-
         state = {
             "step": self.step,
             "optimizer": self.opt.state_dict(),
@@ -451,9 +453,6 @@ class Trainer:
         Nothing is unpickled: weights and trainer tensors come from safetensors,
         the rest from JSON. A checkpoint of a different config is refused.
         """
-        from slca.training.config import config_diff
-        from slca.training.runs import RESUME_MAY_CHANGE, load_checkpoint, newest_intact_checkpoint, set_rng_state
-
         if ckpt is None:
             ckpt = newest_intact_checkpoint(self.run_dir / "checkpoints")[0]
             if ckpt is None:
@@ -526,8 +525,6 @@ def _truncate_metrics(path: Path, completed_steps: int) -> None:
 
     A torn last line (a kill mid-write) is dropped; the file is rewritten atomically.
     """
-    from slca.training.runs import read_jsonl, write_atomic
-
     if not path.exists():
         return
     keep = [r for r in read_jsonl(path) if completed_steps > 0 and r.get(M.STEP.name, 0) <= completed_steps]
@@ -551,8 +548,6 @@ def train(
     that many steps in this call (used to test stop-and-resume); ``on_step``
     receives each step's metrics.
     """
-    from slca.training.runs import RunFolder, write_atomic
-
     validate(cfg)  # before the run folder is touched or a model loads
     # the folder is locked and checked first; it is written (config.json, an --overwrite emptied) only once
     # the tasks, the model and the checkpoint have loaded: a start refused until then leaves it as it was
