@@ -2,45 +2,17 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
-import os
-import re
-import shlex
-import shutil
-import subprocess
-import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
-import torch
 import typer
 from rich.console import Console
-from rich.measure import Measurement
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from typer import rich_utils
 
-import slca
 from slca import metrics as M
-from slca.chat import list_formats
-from slca.core.advantages import list_estimators
-from slca.eval import EvalConfig, GenerationConfig, run_eval
-from slca.models.named import NAMED_MODELS, prepare_named
-from slca.models.recipe import import_recipe
-from slca.models.serving import export_for_serving
-from slca.reporting.compare import check_runs, run_compare, train_process, write_compare_report
-from slca.reporting.report import eval_prefixes, final_eval, read_metrics, run_labels, write_report, write_token_html
-from slca.training.config import GROUPS, TrainConfig, apply_overrides, field_docs, file_overrides, load_config, resume_config, to_dict, validate
-from slca.training.policy import load_policy, policy_options
-from slca.training.runs import checkpoint_step, newest_intact_checkpoint, read_jsonl
-from slca.training.samples import read_samples
-from slca.training.trainer import Trainer
-from slca.training.trainer import train as run_training  # `train` is the command below
 
 
 class _OneLineErrors(typer.core.TyperGroup):
@@ -48,12 +20,17 @@ class _OneLineErrors(typer.core.TyperGroup):
     ``error: <option>: <what is wrong>`` line on stderr, exit 2, like every other refusal (not a box)."""
 
     def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None, standalone_mode: bool = True, **extra: Any) -> Any:
+        import importlib
+        import sys
+
         cx = importlib.import_module(typer.BadParameter.__module__)  # click's exceptions, as this typer ships them
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except cx.NoArgsIsHelpError as e:  # plain `slca`: the help, as before
+            from typer import rich_utils
+
             rich_utils.rich_format_error(e)
             sys.exit(e.exit_code)
         except cx.ClickException as e:
@@ -79,6 +56,8 @@ console.soft_wrap = not console.is_terminal  # in logs and CI, long lines (paths
 
 def _version(value: bool) -> None:
     if value:
+        import slca
+
         console.print(f"slca {slca.__version__}")
         raise typer.Exit()
 
@@ -96,6 +75,8 @@ def _print_table(table: Table) -> None:
     if console.is_terminal:
         console.print(table)
         return
+    from rich.measure import Measurement
+
     width = Measurement.get(console, console.options.update_width(10_000), table).maximum
     Console(file=console.file, width=max(width, console.width), color_system=None, highlight=False).print(table)
 
@@ -111,6 +92,8 @@ def _refuse_value_errors(fn):
     """Run ``fn()``; a ValueError (bad input: config, files, run folder) or an OSError (disk full,
     permissions) becomes an ``error:`` line. ``SLCA_DEBUG=1`` re-raises it with its traceback instead.
     """
+    import os
+
     try:
         return fn()
     except (ValueError, OSError) as e:
@@ -133,6 +116,10 @@ def _quiet_loading() -> None:
 
 def _run_with_progress(cfg, label: str, **kw: Any):
     """Train one run with a rich progress bar showing live metrics."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from slca.training.trainer import train
+
     _quiet_loading()
     prog = Progress(
         TextColumn(f"[bold]{label}[/bold]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"),
@@ -152,12 +139,14 @@ def _run_with_progress(cfg, label: str, **kw: Any):
         prog.update(task, completed=m["step"], description=desc)
 
     try:
-        return run_training(cfg, on_step=on_step, **kw)
+        return train(cfg, on_step=on_step, **kw)
     finally:
         prog.stop()
 
 
 def _load_cfg(config: Optional[Path], overrides: list[str]):
+    from slca.training.config import load_config
+
     return _refuse_value_errors(lambda: load_config(config, overrides))
 
 
@@ -189,6 +178,8 @@ def _compare_table(runs: dict[str, Path], title: str, prefix: str = M.EVAL_SET, 
     """Final metrics of one evaluation set (``prefix``) per run, with the warm start (the evaluation before
     the first update) as its own row; ``parallel split`` is the share of parallel tasks whose calls were
     spread over more turns than the task has steps (the paper's diagnostic case; lower is better)."""
+    from slca.reporting.report import final_eval, read_metrics
+
     t = Table(title=title)
     t.add_column("estimator")
     for m in M.CLI_FINAL:
@@ -211,6 +202,8 @@ def _compare_table(runs: dict[str, Path], title: str, prefix: str = M.EVAL_SET, 
 
 def _print_eval_tables(runs: dict[str, Path], what: str) -> None:
     """One table per evaluation set of the runs: the held-out set first, then each out-of-distribution split."""
+    from slca.reporting.report import eval_prefixes, read_metrics
+
     first = next(iter(runs.values()), None)
     prefixes = eval_prefixes(read_metrics(first)) if first is not None else [M.EVAL_SET]
     for i, prefix in enumerate(prefixes or [M.EVAL_SET]):
@@ -223,6 +216,10 @@ def frozen_tool_rewards(cfg, model, tokenizer, on_step=None) -> list[float]:
     of ``cfg`` draws (same task sampler, same rollout settings; no update). A run's own reward
     curve mixes what it learned with how hard each step's tasks are; against this baseline
     (same tasks, step for step) only the learning is left. ``on_step(k)`` after step k (1-based)."""
+    import torch
+
+    from slca.training.trainer import Trainer
+
     tr = Trainer(cfg, model=model, tokenizer=tokenizer)
     out = []
     for step in range(cfg.steps):
@@ -235,6 +232,8 @@ def frozen_tool_rewards(cfg, model, tokenizer, on_step=None) -> list[float]:
 
 def _logged_steps(run_dir: Path, since: float) -> int:
     """The newest step in ``run_dir``'s metrics.jsonl written after ``since`` (0 when none yet)."""
+    from slca.training.runs import read_jsonl
+
     p = run_dir / "metrics.jsonl"
     try:
         if p.stat().st_mtime < since:  # the previous demo's run, not yet replaced
@@ -248,6 +247,16 @@ def _demo_runs(cfgs: dict[str, Any], out: Path, jobs: int, baseline) -> list[flo
     """Train each config of ``cfgs`` (label -> TrainConfig) as its own ``slca train`` process, ``jobs`` at a
     time, while this process computes ``baseline(on_step)`` (the frozen warm start); one progress bar each.
     Returns the baseline's values; a run that fails stops the demo with the end of its log."""
+    import os
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from slca.reporting.compare import train_process
+    from slca.training.config import to_dict
+
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     cpus = os.cpu_count() or 1
@@ -297,6 +306,8 @@ def demo_verdict(runs: dict[str, Path], k: int = 4, frozen: list[float] | None =
     reward (first ``k`` steps vs the last ``k``, and, given ``frozen`` (:func:`frozen_tool_rewards`),
     the mean over all steps against the un-updated warm start's on the same tasks). It says so
     when GRPO does as well or better."""
+    from slca.reporting.report import final_eval, read_metrics
+
     def start_and_final(metric: M.Metric, prefix: str = M.EVAL_SET) -> tuple[float, dict[str, float]]:
         key = metric.key(set=prefix)
         first = _eval_rows(read_metrics(next(iter(runs.values()))), prefix)
@@ -362,6 +373,13 @@ def demo(
                              "1: one after the other, for a 1-core machine or a model too big to hold twice in memory)."),
 ) -> None:
     """Train GRPO and SLCA on toolworld side by side (same seed, same budget) and compare."""
+    from dataclasses import replace
+
+    from slca.training.config import TrainConfig, apply_overrides, validate
+    from slca.training.policy import load_policy, policy_options
+    from slca.reporting.report import write_report, write_token_html
+    from slca.training.samples import read_samples
+
     t0 = time.time()
     _quiet_loading()
     fixed = ("run_dir", "estimator", "seed", "model")
@@ -417,6 +435,9 @@ def train(
     An existing run folder needs --resume or --overwrite; see docs/runs.md.
     slca train --resume RUN_DIR continues a run with the config stored in it.
     """
+    from slca.training.config import GROUPS, TrainConfig, field_docs
+    from slca.reporting.report import write_report, write_token_html
+
     if help_config:
         d = TrainConfig()
         for k, doc in field_docs().items():
@@ -429,6 +450,8 @@ def train(
     if run is not None and not resume:
         _fail(f"RUN_DIR: a run folder is given only with --resume (slca train --resume {run}); a new run goes in --set run_dir={run}")
     if resume:
+        from slca.training.config import resume_config
+
         cfg = _refuse_value_errors(lambda: resume_config(run, config, set_))
     else:
         cfg = _load_cfg(config, set_)
@@ -445,11 +468,15 @@ def train(
 
 def resume_command(run_dir: str | Path) -> str:
     """The command that continues the run in ``run_dir`` with its stored config."""
+    import shlex
+
     return f"slca train --resume {shlex.quote(str(run_dir))}"
 
 
 def interrupted_lines(cfg) -> list[str]:
     """What a user needs after Ctrl-C stopped ``slca train``: the steps done, what is saved, how to resume."""
+    from slca.training.runs import checkpoint_step, newest_intact_checkpoint, read_jsonl
+
     d = Path(cfg.run_dir)
     if not (d / "config.json").is_file():
         return ["interrupted (Ctrl-C) before training started; nothing was written"]
@@ -491,6 +518,11 @@ def report(
     One run: into its own folder, as slca train does. Several: into --out, by default a new folder
     (./slca-report, or slca-report-2, ...), so no run folder is written into unasked.
     """
+    import re
+
+    from slca.reporting.report import read_metrics, run_labels, write_report, write_token_html
+    from slca.training.samples import read_samples
+
     for d in run_dirs:
         if not (d / "metrics.jsonl").is_file():
             _fail(f"{d}: not a run folder (no metrics.jsonl)")
@@ -526,6 +558,13 @@ def compare(
     overwrite: bool = typer.Option(False, help="Retrain runs in --out whose stored config differs (default: refuse)."),
 ) -> None:
     """Train several estimators over several seeds on the same budget and report honestly."""
+    import shlex
+    import sys
+
+    from slca.reporting.compare import run_compare, write_compare_report
+
+    from slca.core.advantages import list_estimators
+
     est = [e.strip() for e in estimators.split(",") if e.strip()] if estimators is not None else list_estimators(reference=True)
     try:
         sds = [int(x) for x in seeds.split(",") if x.strip()]
@@ -543,11 +582,16 @@ def compare(
         _fail(f"--level: must be a finite number, got {level}")
     if out.exists() and not out.is_dir():
         _fail(f"--out: {out} exists and is not a folder")
+    from slca.reporting.compare import check_runs
+    from slca.training.config import file_overrides
+
     shared, dropped = _refuse_value_errors(lambda: file_overrides(config, drop=("estimator", "seed", "run_dir"))) if config else ([], [])
     if dropped:
         console.print(f"note: compare sets estimator, seed and run_dir per run; {config} sets {', '.join(dropped)}, not used")
     set_ = shared + list(set_)
     cfg = _refuse_value_errors(lambda: check_runs(est, sds, out, set_, overwrite=overwrite))
+    from slca.models.named import NAMED_MODELS, prepare_named
+
     if cfg.model in NAMED_MODELS:  # build (or convert) a named model once, before runs start in parallel
         prepare_named(cfg.model, progress=True)
     t0 = time.time()
@@ -591,6 +635,11 @@ def eval_(
     max_steps: int = typer.Option(100, "--max-steps", help="tau2 orchestrator steps per simulation."),
 ) -> None:
     """Evaluate a model: in-domain (toolworld / toucan), BFCL or tau2-bench."""
+    import os
+
+    from slca.chat import list_formats
+    from slca.eval import EvalConfig, GenerationConfig, run_eval
+
     # (option, value, what a good value is): refused before anything loads
     checks = [
         ("--samples", samples, samples >= 1, ">= 1"),
@@ -637,6 +686,10 @@ def build_model(
     fresh: bool = typer.Option(False, "--fresh", help="Discard a saved partial build and start from nothing."),
 ) -> None:
     """Build the embedded default model from its recipe (demonstrations, tokenizer, SFT warm start; ~40 CPU minutes, resumable)."""
+    import shutil
+
+    from slca.models.recipe import import_recipe
+
     if checkpoint_every < 0:
         _fail(f"--checkpoint-every: {checkpoint_every} (0 or more)")
     try:
@@ -672,6 +725,8 @@ def export_model(
     chat_template: str = typer.Option("", "--chat-template", help="A .jinja file or inline template replacing the model's."),
 ) -> None:
     """Write a model as a folder for an OpenAI-compatible server (transformers serve, vLLM); see docs/environment.md."""
+    from slca.models.serving import export_for_serving
+
     _quiet_loading()
     path = _refuse_value_errors(lambda: export_for_serving(model, out, tool_calls=tool_calls, chat_template=chat_template))
     console.print(f"saved: [bold]{path}[/bold]; serve it with: transformers serve --host 127.0.0.1 --port 8000 "
