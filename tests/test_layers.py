@@ -37,6 +37,11 @@ LAZY_PACKAGES = {
     "transformers", "huggingface_hub", "matplotlib", "scipy", "pyarrow",  # heavy
     "fcntl",  # POSIX only (the run-folder lock is skipped without it)
 }
+# modules whose imports stay inside functions, with why
+LAZY_MODULES = {
+    "slca.cli": "the command loads a subcommand's modules when that subcommand runs: `slca --help` and every "
+                "`slca` start cost about 0.5 CPU s less (2.0 s against 2.5 s user time, measured with the imports at the top)",
+}
 # other imports kept inside functions, with why
 LAZY_LISTED = {
     ("slca.training.tracking", "torch.utils.tensorboard"): "loads tensorboard; only for report_to=tensorboard",
@@ -145,7 +150,7 @@ def test_imports_are_at_the_top_but_for_extras_and_the_listed_ones():
     bad = []
     for m, imports in IMPORTS.items():
         for target, local, line in imports:
-            if not local or target.split(".")[0] in LAZY_PACKAGES or (m, target) in LAZY_LISTED:
+            if not local or target.split(".")[0] in LAZY_PACKAGES or (m, target) in LAZY_LISTED or m in LAZY_MODULES:
                 continue
             bad.append(f"{MODULES[m].relative_to(SRC)}:{line}: import {target}")
     assert not bad, "imports inside functions (move them to the top, or list them here with the reason):\n" + "\n".join(bad)
@@ -155,3 +160,4 @@ def test_the_lists_name_imports_that_exist():
     local = {(m, t) for m, imports in IMPORTS.items() for t, is_local, _ in imports if is_local}
     assert set(LAZY_LISTED) <= local, set(LAZY_LISTED) - local
     assert UPWARD <= local, UPWARD - local  # the upward import is a call-time one
+    assert set(LAZY_MODULES) <= set(MODULES), set(LAZY_MODULES) - set(MODULES)
