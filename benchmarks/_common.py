@@ -202,7 +202,7 @@ class ScriptedMixin:
 
         Called by :meth:`forward` (transformers ``generate``, TRL, slca's plain
         engine) and, under this name, by slca's fast decode path
-        (:mod:`slca.fastpath`), so both sides sample the same script.
+        (:mod:`slca.generation.fastpath`), so both sides sample the same script.
         """
         if getattr(self, "_stop", None) is None:
             return logits

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_fastpath.py              # 1 thread, 5 repeats
 
 On the bench_step workloads (same model, same batch), each piece runs with
-``slca.fastpath`` (fast) and with the transformers forward (plain), alternately
+``slca.generation.fastpath`` (fast) and with the transformers forward (plain), alternately
 in one process, so load drift hits both alike:
 
 * ``rollout multi``: ``generate_rollouts`` of the multi-turn workload (32 rollouts,
@@ -13,7 +13,7 @@ in one process, so load drift hits both alike:
 * ``prompts multi`` / ``prompts multi G=8``: the multi-turn rollouts with the fast
   path on both sides, the group's prompt (303 tokens) held once per group and
   attended once for all its rows (fast) or copied into every row's cache
-  (plain; ``slca.fastpath.decode.MIN_SHARED_PROMPT`` set past the prompt);
+  (plain; ``slca.generation.fastpath.decode.MIN_SHARED_PROMPT`` set past the prompt);
 * ``train multi``: forward + backward of ``response_logprobs`` and a token-mean
   surrogate on the multi-turn batch of the first rollout (``fast=``);
 * ``train 32x512``: the same on bench_floor's batch (default model size, 32 rows
@@ -48,14 +48,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tiny", action="store_true", help="a seconds-long smoke run on a tiny model (tests)")
     p.add_argument("--pieces", default="", help="comma-separated piece names to run (default: all)")
     a = p.parse_args(argv)
-    C.header("bench_fastpath: slca.fastpath vs the transformers forward (interleaved A/B)", a)
+    C.header("bench_fastpath: slca.generation.fastpath vs the transformers forward (interleaved A/B)", a)
     C.set_threads(a.threads)
 
-    from slca.batching import collate, response_logprobs
-    from slca.fastpath import FastBatch
-    from slca.losses import aggregate, clipped_surrogate
-    from slca.kvcache import CacheBatch
-    from slca.rollout import RolloutConfig, generate_rollouts
+    from slca.generation.batching import collate, response_logprobs
+    from slca.generation.fastpath import FastBatch
+    from slca.core.losses import aggregate, clipped_surrogate
+    from slca.generation.kvcache import CacheBatch
+    from slca.generation.rollout import RolloutConfig, generate_rollouts
 
     size = C.TINY if a.tiny else C.FULL
     tok = C.build_tokenizer(size.vocab)
@@ -84,14 +84,14 @@ def main(argv: list[str] | None = None) -> None:
     ftok = C.build_tokenizer(fsize.vocab) if fsize.vocab != size.vocab else tok
     fmodel = C.build_model(ftok, fsize)
     g = torch.Generator().manual_seed(0)
-    from slca.batching import RolloutBatch
+    from slca.generation.batching import RolloutBatch
 
     ids = torch.randint(0, len(ftok) - 20, (fB, fP + fT), generator=g)
     att = torch.ones(fB, fP + fT, dtype=torch.long)
     fbatch = RolloutBatch(ids, att, att.cumsum(1) - 1, fP, torch.ones(fB, fT, dtype=torch.long),
                           torch.ones(fB, fT, dtype=torch.long), torch.full((fB, fT), -7.0))
 
-    from slca.batching import collate as _collate
+    from slca.generation.batching import collate as _collate
     from slca.types import Task, Trajectory
 
     vt = Task(id="varied", messages=[{"role": "user", "content": "x"}], tools=[])
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
                 b.feed(x, v)
             return (time.process_time() - c) / steps
 
-    from slca.fastpath import decode as fdecode
+    from slca.generation.fastpath import decode as fdecode
 
     def shared_prompts(share, group_size):
         keep, fdecode.MIN_SHARED_PROMPT = fdecode.MIN_SHARED_PROMPT, fdecode.MIN_SHARED_PROMPT if share else 10**9

@@ -7,7 +7,7 @@ and the per-token decode latency.
    over the model's own largest shape, per thread count.
 2. Training pass at the embedded default model's size
    (:class:`recipes.warmstart.config.ModelSize`, vocabulary 1,536): forward + backward
-   of ``slca.trainer.response_logprobs`` and a token-mean surrogate on a batch of
+   of ``slca.training.trainer.response_logprobs`` and a token-mean surrogate on a batch of
    32 rows x (256 prompt + 256 response) tokens.
    FLOPs: the work the pass must do, counted as it runs: ``6 * N_dec * B * S``
    for the decoder's linear layers over every token, ``6 * N_head * B * T``
@@ -67,10 +67,10 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     C.header("bench_floor: training-pass FLOPs vs measured matmul peak; decode latency", a)
 
-    from slca.losses import aggregate, clipped_surrogate
+    from slca.core.losses import aggregate, clipped_surrogate
     from slca.models import import_recipe
-    from slca.rollout import RolloutConfig, generate_rollouts
-    from slca.trainer import RolloutBatch, response_logprobs
+    from slca.generation.rollout import RolloutConfig, generate_rollouts
+    from slca.training.trainer import RolloutBatch, response_logprobs
 
     ModelSize = import_recipe().ModelSize  # the default model's size (recipes/warmstart)
 

@@ -47,13 +47,13 @@ def main(argv: list[str] | None = None) -> None:
     size = C.TINY if a.tiny else C.FULL
     C.header("bench_overhead: SLCA-specific work vs GRPO inside a full step", a)
 
-    from slca.advantages import AdvantageInputs, compute_advantages
-    from slca.config import TrainConfig
-    from slca.diagnostics import advantage_stats, contamination
-    from slca.losses import aggregate, clipped_surrogate
-    from slca.rollout import RolloutConfig, generate_rollouts
-    from slca.segments import segment_masks
-    from slca.trainer import Trainer, collate
+    from slca.core.advantages import AdvantageInputs, compute_advantages
+    from slca.training.config import TrainConfig
+    from slca.core.diagnostics import advantage_stats, contamination
+    from slca.core.losses import aggregate, clipped_surrogate
+    from slca.generation.rollout import RolloutConfig, generate_rollouts
+    from slca.core.segments import segment_masks
+    from slca.training.trainer import Trainer, collate
 
     tok = C.build_tokenizer(size.vocab)
     script = C.script_turns(tok)

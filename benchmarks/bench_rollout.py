@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     size = C.TINY if a.tiny else C.FULL
     C.header("bench_rollout: slca generate_rollouts vs transformers generate", a)
 
-    from slca.rollout import RolloutConfig, generate_rollouts
+    from slca.generation.rollout import RolloutConfig, generate_rollouts
 
     tok = C.build_tokenizer(size.vocab)
     model = C.build_model(tok, size).eval()

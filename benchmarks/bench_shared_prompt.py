@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_shared_prompt.py --model smollm2   # slca eval --samples 4 on toolworld
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_shared_prompt.py --model default    # the embedded model (prompts < 256)
 
-``slca.fastpath.decode`` holds a group's prompt once and attends it once for all
+``slca.generation.fastpath.decode`` holds a group's prompt once and attends it once for all
 the group's rows when the prompt has ``MIN_SHARED_PROMPT`` (256) columns or more;
 below, every row keeps a copy. On the default model's workloads the prompts stay
 under 256 tokens, so it never turns on. It does turn on for SmolLM2-135M-Instruct
@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from slca.env import toolworld
     from slca.env.loaders import prompt_lengths
-    from slca.fastpath import decode as fdecode
-    from slca.rollout import RolloutConfig, generate_rollouts
+    from slca.generation.fastpath import decode as fdecode
+    from slca.generation.rollout import RolloutConfig, generate_rollouts
 
     if a.tiny:
         import tempfile
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
         if a.model in NAMED_MODELS:
             model, tok = load_named(a.model)
         else:
-            from slca.policy import load_policy
+            from slca.training.policy import load_policy
 
             model, tok = load_policy(a.model)
     tasks = toolworld.make_tasks(a.split, n=max(a.tasks, 1), seed=0)[: a.tasks]

@@ -42,8 +42,8 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 def slca_trainer(tok, size: C.Size, multi: bool, run_dir: str, fast: bool = True, device: str = "cpu", dtype: str = "fp32",
                  script: list[list[int]] | None = None, minibatches: int = 1, build=C.build_model):
-    from slca.config import TrainConfig
-    from slca.trainer import Trainer
+    from slca.training.config import TrainConfig
+    from slca.training.trainer import Trainer
 
     script = script or (C.script_turns(tok) if multi else None)
     model = build(tok, size, script).to(device=device, dtype=DTYPES[dtype])

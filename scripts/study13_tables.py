@@ -13,8 +13,8 @@ import math
 import sys
 from pathlib import Path
 
-from slca.compare import t_interval
-from slca.report import final_eval, read_metrics
+from slca.reporting.compare import t_interval
+from slca.reporting.report import final_eval, read_metrics
 
 ROOT = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/study13/main")
 WINDOWS = ((1, 8), (9, 16), (1, 16))

@@ -7,7 +7,7 @@ noise; C: gdpo, slca_cond, slca_turn) and prints, with 95% Student-t intervals o
 seeds that every compared run finished:
 
 * the primary endpoint: the area under the held-out in-distribution tool-task Success
-  curve (``slca.compare.curve_auc`` of ``eval/tool_tasks/success`` over steps 0, 8, 16),
+  curve (``slca.reporting.compare.curve_auc`` of ``eval/tool_tasks/success`` over steps 0, 8, 16),
   SLCA - GRPO paired by seed, and each other estimator - GRPO;
 * the secondary endpoints (final values unless said): Success per kind, parallel steps
   split over turns, held-out summary reward, contamination / gradient cosine / volatility
@@ -27,8 +27,8 @@ import math
 import sys
 from pathlib import Path
 
-from slca.compare import curve_auc, t_interval
-from slca.report import final_eval, mean_of, read_metrics
+from slca.reporting.compare import curve_auc, t_interval
+from slca.reporting.report import final_eval, mean_of, read_metrics
 
 ROOT = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/results/study25")
 STEPS = 16

@@ -12,8 +12,8 @@ import math
 import sys
 from pathlib import Path
 
-from slca.compare import t_interval
-from slca.report import read_metrics
+from slca.reporting.compare import t_interval
+from slca.reporting.report import read_metrics
 
 ROOT = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/study")
 KEYS = ["eval/success", "eval/name_f1", "eval/arg_match", "eval/reward_tool", "eval/reward_summary", "eval/parse_ok"]

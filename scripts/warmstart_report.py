@@ -5,7 +5,7 @@ Usage (from the repository root)::
     OMP_NUM_THREADS=1 .venv/bin/python scripts/warmstart_report.py [--n 300] [--group 4] [--json out.json]
 
 Loads the shipped default model (``slca.models.load_default()``), samples rollouts
-with ``slca.rollout.generate_rollouts`` -- greedy (one per task) and at
+with ``slca.generation.rollout.generate_rollouts`` -- greedy (one per task) and at
 temperature 1 (``--group`` per task, as GRPO samples them) -- and prints the
 parseable-call rate, the paper's in-domain metrics (``in_domain_metrics``), the
 execution and summary rewards and the flaws the warm start was built to leave
@@ -99,7 +99,7 @@ def main() -> None:
 
     from slca.env import toolworld
     from slca.models import load_default
-    from slca.rollout import RolloutConfig, generate_rollouts
+    from slca.generation.rollout import RolloutConfig, generate_rollouts
 
     t0 = time.perf_counter()
     if args.model_dir:

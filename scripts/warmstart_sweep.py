@@ -62,7 +62,7 @@ def main() -> None:
 
     from slca.env import toolworld
     from slca.models import import_recipe
-    from slca.rollout import RolloutConfig, generate_rollouts
+    from slca.generation.rollout import RolloutConfig, generate_rollouts
 
     warmstart = import_recipe()  # recipes/warmstart of this checkout
     BuildConfig, ModelSize, SFTConfig, build_default = warmstart.BuildConfig, warmstart.ModelSize, warmstart.SFTConfig, warmstart.build_default

@@ -179,7 +179,7 @@ def gold_demo_messages(task):
     ``toolworld.make_env``, then the task's reference answer."""
     from slca.chat import get_format
     from slca.env import toolworld
-    from slca.rollout import answer_turn, assistant_message
+    from slca.generation.rollout import answer_turn, assistant_message
 
     fmt, env = get_format("hermes"), toolworld.make_env(task)
     msgs = [dict(m) for m in task.messages]

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from slca.batching import collate, pad, positions
-from slca.losses import token_logprobs
+from slca.core.losses import token_logprobs
+from slca.generation.batching import collate, pad, positions
 from slca.types import Task, Trajectory
 
 

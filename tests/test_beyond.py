@@ -27,7 +27,7 @@ from slca import (
     turn_index,
     turn_normalize,
 )
-from slca.diagnostics import contamination
+from slca.core.diagnostics import contamination
 from slca.rewards.turns import subgroup_fraction, tool_signature, turn_reward_matrix, turn_scores
 from slca.types import ParsedTurn, ParseError, Task, ToolCall, ToolResult, Turn
 
@@ -594,8 +594,8 @@ def _answered_tool_turns(traj):
 @pytest.mark.slow
 def test_turn_runs_line_up_with_scored_turns_on_real_rollouts(world):
     from slca.env import toolworld
-    from slca.rollout import RolloutConfig, generate_rollouts
-    from slca.batching import collate
+    from slca.generation.rollout import RolloutConfig, generate_rollouts
+    from slca.generation.batching import collate
 
     tok, model, tasks = world
     greedy = RolloutConfig(group_size=2, max_turns=4, max_new_tokens=96, max_total_tokens=1024, temperature=0.0, seed=0)
@@ -625,9 +625,9 @@ def test_turn_runs_line_up_with_scored_turns_on_real_rollouts(world):
 def test_trainer_step_fills_the_inputs(tmp_path, world, estimator):
     import copy
 
-    from slca.config import TrainConfig, validate
+    from slca.training.config import TrainConfig, validate
     from slca.env import toolworld
-    from slca.trainer import Trainer
+    from slca.training.trainer import Trainer
 
     tok, model, tasks = world
     cfg = validate(TrainConfig(run_dir=str(tmp_path / "run"), estimator=estimator, steps=1, tasks_per_step=2, group_size=3, max_turns=3,

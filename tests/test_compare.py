@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from slca.compare import t_interval
+from slca.reporting.compare import t_interval
 
 
 def test_t_interval_hand_values():
@@ -26,7 +26,7 @@ def test_t_interval_past_30_degrees_of_freedom():
 
 
 def test_bands_are_clipped_to_the_metric_range():
-    from slca.compare import band
+    from slca.reporting.compare import band
 
     mu, hw = t_interval([0.0, 1.0])  # 2 seeds: half-width 6.35
     assert band("eval/success", [mu], [hw]) == ([0.0], [1.0])

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from slca.cli import app
-from slca.config import GROUPS, ConfigError, TrainConfig, config_diff, load_config, validate
+from slca.training.config import GROUPS, ConfigError, TrainConfig, config_diff, load_config, validate
 
 runner = CliRunner()
 FLOAT_FIELDS = [f.name for f in dataclasses.fields(TrainConfig) if typing.get_type_hints(TrainConfig)[f.name] is float]
@@ -192,7 +192,7 @@ def test_cli_malformed_config_file_no_traceback(tmp_path):
 def test_override_strings_coerced_by_annotation():
     """Fields of other types (optional, lists, booleans) slot into the same table."""
     from slca._fields import _type_ok
-    from slca.config import _coerce
+    from slca.training.config import _coerce
 
     assert _coerce("f", "a, b", list[str]) == ["a", "b"]
     assert _coerce("f", "none", int | None) is None and _coerce("f", "3", int | None) == 3
@@ -209,8 +209,8 @@ def test_all_float_defaults_finite():
 
 def test_estimator_options_reach_the_estimator_from_set_and_from_files(tmp_path):
     """`cond_std` (an option no config field holds) from --set or a file, checked by slca_cond's options object."""
-    from slca.advantages import SLCAOptions
-    from slca.config import estimator_options
+    from slca.core.advantages import SLCAOptions
+    from slca.training.config import estimator_options
 
     cfg = load_config(None, ["estimator=slca_cond", "estimator_options=cond_std=subgroup", "empty_tool=include"])
     opts = estimator_options(cfg)

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from slca import cli
 from slca.cli import app
-from slca.config import TrainConfig, validate
+from slca.training.config import TrainConfig, validate
 
 TINY = ["--quick", "--set", "steps=2", "--set", "tasks_per_step=2", "--set", "eval_every=2", "--set", "eval_tasks=4",
         "--set", "ood_eval_tasks=4", "--set", "sample_html_every=1"]

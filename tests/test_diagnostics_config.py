@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from slca import AdvantageInputs, segment_masks
-from slca.config import TrainConfig, apply_overrides, field_docs, load_config, validate
-from slca.diagnostics import contamination, grad_cosine, rolling_cv, summary_counterfactual
+from slca.core.diagnostics import contamination, grad_cosine, rolling_cv, summary_counterfactual
+from slca.training.config import TrainConfig, apply_overrides, field_docs, load_config, validate
 
 
 def _batch(summary):

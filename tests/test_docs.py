@@ -41,8 +41,8 @@ from pathlib import Path
 
 import pytest
 
-import slca.advantages
-import slca.segments
+import slca.core.advantages
+import slca.core.segments
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -203,7 +203,7 @@ def test_python_block_runs(block, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     # A snippet that registers an estimator or input (docs/architecture.md's worked example)
     # must not leave it registered for the tests that run after it.
-    import slca.advantages as adv
+    import slca.core.advantages as adv
 
     monkeypatch.setattr(adv, "_REGISTRY", dict(adv._REGISTRY))
     monkeypatch.setattr(adv, "_INPUTS", dict(adv._INPUTS))
@@ -218,9 +218,9 @@ def test_python_block_runs(block, tmp_path, monkeypatch):
 def _slca_check(args: list[str]) -> None:
     import typer.main
 
-    from slca.advantages import list_estimators
+    from slca.core.advantages import list_estimators
     from slca.cli import app
-    from slca.config import TrainConfig
+    from slca.training.config import TrainConfig
 
     group = typer.main.get_command(app)
     assert args and args[0] in group.commands, f"no slca command {args[:1]}"
@@ -335,7 +335,7 @@ def test_shell_command_runs(cmd, tmp_path, monkeypatch, request):
         pytest.fail(f"{cmd.doc}:{cmd.line}: no rule checks {cmd.raw!r}: add one, or list it in EXCEPTIONS with the reason")
 
 
-@pytest.mark.parametrize("module", [slca.segments, slca.advantages])
+@pytest.mark.parametrize("module", [slca.core.segments, slca.core.advantages])
 def test_docstring_examples(module):
     res = doctest.testmod(module, verbose=False)
     assert res.attempted > 0 and res.failed == 0

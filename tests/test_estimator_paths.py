@@ -17,10 +17,10 @@ import pytest
 import torch
 
 import slca
-import slca.advantages as adv
-from slca.advantages import AdvantageInputs, compute_advantages, get_estimator, resolve_estimator, slca_advantages
-from slca.config import load_config
-from slca.segments import segment_masks
+import slca.core.advantages as adv
+from slca.core.advantages import AdvantageInputs, compute_advantages, get_estimator, resolve_estimator, slca_advantages
+from slca.core.segments import segment_masks
+from slca.training.config import load_config
 
 SRC = Path(slca.__file__).resolve().parents[1]  # the slca under test, for the subprocesses
 
@@ -29,7 +29,7 @@ ESTIMATORS_PY = '''
 import os
 
 import slca
-from slca.advantages import EstimatorSpec, grpo_advantages, slca_advantages
+from slca.core.advantages import EstimatorSpec, grpo_advantages, slca_advantages
 
 
 def _log(name):
@@ -145,7 +145,7 @@ def test_the_spec_is_found_again_after_the_registry_was_reset(user_pkg):
                                 "decorate it with @slca.register_estimator(\"NAME\")"),
     ("{pkg}.estimators:os", "estimator '{pkg}.estimators:os': {pkg}.estimators.os is a module, not an estimator function"),
     ("{pkg}.duplicate:mine", "estimator '{pkg}.duplicate:mine': importing module '{pkg}.duplicate' failed: ValueError: an estimator "
-                             "named 'slca' is already registered (slca.advantages._slca)"),
+                             "named 'slca' is already registered (slca.core.advantages._slca)"),
     ("{pkg}.estimators:", "estimator '{pkg}.estimators:': an import path must look like 'package.module:function'"),
     ("my-pkg:fn", "estimator 'my-pkg:fn': an import path must look like 'package.module:function'"),
     ("nope_{prefix}", "unknown estimator 'nope_{prefix}'; registered: ['gdpo', 'grpo', 'slca'"),
@@ -235,7 +235,7 @@ def _top_level(inputs, *, scale="group"):
 
 def test_compare_refuses_at_the_start_what_its_runs_could_not_resolve(user_pkg, tmp_path):
     """Before any run trains: a name registered only in this process, an unresolvable path, one estimator twice."""
-    from slca.compare import run_compare
+    from slca.reporting.compare import run_compare
 
     prefix, pkg = user_pkg
     out = tmp_path / "cmp"
@@ -264,11 +264,11 @@ def test_compare_refuses_at_the_start_what_its_runs_could_not_resolve(user_pkg, 
 
 def test_compare_runs_get_the_folder_this_process_imported_a_path_from(user_pkg, tmp_path):
     """A folder added to sys.path in this process (a notebook) reaches the runs' PYTHONPATH; the installation's do not."""
-    from slca.compare import _import_roots
+    from slca.reporting.compare import _import_roots
 
     _, pkg = user_pkg
     resolve_estimator(f"{pkg}.estimators:half_slca")
-    assert _import_roots(["grpo", f"{pkg}.estimators:half_slca", "slca.advantages:_slca"]) == [str((tmp_path / "site").resolve())]
+    assert _import_roots(["grpo", f"{pkg}.estimators:half_slca", "slca.core.advantages:_slca"]) == [str((tmp_path / "site").resolve())]
 
 
 @pytest.mark.slow

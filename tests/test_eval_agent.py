@@ -106,13 +106,13 @@ def test_prompts_over_the_model_positions_are_cut_to_their_last_tokens(model_and
 
 
 def test_the_agent_stops_where_the_chat_template_ends_a_turn(model_and_tok):
-    """The stop tokens come from the chat template, as in rollouts (slca.rollout.stop_token_ids): a template
+    """The stop tokens come from the chat template, as in rollouts (slca.generation.rollout.stop_token_ids): a template
     that ends its turns with <|eot_id|> (Llama 3) stops the agent there; it used to stop only at Qwen's <|im_end|>
     and the eos token."""
     import copy
 
     from slca.chat import ChatRenderer
-    from slca.rollout import stop_token_ids
+    from slca.generation.rollout import stop_token_ids
 
     model, tok = model_and_tok
     tok = copy.deepcopy(tok)

@@ -1,4 +1,4 @@
-"""slca.fastpath against the plain transformers forward: same logits, tokens, log-probs and gradients.
+"""slca.generation.fastpath against the plain transformers forward: same logits, tokens, log-probs and gradients.
 
 Real tiny Qwen2 and Llama models (random weights, built from their configs).
 The decode path is compared feed by feed with the engine's transformers-backed
@@ -17,12 +17,12 @@ pytest.importorskip("trl")  # the chat templates of test_rollout's tokenizer com
 
 from test_rollout import AddEnv, make_task, scripted, tok  # noqa: E402,F401  (module fixtures)
 
-import slca.fastpath.decode as decode  # noqa: E402
-from slca.fastpath import FastBatch, make_batch, unsupported_reason  # noqa: E402
-from slca.fastpath.logprobs import fast_response_logprobs, right_padded, shared_prompts  # noqa: E402
-from slca.kvcache import CacheBatch  # noqa: E402
-from slca.rollout import RolloutConfig, generate_rollouts  # noqa: E402
-from slca.batching import collate, response_logprobs  # noqa: E402
+import slca.generation.fastpath.decode as decode  # noqa: E402
+from slca.generation.batching import collate, response_logprobs  # noqa: E402
+from slca.generation.fastpath import FastBatch, make_batch, unsupported_reason  # noqa: E402
+from slca.generation.fastpath.logprobs import fast_response_logprobs, right_padded, shared_prompts  # noqa: E402
+from slca.generation.kvcache import CacheBatch  # noqa: E402
+from slca.generation.rollout import RolloutConfig, generate_rollouts  # noqa: E402
 from slca.types import Task, Trajectory  # noqa: E402
 
 
@@ -269,7 +269,7 @@ def test_gradient_checkpointing_takes_the_unshared_pass_and_matches():
 
 
 def test_position_dependent_rope_is_not_shared():
-    from slca.fastpath.logprobs import _can_share
+    from slca.generation.fastpath.logprobs import _can_share
 
     model = qwen2()
     assert _can_share(model)

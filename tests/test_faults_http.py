@@ -18,9 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from slca.env.llm import ChatClient, EndpointError, LLMSimulator, redact, safe_url
+from slca.generation.rollout import answer_turn
 from slca.rewards import OpenAIJudge
 from slca.rewards.execution import Unscorable
-from slca.rollout import answer_turn
 from slca.types import ParsedTurn, Task, ToolCall
 
 from _helpers import chat_completion

@@ -39,7 +39,7 @@ from slca.chat import ERROR_KINDS, get_format, list_formats
 from slca.env.llm import LLMSimulator
 from slca.env.schema import ToolBox
 from slca.env.simulators import PythonSimulator, SchemaSimulator, ToolError
-from slca.rollout import answer_turn
+from slca.generation.rollout import answer_turn
 from slca.types import ParsedTurn, ParseError, ToolCall, ToolResult
 
 FORMATS = [get_format(n) for n in list_formats()]

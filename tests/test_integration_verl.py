@@ -335,7 +335,7 @@ def test_empty_tool_mode_from_environment(monkeypatch):
 
 def test_estimator_options_from_environment_go_through_the_options_object(monkeypatch):
     """SLCA_ESTIMATOR_OPTIONS: parsed and checked by the estimator's options object, as `slca train` does."""
-    from slca.advantages import SLCACondOptions, get_estimator
+    from slca.core.advantages import SLCACondOptions, get_estimator
 
     monkeypatch.setenv("SLCA_ESTIMATOR", "slca_cond")
     monkeypatch.setenv("SLCA_ESTIMATOR_OPTIONS", "cond_std=subgroup")
@@ -511,11 +511,11 @@ def _verl_rollout(task, row, tools, tok, assistant_texts):
 
 def _slca_rollout(task, assistant_texts):
     """The same turns through ``slca train``'s path: its parser, its rollout's tool answering
-    (``slca.rollout.answer_turn`` on ``toolworld.make_env``) and the trainer's scorer (``score_batch``)."""
+    (``slca.generation.rollout.answer_turn`` on ``toolworld.make_env``) and the trainer's scorer (``score_batch``)."""
     from slca.chat import get_format
     from slca.env import toolworld
     from slca.rewards.batch import score_batch
-    from slca.rollout import answer_turn
+    from slca.generation.rollout import answer_turn
     from slca.types import Trajectory, Turn
 
     fmt, env, turns, final = get_format("hermes"), toolworld.make_env(task), [], ""

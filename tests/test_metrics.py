@@ -9,7 +9,7 @@ import torch
 
 from slca import metrics as M
 from slca.rewards.batch import RewardComponents
-from slca.stats import CreditStats, GradSplit, RewardStats, RolloutStats, UpdateStats, step_metrics
+from slca.training.stats import CreditStats, GradSplit, RewardStats, RolloutStats, UpdateStats, step_metrics
 
 
 def _row() -> dict:

@@ -25,14 +25,14 @@ import numpy as np
 import pytest
 import torch
 
-from slca.advantages import AdvantageInputs, compute_advantages, list_estimators
-from slca.batching import collate
-from slca.config import TrainConfig
+from slca.core.advantages import AdvantageInputs, compute_advantages, list_estimators
+from slca.core.segments import segment_masks
 from slca.env import toolworld as tw
+from slca.generation.batching import collate
 from slca.rewards import execution_reward
 from slca.rewards.turns import tool_signatures, turn_rewards
-from slca.segments import segment_masks
-from slca.trainer import Rollouts, Trainer
+from slca.training.config import TrainConfig
+from slca.training.trainer import Rollouts, Trainer
 from slca.types import ParsedTurn, ToolCall, ToolResult, Trajectory, Turn
 
 BUILTIN = ["gdpo", "grpo", "slca", "slca_cond", "slca_turn"]
@@ -461,7 +461,7 @@ def test_trl_drop_in_on_missing_segments(estimator):
 def test_trl_config_carries_empty_summary_and_refuses_a_bad_mode(tmp_path):
     pytest.importorskip("trl")
     from slca.integrations.trl import HOST_OPTIONS, SLCAGRPOConfig, call_options
-    from slca.advantages import get_estimator
+    from slca.core.advantages import get_estimator
 
     assert HOST_OPTIONS["empty_summary"] == "empty_summary"
     cfg = SLCAGRPOConfig(output_dir=str(tmp_path), empty_summary="last_turn", empty_tool="both", report_to="none",

@@ -250,13 +250,13 @@ def test_frozen_rewards_start_where_a_run_starts_and_never_update(tmp_path):
     """Step 1 of the frozen baseline is the same rollouts as step 1 of a run (same seed, same
     weights, same tasks); the model is not changed by it."""
     from slca.cli import frozen_tool_rewards
-    from slca.config import TrainConfig
+    from slca.training.config import TrainConfig
     from recipes.warmstart.config import DemoMix, ModelSize
     from recipes.warmstart.build import make_model
     from recipes.warmstart.demos import make_demonstrations, render_texts
     from recipes.warmstart.sft import SFTConfig, encode_examples, sft_train
     from recipes.warmstart.tokenizer import train_tokenizer
-    from slca.trainer import train
+    from slca.training.trainer import train
 
     demos = make_demonstrations(40, DemoMix(), seed=0)
     tok = train_tokenizer(render_texts(demos), vocab_size=600)

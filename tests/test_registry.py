@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from slca.advantages import (
+from slca.core.advantages import (
     AdvantageInputs,
     InputSpec,
     compute_advantages,
@@ -20,7 +20,7 @@ from slca.advantages import (
     register_input,
     slca_advantages,
 )
-from slca.segments import segment_masks
+from slca.core.segments import segment_masks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -162,7 +162,7 @@ def test_verl_adapter_uses_any_registered_estimator(monkeypatch):
     pytest.importorskip("verl")
     import numpy as np
 
-    from slca.advantages import gdpo_advantages
+    from slca.core.advantages import gdpo_advantages
     from slca.integrations.verl import compute_slca_outcome_advantage, pack_token_rewards
 
     mask = torch.tensor([[1, 1, 0, 0, 1, 1], [1, 1, 0, 0, 1, 1], [1, 1, 1, 1, 0, 0], [1, 0, 0, 1, 1, 1]])

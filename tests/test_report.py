@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import slca
-from slca.report import _series, metric_range, provenance, run_labels, smoothed, write_report, write_token_html
+from slca.reporting.report import _series, metric_range, provenance, run_labels, smoothed, write_report, write_token_html
 
 ROOT = Path(__file__).resolve().parents[1]
 

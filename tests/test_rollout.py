@@ -17,7 +17,7 @@ from _tok import DEFAULT_CORPUS, make_qwen_tokenizer, memorise, spans, tiny_qwen
 
 from slca import segment_masks  # noqa: E402
 from slca.chat import encode_conversation, get_format, template_messages  # noqa: E402
-from slca.rollout import RolloutConfig, answer_turn, assistant_message, generate_rollouts, sample_tokens, trajectory_logprobs  # noqa: E402
+from slca.generation.rollout import RolloutConfig, answer_turn, assistant_message, generate_rollouts, sample_tokens, trajectory_logprobs  # noqa: E402
 from slca.types import Task, ToolResult  # noqa: E402
 
 ADD = {
@@ -234,7 +234,7 @@ def test_rollouts_and_eval_share_one_sampling_declaration():
     import dataclasses
 
     from slca.eval.agent import GenerationConfig
-    from slca.rollout import Sampling
+    from slca.generation.rollout import Sampling
 
     names = [f.name for f in dataclasses.fields(Sampling)]
     assert names == ["max_new_tokens", "temperature", "top_p", "seed"]
@@ -254,8 +254,8 @@ def test_rollouts_and_eval_share_one_sampling_declaration():
 
 def test_parked_rows_keep_exact_logprobs(tok, scripted, monkeypatch):
     """Rows that end their turn early leave the batch (parked) and rejoin for the next turn; nothing changes for them."""
-    from slca.fastpath import FastBatch
-    from slca.kvcache import CacheBatch
+    from slca.generation.fastpath import FastBatch
+    from slca.generation.kvcache import CacheBatch
 
     parks = []
 

@@ -16,8 +16,8 @@ from slca import segment_masks
 from slca.chat import encode_conversation
 from slca.env import toolworld
 from recipes.warmstart.tokenizer import train_tokenizer
+from slca.generation.rollout import RolloutConfig, generate_rollouts, trajectory_logprobs
 from slca.rewards import in_domain_metrics
-from slca.rollout import RolloutConfig, generate_rollouts, trajectory_logprobs
 
 
 demo_messages = gold_demo_messages

@@ -1,4 +1,4 @@
-"""Recorded sample groups (slca.samples) and the typed reward components of a scored batch."""
+"""Recorded sample groups (slca.training.samples) and the typed reward components of a scored batch."""
 
 import json
 import math
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from slca.rewards.batch import RewardComponents, score_batch
-from slca.samples import SampleGroup, SampleRollout, read_samples, samples_from_json, samples_to_json
+from slca.training.samples import SampleGroup, SampleRollout, read_samples, samples_from_json, samples_to_json
 from slca.types import RewardBreakdown
 
 PIN = Path(__file__).parent / "fixtures" / "train_pin"

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from slca.stats import RolloutStats, mixed_fraction
+from slca.training.stats import RolloutStats, mixed_fraction
 
 
 def test_mixed_fraction_counts_groups_that_disagree():

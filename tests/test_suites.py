@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from slca.config import TrainConfig, validate
 from slca.env import save_tasks, toolworld
 from slca.env.loaders import task_to_row
 from slca.env.suites import fit_suites, load_suites
+from slca.training.config import TrainConfig, validate
 
 FIX = Path(__file__).parent / "fixtures" / "env"
 
@@ -78,7 +78,7 @@ def test_training_on_a_datasets_folder_evaluates_on_its_held_out_share(tmp_path)
     from recipes.warmstart.config import ModelSize
     from recipes.warmstart.build import make_model
     from recipes.warmstart.tokenizer import train_tokenizer
-    from slca.trainer import train
+    from slca.training.trainer import train
 
     tasks = toolworld.make_tasks("train", n=24, seed=0)
     datasets.Dataset.from_list([task_to_row(t) for t in tasks]).save_to_disk(str(tmp_path / "mine"))

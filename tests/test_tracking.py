@@ -20,7 +20,7 @@ import pytest
 # trackio reads TRACKIO_DIR once, when it is first imported (collection runs before that)
 os.environ.setdefault("TRACKIO_DIR", tempfile.mkdtemp(prefix="slca-trackio-"))
 
-from slca.tracking import TRACKERS, Trackers, parse_report_to, scalars  # noqa: E402
+from slca.training.tracking import TRACKERS, Trackers, parse_report_to, scalars  # noqa: E402
 from test_trainer import _cfg, _trainer_kwargs, tiny  # noqa: E402, F401  (tiny: the trainer tests' fixture)
 
 
@@ -153,7 +153,7 @@ def test_no_tracker_writes_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_training_run_reports_to_every_tracker_from_step_0(tmp_path, tracker_env, tiny):
-    from slca.trainer import train
+    from slca.training.trainer import train
 
     project = tracker_env
     cfg = _cfg(tmp_path, steps=2, eval_every=1, save_every=0, eval_on_start=True, project=project,

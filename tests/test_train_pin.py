@@ -270,7 +270,7 @@ def _regen(name: str, fast: bool, got_metrics: list[dict], got_samples: list, mo
 @pytest.mark.slow
 @pytest.mark.parametrize("pin_run", CASES, ids=CASE_IDS, indirect=True)
 def test_seeded_train_metrics_unchanged(pin_run, pin_model_dir):
-    """The plain transformers forward (fast_paths=false) reproduces the pin exactly (rel 1e-6); slca.fastpath
+    """The plain transformers forward (fast_paths=false) reproduces the pin exactly (rel 1e-6); slca.generation.fastpath
     (the default) computes the same math in other kernels, so it matches within rel 1e-3 / abs 1e-6, same tokens."""
     name, fast, got_metrics, got_samples = pin_run
     if os.environ.get("SLCA_REGEN_PIN") == "1" and not fast:
@@ -315,7 +315,7 @@ def _in_unit_interval(key: str) -> bool:
 def check_any_cpu(name: str, got: list[dict], got_samples: list, expected: list[dict], exp_samples: list) -> None:
     """Raise AssertionError unless ``got`` (a run of the pin's config) agrees with the pin in everything that
     does not depend on which tokens were sampled (see the module docstring)."""
-    from slca.samples import samples_from_json
+    from slca.training.samples import samples_from_json
 
     steps = [r["step"] for r in expected]
     assert [r["step"] for r in got] == steps, "steps"
@@ -364,7 +364,7 @@ def _group_inputs(g):
     """The AdvantageInputs of a recorded group (one group id), from its rewards and masks."""
     import torch
 
-    from slca.advantages import AdvantageInputs
+    from slca.core.advantages import AdvantageInputs
 
     T = max(len(r.tokens) for r in g.rollouts)
 
@@ -382,7 +382,7 @@ def _check_samples(name, got, expected, steps) -> None:
     and masks; where its task and tokens equal the pin's, its rewards and advantages are the pin's."""
     import torch
 
-    from slca.advantages import compute_advantages
+    from slca.core.advantages import compute_advantages
 
     assert [g.step for g in got] == [g.step for g in expected] == steps, f"{name}: sample steps"
     for g, e in zip(got, expected):
@@ -496,8 +496,8 @@ def _broken(name: str, what: str) -> tuple[list[dict], list]:
     elif what == "advantage":
         s[0]["rollouts"][0]["adv"]["slca"][0] += 0.5
     elif what == "reward_same_tokens":  # same tokens, another reward (advantages consistent with it)
-        from slca.advantages import compute_advantages
-        from slca.samples import samples_from_json
+        from slca.core.advantages import compute_advantages
+        from slca.training.samples import samples_from_json
 
         s[1]["rollouts"][0]["summary_reward"] += 0.3
         g = samples_from_json([s[1]])[0]

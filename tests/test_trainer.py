@@ -6,14 +6,14 @@ import math
 import pytest
 import torch
 
-from slca.config import TrainConfig, validate
 from slca.env import toolworld
+from slca.training.config import TrainConfig, validate
 from recipes.warmstart.config import ModelSize
 from recipes.warmstart.build import make_model
 from recipes.warmstart.tokenizer import train_tokenizer
-from slca.batching import collate, response_logprobs
-from slca.samples import SampleGroup, read_samples, samples_to_json
-from slca.trainer import Trainer, train
+from slca.generation.batching import collate, response_logprobs
+from slca.training.samples import SampleGroup, read_samples, samples_to_json
+from slca.training.trainer import Trainer, train
 
 TINY = ModelSize(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128, max_position_embeddings=1024)
 
@@ -104,7 +104,7 @@ def test_stop_and_resume_gives_same_metrics(tmp_path, tiny):
 def test_collate_and_logprobs_align(tiny):
     tok, tasks, _ = tiny
     model = make_model(TINY, tok).eval()
-    from slca.rollout import RolloutConfig, generate_rollouts
+    from slca.generation.rollout import RolloutConfig, generate_rollouts
 
     res = generate_rollouts(model, tok, tasks[:2], lambda t: toolworld.make_env(t), RolloutConfig(group_size=2, max_turns=2, max_new_tokens=10, max_total_tokens=1024, seed=3))
     batch = collate(res.trajectories, tok.pad_token_id)
@@ -163,10 +163,11 @@ def test_parallel_split_counts_turns_on_parallel_tasks():
 def test_trainer_evaluation_scores_as_slca_eval(tmp_path, tiny, monkeypatch):
     """The trainer's held-out metrics and ``slca eval``'s in-domain report score the same rollouts the
     same way (slca.rewards.eval_scores): overall, per kind, parse rate and parallel split agree."""
-    import slca.rollout
+    import slca.eval.in_domain
+    import slca.training.trainer
     from slca.eval.agent import GenerationConfig, PolicyAgent
     from slca.eval.in_domain import METRICS, run_in_domain
-    from slca.rollout import RolloutResult
+    from slca.generation.rollout import RolloutResult
     from slca.types import ParsedTurn, ParseError, Trajectory, Turn
 
     tasks = toolworld.make_tasks("train_heldout", n=40, seed=0)
@@ -191,7 +192,8 @@ def test_trainer_evaluation_scores_as_slca_eval(tmp_path, tiny, monkeypatch):
                  for j, t in enumerate(chunk)]
         return RolloutResult(trajs, 0, 1.0)
 
-    monkeypatch.setattr(slca.rollout, "generate_rollouts", fake_rollouts)
+    for user in (slca.training.trainer, slca.eval.in_domain):  # the two callers of the rollout engine
+        monkeypatch.setattr(user, "generate_rollouts", fake_rollouts)
     kw = _trainer_kwargs(tiny)
     tr = Trainer(_cfg(tmp_path), **{**kw, "eval_tasks": picked})
     m = tr.evaluate_on(picked, "eval")

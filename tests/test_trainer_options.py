@@ -13,8 +13,8 @@ from test_trainer import _cfg, _comparable, _read, _trainer_kwargs, tiny  # noqa
 from typer.testing import CliRunner
 
 from slca.cli import app
-from slca.config import TrainConfig, file_overrides, validate
-from slca.trainer import _lr_schedule, train
+from slca.training.config import TrainConfig, file_overrides, validate
+from slca.training.trainer import _lr_schedule, train
 
 
 def _base_key(k: str) -> str:
@@ -184,7 +184,7 @@ def test_public_api_names_train_and_config():
 def test_config_parses_with_hfargumentparser_as_with_set(tmp_path):
     from transformers import HfArgumentParser
 
-    from slca.config import load_config
+    from slca.training.config import load_config
 
     parser = HfArgumentParser(TrainConfig)
     (a,) = parser.parse_args_into_dataclasses(["--lr", "1e-4", "--report_to", "tensorboard", "trackio", "--eval_on_start",
@@ -207,7 +207,7 @@ def test_config_parses_with_hfargumentparser_as_with_set(tmp_path):
 def test_minibatch_rows_default_is_the_row_shuffle_of_before():
     from types import SimpleNamespace
 
-    from slca.trainer import Trainer
+    from slca.training.trainer import Trainer
 
     cfg = validate(TrainConfig(tasks_per_step=4, group_size=3, minibatches=2, seed=7))
     got = Trainer._minibatch_rows(SimpleNamespace(cfg=cfg), [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3], 5, 1)
@@ -219,7 +219,7 @@ def test_minibatch_rows_default_is_the_row_shuffle_of_before():
 def test_group_minibatches_hold_whole_groups(minibatches):
     from types import SimpleNamespace
 
-    from slca.trainer import Trainer
+    from slca.training.trainer import Trainer
 
     cfg = validate(TrainConfig(tasks_per_step=4, group_size=3, minibatches=minibatches, group_minibatches=True, seed=7))
     gids = [10, 11, 12, 13] * 3  # rows of a group need not be adjacent
@@ -244,7 +244,7 @@ def test_group_minibatches_refuses_more_minibatches_than_groups():
 
 @pytest.mark.slow
 def test_group_minibatches_train_each_prompt_once_per_minibatch(tmp_path, tiny, monkeypatch):
-    import slca.fastpath.logprobs as fl
+    import slca.generation.fastpath.logprobs as fl
 
     seen = []
     shared = fl.shared_prompts

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from slca.config import ConfigError, load_config
+from slca.training.config import ConfigError, load_config
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), HF_HUB_OFFLINE="1",
@@ -65,7 +65,7 @@ def test_path_like_model_values_are_refused_as_folders(tmp_path, monkeypatch, va
 def test_hub_id_not_cached_is_one_line_at_validation(tmp_path, monkeypatch):
     from huggingface_hub import constants
 
-    import slca.policy as policy
+    import slca.training.policy as policy
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(ConfigError, match=r"^model: 'nobody/no-such-model': not a local folder.*HF_HUB_OFFLINE=1"):
@@ -113,7 +113,7 @@ def test_a_refused_start_leaves_an_existing_run_as_it_was(tmp_path, tiny_model_d
 def test_logged_lr_is_the_rate_of_the_steps_update(tmp_path, tiny_model_dir, monkeypatch):
     import torch
 
-    from slca.trainer import train
+    from slca.training.trainer import train
 
     cfg = load_config(None, [*SMALL, f"model={tiny_model_dir}", f"run_dir={tmp_path / 'run'}", "steps=3", "save_every=0",
                              "sample_html_every=0", "lr=2e-4", "warmup_steps=4", "minibatches=2"])
@@ -200,7 +200,7 @@ def test_resume_run_dir_continues_with_the_stored_config(tmp_path, tiny_model_di
 
 
 def test_resume_config_reads_the_folder_it_is_in_now(tmp_path, monkeypatch):
-    from slca.config import TrainConfig, resume_config, to_dict
+    from slca.training.config import TrainConfig, resume_config, to_dict
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "moved").mkdir()
@@ -274,7 +274,7 @@ def test_gradient_metrics_say_what_they_aggregate(tmp_path, tiny_model_dir, monk
 
     import torch
 
-    from slca.trainer import train
+    from slca.training.trainer import train
 
     cfg = load_config(None, [*SMALL, f"model={tiny_model_dir}", f"run_dir={tmp_path / 'run'}", "steps=2", "save_every=0", "minibatches=2",
                              "ppo_epochs=2", "diag_every=2", "sample_html_every=0", "summary_noise=0.5"])
@@ -309,8 +309,8 @@ def test_lora_checkpoint_loads_from_any_folder_and_says_when_its_base_is_gone(tm
     import shutil
 
     pytest.importorskip("peft")
-    from slca.policy import load_policy
-    from slca.trainer import train
+    from slca.training.policy import load_policy
+    from slca.training.trainer import train
 
     a = tmp_path / "a"
     shutil.copytree(tiny_model_dir, a / "models" / "tiny")
@@ -360,8 +360,8 @@ def test_a_run_writes_nothing_to_stderr(tmp_path, tiny_model_dir):
 def test_plots_tick_whole_steps(tmp_path, monkeypatch):
     import matplotlib.figure
 
-    from slca.compare import RunSpec, _plot_curves
-    from slca.report import write_report
+    from slca.reporting.compare import RunSpec, _plot_curves
+    from slca.reporting.report import write_report
 
     figures = []
     real = matplotlib.figure.Figure.savefig
@@ -411,8 +411,8 @@ def test_a_peft_model_gets_its_base_models_cache_argument(tiny_model_dir):
     pytest.importorskip("peft")
     import inspect
 
-    from slca.kvcache import cache_arg
-    from slca.policy import load_policy
+    from slca.generation.kvcache import cache_arg
+    from slca.training.policy import load_policy
 
     model, _ = load_policy(str(tiny_model_dir), lora_r=2)
     base = model.get_base_model().forward

@@ -3,7 +3,9 @@
 Public API; everything not re-exported here may change.
 """
 
-from slca.advantages import (
+import importlib
+
+from slca.core.advantages import (
     AdvantageInputs,
     compute_advantages,
     conditional_normalize,
@@ -19,8 +21,8 @@ from slca.advantages import (
     slca_turn_advantages,
     turn_normalize,
 )
-from slca.losses import aggregate, clipped_surrogate, kl_penalty, masked_mean
-from slca.segments import environment_mask, segment_masks, tool_turn_index, turn_index
+from slca.core.losses import aggregate, clipped_surrogate, kl_penalty, masked_mean
+from slca.core.segments import environment_mask, segment_masks, tool_turn_index, turn_index
 from slca.types import (
     ParsedTurn,
     ParseError,
@@ -79,18 +81,16 @@ __all__ = [
 _LAZY = {
     "encode_conversation": "slca.chat",
     "get_format": "slca.chat",
-    "generate_rollouts": "slca.rollout",
-    "RolloutConfig": "slca.rollout",
-    "TrainConfig": "slca.config",
-    "train": "slca.trainer",
+    "generate_rollouts": "slca.generation.rollout",
+    "RolloutConfig": "slca.generation.rollout",
+    "TrainConfig": "slca.training.config",
+    "train": "slca.training.trainer",
 }
 
 
 def __getattr__(name: str):
     # Lazily exposed parts that pull heavier imports (transformers, the environment).
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'slca' has no attribute {name!r}")
 

@@ -1,5 +1,5 @@
 """Dataclass fields that carry their own help and checks: the one type checker of
-:class:`slca.config.TrainConfig` and of every estimator's options object.
+:class:`slca.training.config.TrainConfig` and of every estimator's options object.
 
 A field says everything about itself where it is declared:
 

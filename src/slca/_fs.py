@@ -1,7 +1,7 @@
 """Files and folders with the modes a plain ``open`` / ``mkdir`` gives: the umask read, a temporary folder
 that can be renamed into place, modes put right after writers that use 0600 / 0700 (safetensors, mkdtemp).
 
-The lowest layer: run folders (:mod:`slca.runs`), model folders (:mod:`slca.models`) and the warm-start
+The lowest layer: run folders (:mod:`slca.training.runs`), model folders (:mod:`slca.models`) and the warm-start
 recipe's build all write through it.
 """
 

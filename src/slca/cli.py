@@ -118,7 +118,7 @@ def _run_with_progress(cfg, label: str, **kw: Any):
     """Train one run with a rich progress bar showing live metrics."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from slca.trainer import train
+    from slca.training.trainer import train
 
     _quiet_loading()
     prog = Progress(
@@ -145,7 +145,7 @@ def _run_with_progress(cfg, label: str, **kw: Any):
 
 
 def _load_cfg(config: Optional[Path], overrides: list[str]):
-    from slca.config import load_config
+    from slca.training.config import load_config
 
     return _refuse_value_errors(lambda: load_config(config, overrides))
 
@@ -178,7 +178,7 @@ def _compare_table(runs: dict[str, Path], title: str, prefix: str = M.EVAL_SET, 
     """Final metrics of one evaluation set (``prefix``) per run, with the warm start (the evaluation before
     the first update) as its own row; ``parallel split`` is the share of parallel tasks whose calls were
     spread over more turns than the task has steps (the paper's diagnostic case; lower is better)."""
-    from slca.report import final_eval, read_metrics
+    from slca.reporting.report import final_eval, read_metrics
 
     t = Table(title=title)
     t.add_column("estimator")
@@ -202,7 +202,7 @@ def _compare_table(runs: dict[str, Path], title: str, prefix: str = M.EVAL_SET, 
 
 def _print_eval_tables(runs: dict[str, Path], what: str) -> None:
     """One table per evaluation set of the runs: the held-out set first, then each out-of-distribution split."""
-    from slca.report import eval_prefixes, read_metrics
+    from slca.reporting.report import eval_prefixes, read_metrics
 
     first = next(iter(runs.values()), None)
     prefixes = eval_prefixes(read_metrics(first)) if first is not None else [M.EVAL_SET]
@@ -218,7 +218,7 @@ def frozen_tool_rewards(cfg, model, tokenizer, on_step=None) -> list[float]:
     (same tasks, step for step) only the learning is left. ``on_step(k)`` after step k (1-based)."""
     import torch
 
-    from slca.trainer import Trainer
+    from slca.training.trainer import Trainer
 
     tr = Trainer(cfg, model=model, tokenizer=tokenizer)
     out = []
@@ -232,7 +232,7 @@ def frozen_tool_rewards(cfg, model, tokenizer, on_step=None) -> list[float]:
 
 def _logged_steps(run_dir: Path, since: float) -> int:
     """The newest step in ``run_dir``'s metrics.jsonl written after ``since`` (0 when none yet)."""
-    from slca.runs import read_jsonl
+    from slca.training.runs import read_jsonl
 
     p = run_dir / "metrics.jsonl"
     try:
@@ -254,8 +254,8 @@ def _demo_runs(cfgs: dict[str, Any], out: Path, jobs: int, baseline) -> list[flo
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from slca.compare import train_process
-    from slca.config import to_dict
+    from slca.reporting.compare import train_process
+    from slca.training.config import to_dict
 
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -306,7 +306,7 @@ def demo_verdict(runs: dict[str, Path], k: int = 4, frozen: list[float] | None =
     reward (first ``k`` steps vs the last ``k``, and, given ``frozen`` (:func:`frozen_tool_rewards`),
     the mean over all steps against the un-updated warm start's on the same tasks). It says so
     when GRPO does as well or better."""
-    from slca.report import final_eval, read_metrics
+    from slca.reporting.report import final_eval, read_metrics
 
     def start_and_final(metric: M.Metric, prefix: str = M.EVAL_SET) -> tuple[float, dict[str, float]]:
         key = metric.key(set=prefix)
@@ -375,10 +375,10 @@ def demo(
     """Train GRPO and SLCA on toolworld side by side (same seed, same budget) and compare."""
     from dataclasses import replace
 
-    from slca.config import TrainConfig, apply_overrides, validate
-    from slca.policy import load_policy, policy_options
-    from slca.report import write_report, write_token_html
-    from slca.samples import read_samples
+    from slca.training.config import TrainConfig, apply_overrides, validate
+    from slca.training.policy import load_policy, policy_options
+    from slca.reporting.report import write_report, write_token_html
+    from slca.training.samples import read_samples
 
     t0 = time.time()
     _quiet_loading()
@@ -435,8 +435,8 @@ def train(
     An existing run folder needs --resume or --overwrite; see docs/runs.md.
     slca train --resume RUN_DIR continues a run with the config stored in it.
     """
-    from slca.config import GROUPS, TrainConfig, field_docs
-    from slca.report import write_report, write_token_html
+    from slca.training.config import GROUPS, TrainConfig, field_docs
+    from slca.reporting.report import write_report, write_token_html
 
     if help_config:
         d = TrainConfig()
@@ -450,7 +450,7 @@ def train(
     if run is not None and not resume:
         _fail(f"RUN_DIR: a run folder is given only with --resume (slca train --resume {run}); a new run goes in --set run_dir={run}")
     if resume:
-        from slca.config import resume_config
+        from slca.training.config import resume_config
 
         cfg = _refuse_value_errors(lambda: resume_config(run, config, set_))
     else:
@@ -475,7 +475,7 @@ def resume_command(run_dir: str | Path) -> str:
 
 def interrupted_lines(cfg) -> list[str]:
     """What a user needs after Ctrl-C stopped ``slca train``: the steps done, what is saved, how to resume."""
-    from slca.runs import checkpoint_step, newest_intact_checkpoint, read_jsonl
+    from slca.training.runs import checkpoint_step, newest_intact_checkpoint, read_jsonl
 
     d = Path(cfg.run_dir)
     if not (d / "config.json").is_file():
@@ -520,8 +520,8 @@ def report(
     """
     import re
 
-    from slca.report import read_metrics, run_labels, write_report, write_token_html
-    from slca.samples import read_samples
+    from slca.reporting.report import read_metrics, run_labels, write_report, write_token_html
+    from slca.training.samples import read_samples
 
     for d in run_dirs:
         if not (d / "metrics.jsonl").is_file():
@@ -561,9 +561,9 @@ def compare(
     import shlex
     import sys
 
-    from slca.compare import run_compare, write_compare_report
+    from slca.reporting.compare import run_compare, write_compare_report
 
-    from slca.advantages import list_estimators
+    from slca.core.advantages import list_estimators
 
     est = [e.strip() for e in estimators.split(",") if e.strip()] if estimators is not None else list_estimators(reference=True)
     try:
@@ -582,8 +582,8 @@ def compare(
         _fail(f"--level: must be a finite number, got {level}")
     if out.exists() and not out.is_dir():
         _fail(f"--out: {out} exists and is not a folder")
-    from slca.compare import check_runs
-    from slca.config import file_overrides
+    from slca.reporting.compare import check_runs
+    from slca.training.config import file_overrides
 
     shared, dropped = _refuse_value_errors(lambda: file_overrides(config, drop=("estimator", "seed", "run_dir"))) if config else ([], [])
     if dropped:

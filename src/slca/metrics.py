@@ -1,9 +1,9 @@
 """The metric vocabulary: every name a ``metrics.jsonl`` row can hold, declared once.
 
 A :class:`Metric` is a name, what it means, the values it can take, which way is
-better and how it is drawn. :mod:`slca.stats` and :meth:`slca.trainer.Trainer.evaluate`
+better and how it is drawn. :mod:`slca.training.stats` and :meth:`slca.training.trainer.Trainer.evaluate`
 write rows with these names; ``slca train``'s tables (:mod:`slca.cli`), the run
-report (:mod:`slca.report`) and ``slca compare`` (:mod:`slca.compare`) select
+report (:mod:`slca.reporting.report`) and ``slca compare`` (:mod:`slca.reporting.compare`) select
 from the views at the end of this module. A name with a ``{slot}`` stands for
 a family (``reward/exec/{component}``: one key per reward component); the slots
 and what each matches are :data:`SLOTS`. :func:`lookup` finds the declaration
@@ -50,7 +50,7 @@ EVAL_SET = "eval"
 TEST_SET = "eval_test"
 """toolworld's out-of-distribution test split, as an evaluation set (unseen entities and phrasings)."""
 AUC_PREFIX = "auc/"
-"""``slca compare``'s area under a metric's curve (:func:`slca.compare.curve_auc`): ``auc/<metric>``."""
+"""``slca compare``'s area under a metric's curve (:func:`slca.reporting.compare.curve_auc`): ``auc/<metric>``."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -108,7 +108,7 @@ class Metric:
         return self.column or self.in_set
 
 
-# ------------------------------------------------------------------ a training step (slca.stats.step_metrics)
+# ------------------------------------------------------------------ a training step (slca.training.stats.step_metrics)
 
 STEP = Metric("step", "the training step the row records (0: the evaluation before any update)", NONNEG)
 PERF_GEN = Metric("perf/gen_tokens_per_s", "rollout tokens generated per second (wall clock)", NONNEG, "higher")
@@ -235,7 +235,7 @@ RUN_PLOTS = (
     Panel(_TEST, "tool-task Success, toolworld test split\n(unseen entities and phrasings: out of distribution)"),
     Panel(GRAD_COSINE.name), Panel(GRAD_VOLATILITY.name), Panel(ADV_CONTAMINATION.name), Panel(GRAD_NORM.name),
 )
-"""The run report's panels (``curves.png``, :func:`slca.report.write_report`), one line per run."""
+"""The run report's panels (``curves.png``, :func:`slca.reporting.report.write_report`), one line per run."""
 RUN_FINAL = (EVAL_SUCCESS, EVAL_TOOL_TASKS, EVAL_NAME_F1, EVAL_ARG_MATCH, EVAL_PROCESS, EVAL_PARALLEL_SPLIT, EVAL_REWARD_TOOL,
              EVAL_REWARD_SUMMARY, EVAL_PARSE_OK)
 """The run report's final-metrics columns, per evaluation set."""

@@ -60,6 +60,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from slca.chat.encoding import ChatRenderer
 from slca.env.schema import MAX_DEPTH, ToolBox, check_tool, nesting_depth
 from slca.types import Task, ToolCall
 
@@ -833,8 +834,6 @@ def split_tasks(tasks: list[Task], eval_fraction: float, seed: int = 0) -> tuple
 
 def prompt_lengths(tasks: list[Task], tokenizer: Any, *, chat_template: str | None = None) -> list[int]:
     """Tokens of each task's prompt as a rollout renders it (chat template, tools, generation prompt)."""
-    from slca.chat.encoding import ChatRenderer
-
     texts = [ChatRenderer(tokenizer, t.tools or None, chat_template=chat_template).render(t.messages, add_generation_prompt=True)
              for t in tasks]
     out: list[int] = []

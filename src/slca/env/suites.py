@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from slca.env import toolworld
+from slca.env.loaders import fit_prompts, load_tasks, split_tasks
 from slca.types import Task
 
 __all__ = ["fit_suites", "load_suite", "load_suites"]
@@ -26,8 +28,6 @@ def load_suite(suite: str, split: str, seed: int) -> tuple[list[Task], Callable[
     which answers toolworld tools from its world (toolworld tasks saved to a file
     included) and any other tool from the schema-guided simulator.
     """
-    from slca.env import load_tasks, toolworld
-
     if suite == "toolworld":
         tasks = toolworld.make_tasks(split, seed=seed)  # the split's default size
     else:
@@ -50,8 +50,6 @@ def load_suites(suite: str, seed: int, *, eval_suite: str = "", eval_fraction: f
     evaluated beside it (``{split: tasks}``, logged as ``eval_<split>/*``); for a
     file suite they are not evaluated (a warning says so).
     """
-    from slca.env.loaders import split_tasks
-
     if eval_suite and eval_fraction:
         raise ValueError("give eval_suite or eval_fraction, not both")
     train, make_env = load_suite(suite, "train", seed)
@@ -77,8 +75,6 @@ def load_suites(suite: str, seed: int, *, eval_suite: str = "", eval_fraction: f
 def fit_suites(train: list[Task], held: list[Task], tokenizer: Any, max_total_tokens: int, *, suite: str,
                eval_suite: str = "") -> tuple[list[Task], list[Task]]:
     """Loaded tasks whose prompt leaves room to generate (:func:`slca.env.loaders.fit_prompts`); toolworld's own are kept as they are."""
-    from slca.env.loaders import fit_prompts
-
     if suite != "toolworld":
         train = fit_prompts(train, tokenizer, max_total_tokens, what=f"training tasks of {suite}")
     if held and (eval_suite or suite != "toolworld"):

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 import torch
+from rich.progress import Progress
 
-from slca.batching import pad
-from slca.chat import ChatRenderer
-from slca.rollout import MAX_NEW_TOKENS_FIELD, TEMPERATURE_FIELD, Sampling, stop_token_ids
+from slca.chat import ChatRenderer, get_format
+from slca.generation.batching import pad
+from slca.generation.rollout import MAX_NEW_TOKENS_FIELD, TEMPERATURE_FIELD, Sampling, stop_token_ids
 from slca.types import ParsedTurn
 
 __all__ = ["GenerationConfig", "AgentTurn", "PolicyAgent", "Episode", "drive"]
@@ -39,7 +40,7 @@ Message = dict[str, Any]
 
 @dataclass(kw_only=True)
 class GenerationConfig(Sampling):
-    """How the agent samples one assistant turn: :class:`slca.rollout.Sampling` (``max_new_tokens``,
+    """How the agent samples one assistant turn: :class:`slca.generation.rollout.Sampling` (``max_new_tokens``,
     ``temperature``, ``top_p``, ``seed``; declared and checked there, as for rollouts) with ``slca eval``'s
     defaults (256 tokens, greedy), and the batch size. Keyword arguments only.
 
@@ -79,8 +80,6 @@ class PolicyAgent:
     """
 
     def __init__(self, model, tokenizer, format: str = "hermes", gen: GenerationConfig | None = None, *, chat_template: str | None = None):
-        from slca.chat import get_format
-
         self.model = model
         self.tokenizer = tokenizer
         self.format_name = format
@@ -109,7 +108,7 @@ class PolicyAgent:
         return f"{self.max_prompt_tokens:,} tokens ({self.max_positions:,} positions less {self.gen.max_new_tokens} new tokens)"
 
     def _stop_token_ids(self) -> list[int]:
-        """The rollouts' rule (:func:`slca.rollout.stop_token_ids`): the chat template's end-of-turn token and the eos tokens."""
+        """The rollouts' rule (:func:`slca.generation.rollout.stop_token_ids`): the chat template's end-of-turn token and the eos tokens."""
         eot = ChatRenderer(self.tokenizer, chat_template=self.chat_template).end_of_turn_id()
         return stop_token_ids(self.tokenizer, self.model, eot)
 
@@ -195,8 +194,6 @@ class Episode(Protocol):
 
 def drive(agent: PolicyAgent, episodes: Sequence[Episode], *, desc: str = "rollouts", progress: bool = True) -> None:
     """Step all episodes with batched agent turns until every one is done."""
-    from rich.progress import Progress
-
     active = [e for e in episodes if not e.done]
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task(desc, total=len(episodes), completed=len(episodes) - len(active))

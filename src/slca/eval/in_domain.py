@@ -1,7 +1,7 @@
 """In-domain evaluation: toolworld's test split and loaded Toucan / paper-format rows.
 
 Rollouts come from the project's rollout engine
-(:func:`slca.rollout.generate_rollouts`) against each task's simulator. The
+(:func:`slca.generation.rollout.generate_rollouts`) against each task's simulator. The
 tasks and their simulator factory come from the loader ``slca train`` uses
 (:func:`slca.env.suites.load_suite`): toolworld's own world for toolworld tools
 (its splits, or toolworld tasks saved to a file), the schema-guided simulator
@@ -30,8 +30,13 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+from rich.progress import Progress
+
+from slca.env.loaders import prompt_lengths
 from slca.eval.agent import PolicyAgent
 from slca.eval.report import Record, SuiteReport, group_means, mean, pass_k
+from slca.generation.rollout import RolloutConfig, generate_rollouts
+from slca.rewards import eval_scores
 from slca.types import Task
 
 __all__ = ["GROUPINGS", "METRICS", "group_of", "run_in_domain"]
@@ -71,10 +76,6 @@ def run_in_domain(
     prompt alone reaches ``max_total_tokens`` cannot generate anything and
     scores as a failure; the report's notes and a warning say how many there were.
     """
-    from slca.env.loaders import prompt_lengths
-    from slca.rewards import eval_scores
-    from slca.rollout import RolloutConfig, generate_rollouts
-
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     if not tasks:
@@ -87,7 +88,6 @@ def run_in_domain(
     too_long = sum(n >= max_total_tokens for n in prompt_lengths(tasks, agent.tokenizer, chat_template=agent.chat_template))
     if too_long:
         log.warning("%s: %d of %d prompts reach max_total_tokens=%d and score as failures", suite, too_long, len(tasks), max_total_tokens)
-    from rich.progress import Progress
 
     records: list[Record] = []
     bs = max(1, g.batch_size // samples)

@@ -7,8 +7,15 @@ import pathlib
 from dataclasses import dataclass, field
 from typing import Callable
 
+from slca.chat import get_format
+from slca.env.suites import load_suite
+from slca.env.toolworld import SPLITS
 from slca.eval.agent import GenerationConfig, PolicyAgent
+from slca.eval.bfcl import resolve_categories, run_bfcl
+from slca.eval.in_domain import run_in_domain
 from slca.eval.report import SuiteReport
+from slca.eval.tau2 import DOMAINS, run_tau2
+from slca.training.policy import load_policy
 
 __all__ = ["SUITES", "EvalConfig", "load_model", "run_eval"]
 
@@ -59,9 +66,7 @@ class EvalConfig:
 
 def load_model(spec: str):
     """``(model, tokenizer)`` in eval mode from a model folder or a Hugging Face hub id, or the
-    embedded model for ``default`` (:func:`slca.policy.load_policy`: float32, on the CPU)."""
-    from slca.policy import load_policy
-
+    embedded model for ``default`` (:func:`slca.training.policy.load_policy`: float32, on the CPU)."""
     try:
         model, tok = load_policy(spec, template_fix="")
     except ValueError as e:
@@ -75,15 +80,11 @@ SuiteRun = Callable[[PolicyAgent], SuiteReport]
 
 
 def _bfcl(cfg: EvalConfig) -> SuiteRun:
-    from slca.eval.bfcl import resolve_categories, run_bfcl
-
     cats = resolve_categories(cfg.categories)
     return functools.partial(run_bfcl, categories=cats, limit=cfg.limit, samples=cfg.samples, progress=cfg.progress, model_label=cfg.model)
 
 
 def _tau2(cfg: EvalConfig) -> SuiteRun:
-    from slca.eval.tau2 import DOMAINS, run_tau2
-
     bad = [c for c in cfg.categories if c not in DOMAINS]
     if bad:
         raise ValueError(f"--categories {bad}: tau2 domains are {list(DOMAINS)}")
@@ -97,9 +98,6 @@ def _tau2(cfg: EvalConfig) -> SuiteRun:
 
 def _in_domain(cfg: EvalConfig) -> SuiteRun:
     """toolworld / toucan: the tasks load (and ``--categories``, their kinds, are checked) here."""
-    from slca.env.suites import load_suite
-    from slca.eval.in_domain import run_in_domain
-
     # slca train's loader: a toolworld task file gets toolworld's world here too
     tasks, make_env = load_suite("toolworld" if cfg.suite == "toolworld" else cfg.data, cfg.split, cfg.gen.seed)
     if cfg.categories:
@@ -124,16 +122,12 @@ def _check(cfg: EvalConfig) -> None:
         raise ValueError(f"--samples must be >= 1, got {cfg.samples}")
     if cfg.limit is not None and cfg.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {cfg.limit}")
-    from slca.env.toolworld import SPLITS
-
     if cfg.split not in SPLITS:
         raise ValueError(f"--split {cfg.split!r}: toolworld splits are {list(SPLITS)}")
     if cfg.split != "test" and cfg.suite != "toolworld":
         raise ValueError(f"--split is for --suite toolworld, not {cfg.suite}")
     if cfg.suite == "toucan" and not cfg.data:
         raise ValueError("--suite toucan needs --data PATH (Toucan, verl/paper or slca rows)")
-    from slca.chat import get_format
-
     get_format(cfg.format)
 
 

@@ -34,10 +34,15 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import types
 import uuid
 from typing import Any, Callable, Optional
 
+from rich.console import Console
+from rich.progress import Progress
+
+from slca.env.llm import safe_url
 from slca.eval.agent import PolicyAgent
 from slca.eval.report import Record, SuiteReport, group_means, mean, pass_k, truncation
 from slca.types import ToolCall
@@ -52,8 +57,6 @@ DOMAINS = ("airline", "retail")
 def import_tau2() -> types.SimpleNamespace:
     """Import the tau2 pieces used here; loguru (tau2's logger) is reset to stderr at ``$SLCA_TAU2_LOG_LEVEL`` (default ERROR)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import sys
-
     from loguru import logger
 
     logger.remove()
@@ -230,8 +233,6 @@ def llm_user(task: Any, environment: Any, *, base_url: str, model: str, api_key:
         api_key: sent as the bearer token (``EMPTY`` when None; local servers ignore it).
         max_tokens: longest user turn in tokens (None: the server's default; ``transformers serve`` allows 1,024).
     """
-    from slca.env.llm import safe_url
-
     t = import_tau2()
     user_tools = environment.get_user_tools() if environment.user_tools else None
     args: dict[str, Any] = {"api_base": base_url, "api_key": api_key or "EMPTY", "temperature": temperature}
@@ -293,8 +294,6 @@ def _user_factory(user: str, base_url: str | None = None, model: str | None = No
 
 def _warn_overflow(policy: PolicyAgent, domains: list[str]) -> None:
     """On stderr: the domains whose first prompt is already over what the policy can take (:func:`prompt_overflow`)."""
-    from rich.console import Console
-
     for d, n in prompt_overflow(policy, domains).items():
         Console(stderr=True, soft_wrap=True).print(
             f"[yellow]warning:[/yellow] tau2 {d}: the system prompt and tools alone are {n:,} tokens, over the {policy.prompt_limit()} the model can take: "
@@ -376,8 +375,6 @@ def run_tau2(
         if d not in DOMAINS:
             raise ValueError(f"unknown tau2 domain {d!r}; choose from {list(DOMAINS)}")
     make_user = _user_factory(user, user_base_url, user_model, user_api_key, user_max_tokens)
-    from rich.progress import Progress
-
     _warn_overflow(policy, doms)
     records: list[Record] = []
     jobs = [(d, task, s) for d in doms for task in load_tasks(d, split, limit) for s in range(samples)]

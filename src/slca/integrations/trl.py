@@ -65,9 +65,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from packaging.version import Version
 
 from slca._fields import help_of
-from slca.advantages import (
+from slca.core.advantages import (
     EMPTY_SUMMARY_DEFAULT,
     EMPTY_TOOL_DEFAULT,
     AdvantageInputs,
@@ -81,7 +82,8 @@ from slca.advantages import (
     group_normalize,
     resolve_estimator,
 )
-from slca.segments import segment_masks
+from slca.core.segments import segment_masks
+from slca.rewards import execution_reward, summary_reward, turns_from_messages
 from slca.types import Task, ToolResult, Trajectory, Turn
 
 try:
@@ -168,7 +170,7 @@ def check_trl_contract(trainer_cls: type = GRPOTrainer) -> None:
 
 
 def _option_help(name: str) -> str:
-    """The help of an option of :class:`slca.advantages.SLCAOptions` (its one home)."""
+    """The help of an option of :class:`slca.core.advantages.SLCAOptions` (its one home)."""
     return next(help_of(f) for f in fields(SLCAOptions) if f.name == name)
 
 
@@ -228,7 +230,7 @@ class SLCAGRPOConfig(GRPOConfig):
 
 def check_host_options(host: Mapping[str, Any]) -> None:
     """Refuse a bad ``empty_tool`` / ``empty_summary`` whatever the estimator (``grpo`` does not take them), as
-    :class:`slca.advantages.SLCAOptions` checks them."""
+    :class:`slca.core.advantages.SLCAOptions` checks them."""
     check_options(SLCAOptions, "slca", {k: host[k] for k in ("empty_tool", "empty_summary")})
 
 
@@ -272,7 +274,7 @@ def check_tiers(tiers: list[str], estimator: str) -> None:
     """Raise ValueError if ``estimator`` cannot work with the tiers present in ``tiers``.
 
     Trajectory-level estimators (``grpo``, any registered with
-    ``trajectory=True``: :attr:`slca.advantages.EstimatorSpec.trajectory`) take any
+    ``trajectory=True``: :attr:`slca.core.advantages.EstimatorSpec.trajectory`) take any
     non-empty set of functions. The tiered ones need a summary-tier function:
     without one there is no reward for the tokens after the last tool response,
     nor for a rollout that made no call. Without a tool-tier function they run
@@ -313,7 +315,7 @@ def call_options(spec: EstimatorSpec, host: Mapping[str, Any], given: Mapping[st
     ``given`` (``SLCAGRPOConfig.estimator_options``) may not set a host option
     (:data:`HOST_OPTIONS` says which config field does); an option the
     estimator does not declare, or a bad value, raises ValueError naming both
-    (:meth:`slca.advantages.EstimatorSpec.host_options`).
+    (:meth:`slca.core.advantages.EstimatorSpec.host_options`).
     """
     return spec.host_options(host, given, {k: f"SLCAGRPOConfig.{v}" for k, v in HOST_OPTIONS.items()})
 
@@ -445,8 +447,6 @@ def trajectories_from_completions(
     tokens); ``stop_reason`` is ``final_answer`` when the last assistant turn
     made no call, else ``max_turns``.
     """
-    from slca.rewards import turns_from_messages
-
     out = []
     for c, key in zip(completions, task_ids, strict=True):
         msgs = _messages(c)
@@ -496,8 +496,6 @@ def slca_reward_funcs(
       action-dependent baseline: the tool tier then never sees the cost of
       running out of turns (docs/beyond.md, "Segments that are missing").
     """
-    from slca.rewards import execution_reward, summary_reward, turns_from_messages
-
     if unanswered not in UNANSWERED_MODES:
         raise ValueError(f"unanswered must be one of {UNANSWERED_MODES}, got {unanswered!r}")
     complete = mark_unanswered if unanswered == "not_executed" else (lambda turns: turns)
@@ -677,7 +675,7 @@ class SLCAGRPOTrainer(GRPOTrainer):
 
     * ``tasks``: ``{task_id: Task}``, the rows' slca tasks (each row names its
       task in the column ``args.task_id_column``). Each needed input is then
-      computed by slca's input registry (:func:`slca.advantages.get_input`) on
+      computed by slca's input registry (:func:`slca.core.advantages.get_input`) on
       the batch's completions as slca trajectories
       (:func:`trajectories_from_completions`).
     * ``estimator_inputs``: ``{name: fn}`` computing an input directly, called
@@ -851,8 +849,6 @@ class SLCAGRPOTrainer(GRPOTrainer):
 
 
 def _warn_untested_version() -> None:
-    from packaging.version import Version
-
     v = Version(trl.__version__)
     if not (Version("1.16") <= v < Version("1.17")):
         warnings.warn(

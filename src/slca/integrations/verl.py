@@ -51,15 +51,17 @@ How the two rewards reach the estimator (verl 0.9.1)
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from slca.advantages import (
+from slca.core.advantages import (
     EMPTY_TOOL_DEFAULT,
     AdvantageInputs,
     EstimatorSpec,
@@ -69,7 +71,8 @@ from slca.advantages import (
     resolve_estimator,
     split_assignments,
 )
-from slca.segments import segment_masks
+from slca.core.segments import segment_masks
+from slca.types import ToolResult, Turn
 
 __all__ = [
     "ESTIMATOR_NAME",
@@ -334,8 +337,6 @@ def dump_batch(directory: str, estimator: str, token_level_rewards, response_mas
     Returns:
         The file's path.
     """
-    from pathlib import Path
-
     global _DUMPS
     _DUMPS += 1
     out = Path(directory)
@@ -363,7 +364,7 @@ def selected_estimator() -> EstimatorSpec:
     ``my_pkg.module:function`` (the module is imported here, which registers it:
     verl's workers need no registration code of their own, only the package on
     their path) or the name of a ``slca.estimators`` entry point
-    (:func:`slca.advantages.resolve_estimator`). verl looks ``adv_estimator`` up in
+    (:func:`slca.core.advantages.resolve_estimator`). verl looks ``adv_estimator`` up in
     its own registry, where this module registers ``slca`` alone, so the choice
     among slca's estimators travels in the environment. Check a node before a run
     with ``python -c "from slca.integrations.verl import selected_estimator as s; print(s().name)"``.
@@ -440,6 +441,7 @@ def _task_from_row(ground_truth: Any, extra_info: Mapping[str, Any] | None):
     or its JSON, of steps, each a list of parallel ``{"name", "arguments"}``)
     and ``answer_facts``.
     """
+    # the environment and the rewards load on first use: every verl process (each Ray worker) imports this plugin
     from slca.env.loaders import task_from_row
 
     gt = json.loads(ground_truth) if isinstance(ground_truth, str) else dict(ground_truth or {})
@@ -474,7 +476,6 @@ def _turns_from_solution(solution_str: str, fmt: str):
     """
     from slca.chat import get_format
     from slca.rewards.messages import tool_result
-    from slca.types import ToolResult, Turn
 
     parser = get_format(fmt)
     pieces = re.split(r"<tool_response>(.*?)</tool_response>", solution_str, flags=re.S)
@@ -549,8 +550,6 @@ def _warn_if_unresolvable() -> None:
     try:
         selected_options(selected_estimator())
     except ValueError as e:
-        import logging
-
         logging.getLogger(__name__).warning("%s (adv_estimator=slca will raise this on the first batch)", e)
 
 

@@ -72,6 +72,7 @@ import importlib.abc
 import importlib.util
 import inspect
 import os
+import re
 import sys
 import types
 from collections.abc import Callable
@@ -505,8 +506,6 @@ def _contract_rollout(need: Callable[[bool, str], None], problems: list[str]) ->
 
     need('output.extra_fields.get("global_steps")' in _src(llm_server.LLMServerClient.generate),
          "LLMServerClient.generate no longer reads extra_fields['global_steps']")
-    import re
-
     from slca.integrations.verl_cpu_rollout import HFRolloutServer
 
     called = set()

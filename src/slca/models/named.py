@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from slca.models.default import load_default
+from slca.models.smollm2 import load_smollm2, smollm2_dir, smollm2_problem
+
 __all__ = ["NAMED_MODELS", "named_model_problem", "load_named", "prepare_named"]
 
 NAMED_MODELS: dict[str, str] = {
@@ -21,8 +24,6 @@ NAMED_MODELS: dict[str, str] = {
 def named_model_problem(name: str) -> str | None:
     """None if the named model can load here; otherwise what is missing (one line)."""
     if name == "smollm2":
-        from slca.models.smollm2 import smollm2_problem
-
         return smollm2_problem()
     return None
 
@@ -30,23 +31,15 @@ def named_model_problem(name: str) -> str | None:
 def prepare_named(name: str, *, progress: bool = True) -> None:
     """Build or convert the named model's cache entry now (before runs start in parallel)."""
     if name == "default":
-        from slca.models import load_default
-
         load_default(progress=progress)
     elif name == "smollm2":
-        from slca.models.smollm2 import smollm2_dir
-
         smollm2_dir(progress=progress)
 
 
 def load_named(name: str) -> tuple[Any, Any]:
     """``(model, tokenizer)`` of a name in :data:`NAMED_MODELS` (float32, eval mode, with its chat template)."""
     if name == "default":
-        from slca.models import load_default
-
         return load_default()
     if name == "smollm2":
-        from slca.models.smollm2 import load_smollm2
-
         return load_smollm2(progress=True)
     raise ValueError(f"model {name!r}: not a named model {sorted(NAMED_MODELS)}")

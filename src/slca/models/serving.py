@@ -29,6 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+
+from slca._fs import umask_modes
+from slca.models.default import RESPONSE_TEMPLATE
+
 __all__ = ["TEXT_RESPONSE_TEMPLATE", "export_for_serving", "TransformersServer"]
 
 TEXT_RESPONSE_TEMPLATE: dict = {
@@ -53,8 +58,7 @@ def export_for_serving(spec: str, out: str | Path, *, tool_calls: bool = False, 
     :data:`TEXT_RESPONSE_TEMPLATE`, or, with ``tool_calls=True``, the template that parses ``<tool_call>`` blocks
     into OpenAI ``tool_calls`` (:data:`slca.models.default.RESPONSE_TEMPLATE`). ``out`` must not hold a model yet.
     """
-    from slca.models.default import RESPONSE_TEMPLATE
-    from slca.policy import load_policy
+    from slca.training.policy import load_policy  # training imports models (policy -> models.named): at the top, a cycle
 
     out = Path(out).expanduser()
     if out.exists() and any(out.iterdir()):
@@ -65,8 +69,6 @@ def export_for_serving(spec: str, out: str | Path, *, tool_calls: bool = False, 
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    from slca._fs import umask_modes
-
     umask_modes(out)
     return out
 
@@ -98,8 +100,6 @@ class TransformersServer:
         self._out = None
 
     def start(self) -> "TransformersServer":
-        import httpx
-
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "HF_HUB_OFFLINE": "1",
                "HF_HUB_DISABLE_UPDATE_CHECK": "1", "TOKENIZERS_PARALLELISM": "false"}
         cmd = [sys.executable, "-m", "transformers.cli.transformers", "serve", "--host", "127.0.0.1", "--port", str(self.port),

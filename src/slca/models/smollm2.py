@@ -41,6 +41,10 @@ from importlib import resources
 from pathlib import Path
 
 import torch
+from rich.console import Console
+
+from slca._fs import temp_dir, umask_modes
+from slca.models.default import RESPONSE_TEMPLATE, default_cache_root
 
 __all__ = [
     "GGUF_FILE",
@@ -110,8 +114,6 @@ def _sha256(path: str, size: int, mtime_ns: int) -> str:
 
 
 def _entry(gguf: Path, cache_dir: str | Path | None = None) -> Path:
-    from slca.models.default import default_cache_root
-
     st = gguf.stat()
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root() / "smollm2"
     return root / f"{_sha256(str(gguf), st.st_size, st.st_mtime_ns)[:16]}-v{CONVERT_VERSION}"
@@ -136,11 +138,8 @@ def smollm2_dir(cache_dir: str | Path | None = None, *, progress: bool = False) 
 
 def _convert(gguf: Path, out: Path, *, progress: bool) -> None:
     """Dequantise ``gguf`` into a float32 ``save_pretrained`` folder at ``out`` (written aside, renamed into place)."""
-    from rich.console import Console
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
-
-    from slca._fs import temp_dir, umask_modes
 
     console = Console(stderr=True, quiet=not progress)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -185,8 +184,6 @@ def _convert(gguf: Path, out: Path, *, progress: bool) -> None:
 
 def prepare_smollm2_tokenizer(tok):
     """Give a SmolLM2 tokenizer the tool-calling chat template and its response template (in place)."""
-    from slca.models.default import RESPONSE_TEMPLATE
-
     tok.chat_template = smollm2_chat_template()
     tok.response_template = copy.deepcopy(RESPONSE_TEMPLATE)
     tok.model_max_length = MAX_POSITIONS  # the GGUF tokenizer says 1e30

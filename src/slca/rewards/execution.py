@@ -208,7 +208,7 @@ def parallel_split(task: Task, turns: list[Turn]) -> float:
 def eval_scores(task: Task, turns: list[Turn]) -> dict[str, float]:
     """Every score of one evaluation rollout (:data:`EVAL_SCORES`): the one scoring that
     ``slca eval``'s in-domain suites (:func:`slca.eval.in_domain.run_in_domain`, per record)
-    and the trainer's held-out sets (:meth:`slca.trainer.Trainer.evaluate_on`, ``eval*/*``) share.
+    and the trainer's held-out sets (:meth:`slca.training.trainer.Trainer.evaluate_on`, ``eval*/*``) share.
 
     :func:`in_domain_metrics` (``name_f1``, ``arg_match``, ``process``, ``success``; NaN when
     unscorable), ``parse_ok`` (1.0 when no turn had a parse error) and, only for a task with a

@@ -19,6 +19,8 @@ import numbers
 from collections import Counter
 from typing import Any, Protocol
 
+import torch
+
 from slca.env.llm import ChatClient, EndpointError, parse_json_reply
 from slca.rewards.common import Unscorable, collect_calls
 from slca.types import Task, Turn
@@ -176,8 +178,6 @@ class RewardModelJudge:
         return "\n".join(f"{m['role']}: {m['content']}" for m in msgs)
 
     def score(self, task: Task, turns: list[Turn], final_text: str) -> float:
-        import torch
-
         ids = self.tokenizer(self.text(task, turns, final_text), return_tensors="pt")["input_ids"][:, -self.max_length :]
         device = next(self.model.parameters()).device
         with torch.no_grad():

@@ -62,7 +62,7 @@ def turn_scores(task: Task, turns: list[Turn]) -> list[float]:
     Returns:
         One float in [0, 1] (or NaN) per tool turn, in order: element ``k``
         belongs to the ``k``-th tool turn, i.e. the ``k``-th policy-token run of
-        the tool segment (:func:`slca.segments.turn_index`).
+        the tool segment (:func:`slca.core.segments.turn_index`).
 
     Example (gold: one call ``f(x=1)``; turn 0 calls it, turn 1 repeats it):
         ``turn_scores(task, [t0, t1]) == [1.0, 0.0]``

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import json
 import re
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -19,6 +20,7 @@ from typing import Annotated, Any, Literal
 import torch
 
 from slca._fields import ConfigError, check_value
+from slca.models.named import NAMED_MODELS, load_named, named_model_problem
 
 __all__ = ["DTYPES", "DTYPE_NAMES", "DTYPE_FIELD", "DEVICE_FIELD", "CHAT_TEMPLATE_FIELD", "device_problem", "chat_template_problem", "looks_like_path", "hub_model_problem", "lora_base", "check_device", "check_dtype", "resolve_chat_template", "load_pretrained", "apply_lora", "prepare_policy", "load_policy", "policy_options"]
 
@@ -60,7 +62,7 @@ _HINTS: dict[str, Any] = {"dtype": DTYPE_FIELD, "device": DEVICE_FIELD, "chat_te
 
 
 def _checked(field: str, value: Any) -> None:
-    """Refuse ``value`` as ``slca.config.check_field`` does for ``field`` (the same annotation, the same check)."""
+    """Refuse ``value`` as ``slca.training.config.check_field`` does for ``field`` (the same annotation, the same check)."""
     problem = check_value(value, _HINTS[field])[1]
     if problem:
         raise ConfigError(field, problem)
@@ -233,8 +235,6 @@ def _load_lora_checkpoint(p: Path, spec: str, dtype: torch.dtype) -> tuple[torch
 def _peft_quiet() -> Iterator[None]:
     """peft reads transformers' deprecated ``is_gradient_checkpointing``: a FutureWarning in every LoRA
     run that is neither slca's nor the user's to act on."""
-    import warnings
-
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
         yield
@@ -295,8 +295,6 @@ def load_policy(spec: str, **options: Any) -> tuple[torch.nn.Module, Any]:
     model; ``'smollm2'``, SmolLM2-135M-Instruct: :data:`slca.models.named.NAMED_MODELS`),
     a model folder or a hub id; ``options`` as for :func:`prepare_policy` (checked
     before anything is loaded)."""
-    from slca.models.named import NAMED_MODELS, load_named, named_model_problem
-
     check_device(options.get("device", "cpu"))
     dt = check_dtype(options.get("dtype", "float32"))
     resolve_chat_template(options.get("chat_template", ""))
@@ -311,5 +309,5 @@ def load_policy(spec: str, **options: Any) -> tuple[torch.nn.Module, Any]:
 
 
 def policy_options(cfg: Any) -> dict[str, Any]:
-    """The :func:`prepare_policy` options a :class:`~slca.config.TrainConfig` sets."""
+    """The :func:`prepare_policy` options a :class:`~slca.training.config.TrainConfig` sets."""
     return {k: getattr(cfg, k) for k in ("device", "dtype", "chat_template", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules")}

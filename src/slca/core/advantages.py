@@ -12,13 +12,14 @@ import inspect
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass, make_dataclass, replace
+from importlib.metadata import entry_points
 from typing import Annotated, Any, Literal, Protocol
 
 import torch
 
 from slca._checks import as_1d, as_2d, check_mask, check_same_shape, group_index
 from slca._fields import check_value, coerce, ge, gt, hints, within
-from slca.segments import last_tool_turn, tool_turn_index
+from slca.core.segments import last_tool_turn, tool_turn_index
 
 __all__ = [
     "SCALES",
@@ -768,8 +769,6 @@ def resolve_estimator(ref: str) -> EstimatorSpec:
 
 def _entry_points() -> dict[str, Any]:
     """The ``slca.estimators`` entry points by name; ValueError if two packages declare one name differently."""
-    from importlib.metadata import entry_points
-
     out: dict[str, Any] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         old = out.get(ep.name)
@@ -1111,7 +1110,7 @@ def slca_turn_advantages(
         group_ids: (B,) group ids.
         tool_mask, summary_mask: (B, T) 0/1, disjoint.
         turn_index: (B, T) integer, the tool turn of each tool token (-1 elsewhere;
-            :func:`slca.segments.turn_index`). Only its values on tool tokens are read.
+            :func:`slca.core.segments.turn_index`). Only its values on tool tokens are read.
         turn_lambda: weight of the turn term (finite).
 
     Returns:

@@ -1,6 +1,6 @@
 """Typed statistics of one training step and the metrics they are logged as.
 
-The update phase of :meth:`slca.trainer.Trainer.train_step` returns an
+The update phase of :meth:`slca.training.trainer.Trainer.train_step` returns an
 :class:`UpdateStats`; its metrics phase builds the others from what the rollout,
 score and credit phases returned, and :func:`step_metrics` turns them all into
 the flat ``metrics.jsonl`` row.

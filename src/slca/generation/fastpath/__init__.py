@@ -6,6 +6,6 @@ larger kernels; each is checked against the plain forward in
 to the plain forward for models it does not support.
 """
 
-from slca.fastpath.decode import FastBatch, FastDecoder, make_batch, unsupported_reason
+from slca.generation.fastpath.decode import FastBatch, FastDecoder, make_batch, unsupported_reason
 
 __all__ = ["FastBatch", "FastDecoder", "make_batch", "unsupported_reason"]

@@ -2,7 +2,7 @@
 
 :class:`FastBatch` is a drop-in for the rollout engine's KV-cache batch (the
 same ``feed`` / ``feed_lists`` / ``expand`` / ``keep`` / ``park`` / ``unpark``
-methods and the same hole-and-position semantics, see :mod:`slca.kvcache`),
+methods and the same hole-and-position semantics, see :mod:`slca.generation.kvcache`),
 but it does not call the model's ``forward``. It runs the decoder itself:
 
 * **fused projections**: per layer one ``(q|k|v)`` matmul and one
@@ -52,7 +52,7 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from slca.kvcache import chunk_positions, merge_order, pad_chunk
+from slca.generation.kvcache import chunk_positions, merge_order, pad_chunk
 
 __all__ = ["FastDecoder", "FastBatch", "unsupported_reason", "LOGITS_HOOK"]
 
@@ -343,7 +343,7 @@ class _Prompts:
 
 
 class FastBatch:
-    """The rollout engine's shared, holed KV cache over :class:`FastDecoder` (see :mod:`slca.kvcache`).
+    """The rollout engine's shared, holed KV cache over :class:`FastDecoder` (see :mod:`slca.generation.kvcache`).
 
     Column ``j`` of the cache holds, for every row, the token fed in that
     column; ``attn[b, j]`` says whether it is one of row ``b``'s tokens (a
@@ -418,7 +418,7 @@ class FastBatch:
 
     @torch.no_grad()
     def feed(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """Append a chunk (``ids``, ``valid``: (B, W), as :meth:`slca.kvcache.CacheBatch.feed`).
+        """Append a chunk (``ids``, ``valid``: (B, W), as :meth:`slca.generation.kvcache.CacheBatch.feed`).
 
         Returns (B, V) float logits at each row's last valid column (rows
         without one: to be ignored). A model defining ``slca_rollout_logits(
@@ -499,7 +499,7 @@ class FastBatch:
         return parked
 
     def unpark(self, parked: FastParked, here: torch.Tensor, there: torch.Tensor) -> torch.Tensor:
-        """Merge parked rows back, ordered by their ids (the contract of :meth:`slca.kvcache.CacheBatch.unpark`).
+        """Merge parked rows back, ordered by their ids (the contract of :meth:`slca.generation.kvcache.CacheBatch.unpark`).
 
         ``here`` / ``there``: (B_here,) / (B_parked,) row ids in batch / parked
         order. Returns the sorted ids (the new batch order); parked rows get

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import json
 import typing
 from collections.abc import Callable, Iterator
@@ -30,7 +31,8 @@ from typing import Annotated, Any, Literal
 import yaml
 
 from slca._fields import ConfigError, check_value, coerce, ge, gt, help_of, hints, within
-from slca.advantages import (
+from slca.chat import list_formats
+from slca.core.advantages import (
     Eps,
     EmptySummary,
     EmptyTool,
@@ -43,9 +45,11 @@ from slca.advantages import (
     resolve_estimator,
     split_assignments,
 )
-from slca.losses import AGG_MODES, KL_KINDS
-from slca.policy import CHAT_TEMPLATE_FIELD, DEVICE_FIELD, DTYPE_FIELD
-from slca.rollout import MAX_NEW_TOKENS_FIELD, TEMPERATURE_FIELD, TOP_P_FIELD
+from slca.core.losses import AGG_MODES, KL_KINDS
+from slca.generation.rollout import MAX_NEW_TOKENS_FIELD, TEMPERATURE_FIELD, TOP_P_FIELD
+from slca.models.named import NAMED_MODELS, named_model_problem
+from slca.training.policy import CHAT_TEMPLATE_FIELD, DEVICE_FIELD, DTYPE_FIELD, hub_model_problem, lora_base, looks_like_path
+from slca.training.tracking import parse_report_to
 
 __all__ = ["TrainConfig", "ConfigError", "GROUPS", "ESTIMATOR_FIELDS", "OTHER_NAMES", "check_field", "estimator_options", "field_docs", "load_config", "resume_config", "read_config_file", "file_overrides", "apply_overrides", "validate", "config_diff", "to_dict"]
 
@@ -120,7 +124,7 @@ class TrainConfig:
     report_to: Annotated[list[str], _report_to] = _list(
         lambda: ["tensorboard"],
         'Trackers that get every metric besides metrics.jsonl: any of tensorboard, wandb, mlflow, trackio (each an '
-        "extra), 'all' (those installed) or 'none'; see slca.tracking.")
+        "extra), 'all' (those installed) or 'none'; see slca.training.tracking.")
     project: Annotated[str, _nonempty] = _field(
         "slca",
         'Project (wandb, trackio) or experiment (mlflow) the trackers file the run under; the run is named after '
@@ -160,7 +164,7 @@ class TrainConfig:
     estimator_options: Annotated[list[str], _assignments] = _list(
         list, "Options of the estimator besides those above, as option=value (a list: --set estimator_options=cond_std=subgroup,x=1; "
         "in a file [cond_std=subgroup] or a mapping {cond_std: subgroup}); each checked by the estimator's options object "
-        "(slca.advantages.EstimatorSpec.options, docs/training.md).")
+        "(slca.core.advantages.EstimatorSpec.options, docs/training.md).")
     scale: Scale = _option(GroupOptions, 'scale')
     eps: Eps = _option(GroupOptions, 'eps')
     empty_tool: EmptyTool = _option(SLCAOptions, 'empty_tool')
@@ -204,7 +208,7 @@ class TrainConfig:
     max_grad_norm: Annotated[float, gt(0)] = _field(1.0, 'Gradient clipping threshold (the pre-clip norm is logged).')
     fast_paths: bool = _field(
         True,
-        'Run supported models (stock Qwen2 / Llama) through slca.fastpath in rollouts and the training pass (same '
+        'Run supported models (stock Qwen2 / Llama) through slca.generation.fastpath in rollouts and the training pass (same '
         'tokens; log-probs within 1e-5 of the plain transformers forward, see docs/performance.md); False: the plain '
         'forward.')
 
@@ -265,8 +269,6 @@ GROUPS: dict[str, str] = {"run_dir": "run", "suite": "data", "max_turns": "sampl
 
 
 def _estimator(v: str) -> str | None:
-    from slca.advantages import resolve_estimator
-
     try:
         resolve_estimator(v)  # a registered name, 'package.module:function' (imported here) or an entry point
     except ValueError as e:
@@ -275,20 +277,14 @@ def _estimator(v: str) -> str | None:
 
 
 def _tool_format(v: str) -> str | None:
-    from slca.chat import list_formats
-
     return None if v in list_formats() else f"must be a tool-call format {list_formats()}, got {v!r}"
 
 
 def _model(v: str) -> str | None:
-    from slca.models.named import NAMED_MODELS, named_model_problem
-
     if v in NAMED_MODELS:
         return named_model_problem(v)
     p = Path(v).expanduser()
     if not p.exists():
-        from slca.policy import hub_model_problem, looks_like_path
-
         if looks_like_path(v):
             hint = _did_you_mean_path(p) or "give 'default', 'smollm2', a save_pretrained folder or a Hugging Face hub id"
             return f"{v!r}: no such folder ({hint})"
@@ -296,8 +292,6 @@ def _model(v: str) -> str | None:
     if not p.is_dir() or not ((p / "config.json").is_file() or (p / "adapter_config.json").is_file()):
         return f"{v!r}: not a Hugging Face model folder (no config.json or adapter_config.json)"
     if not (p / "config.json").is_file():  # a LoRA checkpoint: its base model must be there too
-        from slca.policy import lora_base
-
         try:
             lora_base(p)
         except ValueError as e:
@@ -316,8 +310,6 @@ def _did_you_mean_path(p: Path) -> str:
 
 
 def _report_to(v: list[str]) -> str | None:
-    from slca.tracking import parse_report_to
-
     try:
         parse_report_to(v)
     except ValueError as e:
@@ -411,8 +403,6 @@ def _cross_checks(cfg: TrainConfig) -> Iterator[tuple[str, str]]:
     if cfg.dtype == "float16" and cfg.lora_r == 0:
         yield "dtype", "float16 full fine-tuning needs loss scaling, which slca does not do; use bfloat16, or float16 with lora_r > 0 (adapters train in float32)"
     if cfg.lora_r > 0:
-        import importlib.util
-
         if importlib.util.find_spec("peft") is None:
             yield "lora_r", "> 0 needs peft, which is not installed (pip install \"slca[peft]\")"
 
@@ -421,7 +411,7 @@ def check_field(name: str, value: Any) -> Any:
     """``value`` checked as the field ``name`` (its type, choices and checks); :class:`ConfigError` naming it otherwise.
 
     Returns the value (an int given for a float field as a float). Other modules refuse
-    a value as the config would with this (``slca.policy`` declares the dtype, device and chat template fields' annotations and checks them the same way).
+    a value as the config would with this (``slca.training.policy`` declares the dtype, device and chat template fields' annotations and checks them the same way).
     """
     hint = hints(TrainConfig)[name]
     if typing.get_origin(typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint) is list:
@@ -572,7 +562,7 @@ def resume_config(run_dir: str | Path | None, path: str | Path | None = None, ov
     (a folder that holds no run yet starts with those). Given, it must hold a
     ``config.json``, and a ``run_dir`` set otherwise must name the same folder. A value
     given that differs from the stored one is left in, so that resuming refuses it and
-    prints the difference (:class:`slca.runs.RunFolder`); only ``steps`` may change.
+    prints the difference (:class:`slca.training.runs.RunFolder`); only ``steps`` may change.
     """
     explicit: dict[str, Any] = dict(read_config_file(path)) if path is not None else {}
     for k, v in (_split(o) for o in overrides or []):

@@ -9,9 +9,9 @@ batch for the rest of a turn and merged back for the next one, with holes for
 everything fed while they were out.
 
 :class:`CacheBatch` runs the model's own ``forward`` on a cache of
-:class:`GrowingLayer` s; :class:`slca.fastpath.FastBatch` is the same batch over
+:class:`GrowingLayer` s; :class:`slca.generation.fastpath.FastBatch` is the same batch over
 a fused decoder. Both satisfy :class:`KVBatch`, the interface
-:mod:`slca.rollout` decodes through.
+:mod:`slca.generation.rollout` decodes through.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ __all__ = ["KVBatch", "CacheBatch", "Parked", "GrowingLayer", "make_cache", "pad
 
 
 class KVBatch(Protocol):
-    """A KV cache shared by B rows (:class:`CacheBatch`, :class:`slca.fastpath.FastBatch`)."""
+    """A KV cache shared by B rows (:class:`CacheBatch`, :class:`slca.generation.fastpath.FastBatch`)."""
 
     @property
     def attn(self) -> torch.Tensor:

@@ -4,18 +4,18 @@ A short recipe over library components. One step (:meth:`Trainer.train_step`)
 reads as five named phases, the first four each returning a typed record:
 
 1. :meth:`Trainer.rollout` -- sample ``tasks_per_step`` tasks and roll out
-   ``group_size`` samples of each against the simulator (:mod:`slca.rollout`),
-   stacked into a :class:`~slca.batching.RolloutBatch`;
+   ``group_size`` samples of each against the simulator (:mod:`slca.generation.rollout`),
+   stacked into a :class:`~slca.generation.batching.RolloutBatch`;
 2. :meth:`Trainer.score` -- hierarchical rewards of every rollout
    (:func:`slca.rewards.score_batch`), plus optional summary noise;
 3. :meth:`Trainer.credit` -- tool / summary segments from the environment mask
-   (:func:`slca.segments.segment_masks`) and advantages from the estimator named
-   in the config (registry dispatch, :mod:`slca.advantages`);
+   (:func:`slca.core.segments.segment_masks`) and advantages from the estimator named
+   in the config (registry dispatch, :mod:`slca.core.advantages`);
 4. :meth:`Trainer.update` -- PPO-style epochs over minibatches: clipped surrogate
-   + KL to a frozen reference, aggregated as configured (:mod:`slca.losses`);
+   + KL to a frozen reference, aggregated as configured (:mod:`slca.core.losses`);
    on diagnostic steps the first backward is split by segment;
 5. :meth:`Trainer.step_metrics` -- diagnostics and the metrics row
-   (:mod:`slca.stats`, :mod:`slca.diagnostics`).
+   (:mod:`slca.training.stats`, :mod:`slca.core.diagnostics`).
 
 :func:`train` runs the steps with held-out evaluation, logging and checkpoints.
 """
@@ -38,19 +38,33 @@ import torch
 
 from slca import metrics as M
 from slca._checks import group_index
-from slca.advantages import AdvantageInputs, compute_advantages, fill_inputs, list_estimators, option_values
-from slca.batching import RolloutBatch, collate, response_logprobs
-from slca.config import TrainConfig, estimator_options, to_dict, validate
-from slca.diagnostics import advantage_stats, contamination, flat_grad, grad_cosine, rolling_cv
+from slca.chat import encode_conversation, get_format
+from slca.core.advantages import AdvantageInputs, compute_advantages, fill_inputs, list_estimators, option_values
+from slca.core.diagnostics import advantage_stats, contamination, flat_grad, grad_cosine, rolling_cv
+from slca.core.losses import aggregate, clipped_surrogate, kl_penalty, token_logprobs
+from slca.core.segments import segment_masks
 from slca.env.suites import fit_suites, load_suites
-from slca.losses import aggregate, clipped_surrogate, kl_penalty, token_logprobs
-from slca.policy import load_policy, policy_options, prepare_policy
+from slca.generation.batching import RolloutBatch, collate, response_logprobs
+from slca.generation.rollout import RolloutConfig, generate_rollouts
 from slca.rewards.batch import ScoredBatch, score_batch
 from slca.rewards.execution import eval_scores
-from slca.samples import SampleGroup, SampleRollout, samples_from_json, samples_to_json
-from slca.segments import segment_masks
-from slca.stats import CreditStats, GradSplit, RewardStats, RolloutStats, UpdateStats, mixed_fraction, nanmean, step_metrics
-from slca.tracking import make_trackers
+from slca.rewards.turns import subgroup_fraction
+from slca.training.config import TrainConfig, config_diff, estimator_options, to_dict, validate
+from slca.training.policy import load_policy, policy_options, prepare_policy
+from slca.training.runs import (
+    RESUME_MAY_CHANGE,
+    RunFolder,
+    load_checkpoint,
+    newest_intact_checkpoint,
+    read_jsonl,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+    write_atomic,
+)
+from slca.training.samples import SampleGroup, SampleRollout, samples_from_json, samples_to_json
+from slca.training.stats import CreditStats, GradSplit, RewardStats, RolloutStats, UpdateStats, mixed_fraction, nanmean, step_metrics
+from slca.training.tracking import make_trackers
 from slca.types import Task, Trajectory
 
 __all__ = ["Rollouts", "Credit", "TaskSampler", "Trainer", "train"]
@@ -192,8 +206,6 @@ class Trainer:
         return m
 
     def rollout_config(self, step: int, *, eval_mode: bool = False):
-        from slca.rollout import RolloutConfig
-
         c = self.cfg
         return RolloutConfig(
             group_size=1 if eval_mode else c.group_size,
@@ -209,8 +221,6 @@ class Trainer:
 
     def rollout(self, step: int) -> Rollouts:
         """Phase 1: ``tasks_per_step x group_size`` rollouts (task-major) and their token batch."""
-        from slca.rollout import generate_rollouts
-
         tasks = [self.train_tasks[i] for i in self.sampler.next(self.cfg.tasks_per_step)]
         self.model.eval()
         res = generate_rollouts(self.model, self.tok, tasks, self.make_env, self.rollout_config(step))
@@ -229,7 +239,7 @@ class Trainer:
         return sb
 
     def estimator_options(self, name: str) -> dict[str, Any]:
-        """The options estimator ``name`` runs with in this run (:func:`slca.config.estimator_options`), as keywords."""
+        """The options estimator ``name`` runs with in this run (:func:`slca.training.config.estimator_options`), as keywords."""
         return option_values(estimator_options(self.cfg, name))
 
     def credit(self, ro: Rollouts, scored: ScoredBatch) -> Credit:
@@ -313,9 +323,7 @@ class Trainer:
         return l_tool + l_sum, GradSplit(float(g_tool.norm()), float(g_sum.norm()), grad_cosine(g_tool, g_sum))
 
     def step_metrics(self, step: int, ro: Rollouts, scored: ScoredBatch, credit: Credit, update: UpdateStats) -> dict[str, Any]:
-        """Phase 5: the step's diagnostics and its ``metrics.jsonl`` row (names in :mod:`slca.stats`)."""
-        from slca.rewards.turns import subgroup_fraction
-
+        """Phase 5: the step's diagnostics and its ``metrics.jsonl`` row (names in :mod:`slca.training.stats`)."""
         c, inp, b = self.cfg, credit.inputs, ro.batch
         rewards = RewardStats(inp.tool_rewards, inp.summary_rewards, scored.components, inp.turn_rewards)
         sigs = inp.tool_signatures
@@ -378,8 +386,6 @@ class Trainer:
         """One greedy rollout per task, scored as ``slca eval`` scores its in-domain suites
         (:func:`slca.rewards.eval_scores`: in-domain metrics, parse rate, parallel steps split over
         turns), averaged overall, per task kind and over the tasks that need a call; both reward tiers."""
-        from slca.rollout import generate_rollouts
-
         self.model.eval()
         res = generate_rollouts(self.model, self.tok, tasks, self.make_env, self.rollout_config(self.step, eval_mode=True))
         sb = score_batch(res.trajectories)
@@ -407,8 +413,6 @@ class Trainer:
         its first call (the start of the wasteful one-call-per-turn pattern).
         ``probe/parallel_pref`` = mean log p(one parallel turn) - log p(first call alone).
         """
-        from slca.chat import encode_conversation, get_format
-
         fmt = get_format(self.cfg.tool_format)
         tasks = [t for t in self.eval_tasks if t.gold and len(t.gold[0]) > 1][:n]
         if not tasks:
@@ -428,9 +432,7 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoints
 
     def save(self) -> Path:
-        """Checkpoint the run atomically (see :func:`slca.runs.save_checkpoint`); returns its folder."""
-        from slca.runs import rng_state, save_checkpoint
-
+        """Checkpoint the run atomically (see :func:`slca.training.runs.save_checkpoint`); returns its folder."""
         state = {
             "step": self.step,
             "optimizer": self.opt.state_dict(),
@@ -451,9 +453,6 @@ class Trainer:
         Nothing is unpickled: weights and trainer tensors come from safetensors,
         the rest from JSON. A checkpoint of a different config is refused.
         """
-        from slca.config import config_diff
-        from slca.runs import RESUME_MAY_CHANGE, load_checkpoint, newest_intact_checkpoint, set_rng_state
-
         if ckpt is None:
             ckpt = newest_intact_checkpoint(self.run_dir / "checkpoints")[0]
             if ckpt is None:
@@ -485,7 +484,7 @@ class Trainer:
     # ------------------------------------------------------------------ logging
 
     def log(self, metrics: dict[str, Any]) -> None:
-        """One record to ``metrics.jsonl``, then to the ``report_to`` trackers (:mod:`slca.tracking`)."""
+        """One record to ``metrics.jsonl``, then to the ``report_to`` trackers (:mod:`slca.training.tracking`)."""
         with open(self.run_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in metrics.items()}) + "\n")
         self._trackers.log(metrics)
@@ -526,8 +525,6 @@ def _truncate_metrics(path: Path, completed_steps: int) -> None:
 
     A torn last line (a kill mid-write) is dropped; the file is rewritten atomically.
     """
-    from slca.runs import read_jsonl, write_atomic
-
     if not path.exists():
         return
     keep = [r for r in read_jsonl(path) if completed_steps > 0 and r.get(M.STEP.name, 0) <= completed_steps]
@@ -547,12 +544,10 @@ def train(
 
     An existing run folder needs ``resume`` (continue from its newest intact
     checkpoint; the config must match) or ``overwrite`` (start over); see
-    :class:`slca.runs.RunFolder`. ``stop_after`` ends the process early after
+    :class:`slca.training.runs.RunFolder`. ``stop_after`` ends the process early after
     that many steps in this call (used to test stop-and-resume); ``on_step``
     receives each step's metrics.
     """
-    from slca.runs import RunFolder, write_atomic
-
     validate(cfg)  # before the run folder is touched or a model loads
     # the folder is locked and checked first; it is written (config.json, an --overwrite emptied) only once
     # the tasks, the model and the checkpoint have loaded: a start refused until then leaves it as it was

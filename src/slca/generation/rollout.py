@@ -20,8 +20,8 @@ Rows of different lengths share the cache through holes: every forward pass
 appends columns for all rows, a row's column is valid only if it carries one of
 its tokens, and ``position_ids`` count each row's valid tokens, so a row's
 positions are exactly those of its own sequence fed alone (``0 .. n-1``). The
-cache lives in :mod:`slca.kvcache` (over the transformers forward) and
-:mod:`slca.fastpath` (a fused decoder); this module is the turn protocol.
+cache lives in :mod:`slca.generation.kvcache` (over the transformers forward) and
+:mod:`slca.generation.fastpath` (a fused decoder); this module is the turn protocol.
 
 Speed: a group's shared prompt is prefilled once and its cache copied G times;
 the cache grows into preallocated buffers (no per-token concatenation); rows
@@ -48,11 +48,12 @@ import torch
 
 from slca._fields import check_value, ge, gt, hints, within
 from slca.chat import ChatRenderer, ToolCallFormat, get_format
+from slca.generation.batching import collate, response_logprobs
 from slca.types import ParsedTurn, Task, ToolResult, Trajectory, Turn
 
 if TYPE_CHECKING:
     from slca.env.simulators import Simulator
-    from slca.kvcache import KVBatch
+    from slca.generation.kvcache import KVBatch
 
 __all__ = [
     "stop_token_ids",
@@ -122,7 +123,7 @@ class RolloutConfig(Sampling):
     chat_template: str | None = None
     """A chat template to use instead of ``tokenizer.chat_template`` (e.g. a prefix-preserving training template)."""
     fast_decode: bool = True
-    """Run supported models (stock Qwen2 / Llama) through :mod:`slca.fastpath` (fused projections, one static
+    """Run supported models (stock Qwen2 / Llama) through :mod:`slca.generation.fastpath` (fused projections, one static
     KV buffer): same sampled tokens, logprobs within 1e-5 of the transformers forward (tested); other models,
     or False, use the transformers forward."""
 
@@ -209,16 +210,16 @@ def sample_tokens(
 
 
 def _new_batch(model: torch.nn.Module, batch_size: int, pad_id: int, fast: bool, prompt_len: int) -> KVBatch:
-    """The engine's KV-cache batch: :class:`slca.fastpath.FastBatch` when ``fast`` and the model is supported,
-    else :class:`slca.kvcache.CacheBatch` (the transformers forward)."""
+    """The engine's KV-cache batch: :class:`slca.generation.fastpath.FastBatch` when ``fast`` and the model is supported,
+    else :class:`slca.generation.kvcache.CacheBatch` (the transformers forward)."""
     device = next(model.parameters()).device
     if fast:
-        from slca.fastpath import make_batch
+        from slca.generation.fastpath import make_batch
 
         b = make_batch(model, batch_size, pad_id, device, capacity=prompt_len + 256)
         if b is not None:
             return b
-    from slca.kvcache import CacheBatch
+    from slca.generation.kvcache import CacheBatch
 
     return CacheBatch(model, batch_size, pad_id, device)
 
@@ -534,8 +535,6 @@ def trajectory_logprobs(model: torch.nn.Module, trajectories: Sequence[Trajector
         One (T_i,) float tensor per trajectory, aligned with ``response_ids``;
         on policy tokens it matches ``Trajectory.logprobs`` within float tolerance.
     """
-    from slca.batching import collate, response_logprobs
-
     if not trajectories:
         return []
     device = next(model.parameters()).device

@@ -191,6 +191,6 @@ class Trackers:
 
 
 def make_trackers(cfg: Any) -> Trackers:
-    """:class:`Trackers` for a :class:`~slca.config.TrainConfig` (its ``report_to``, ``project``, ``run_dir``; the whole
-    config is logged as ``dataclasses.asdict`` gives it, as ``slca.config.to_dict`` does)."""
+    """:class:`Trackers` for a :class:`~slca.training.config.TrainConfig` (its ``report_to``, ``project``, ``run_dir``; the whole
+    config is logged as ``dataclasses.asdict`` gives it, as ``slca.training.config.to_dict`` does)."""
     return Trackers(cfg.report_to, cfg.run_dir, dataclasses.asdict(cfg), project=cfg.project)

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from slca.advantages import AdvantageInputs, compute_advantages, group_mean
-from slca.losses import masked_mean
+from slca.core.advantages import AdvantageInputs, compute_advantages, group_mean
+from slca.core.losses import masked_mean
 
 __all__ = ["contamination", "advantage_stats", "grad_cosine", "flat_grad", "rolling_cv", "summary_counterfactual"]
 

@@ -1,7 +1,7 @@
 """The training pass's response log-probabilities in a layout SDPA can run without a mask.
 
 The trainer's batch is left-padded (prompts aligned on the right, responses on
-the left, see :class:`slca.trainer.RolloutBatch`), which needs a padding mask:
+the left, see :class:`slca.training.trainer.RolloutBatch`), which needs a padding mask:
 with a mask, SDPA on CPU computes the full ``S x S`` score matrix (it cannot
 skip the causal upper half) and transformers copies the KV heads up to the
 query heads first. :func:`fast_response_logprobs` shifts every row left so that
@@ -36,9 +36,9 @@ from typing import Any
 
 import torch
 
-from slca.losses import token_logprobs
-from slca.fastpath.decode import unsupported_reason
-from slca.kvcache import cache_arg
+from slca.core.losses import token_logprobs
+from slca.generation.fastpath.decode import unsupported_reason
+from slca.generation.kvcache import cache_arg
 
 __all__ = ["fast_response_logprobs", "right_padded", "shared_prompts"]
 
@@ -68,7 +68,7 @@ def shared_prompts(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Rows of ``batch`` whose prompts are the same token sequence (a GRPO group's rows).
 
     Args:
-        batch: a :class:`slca.trainer.RolloutBatch`.
+        batch: a :class:`slca.training.trainer.RolloutBatch`.
 
     Returns:
         ``(first, inv)``: (U,) one row index per distinct prompt and (B,) each
@@ -92,8 +92,8 @@ def fast_response_logprobs(model: torch.nn.Module, batch: Any, temperature: floa
     """``log p(response_t | prefix)`` of every real response token, right-padded and mask-free.
 
     Args:
-        model: a model :func:`slca.fastpath.unsupported_reason` accepts.
-        batch: a :class:`slca.trainer.RolloutBatch` (``input_ids``,
+        model: a model :func:`slca.generation.fastpath.unsupported_reason` accepts.
+        batch: a :class:`slca.training.trainer.RolloutBatch` (``input_ids``,
             ``attention_mask``, ``prompt_len``, ``valid_mask``).
         temperature: logits are divided by it.
         share_prompts: when rows share a prompt (a group's rollouts), run each

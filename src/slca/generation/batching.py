@@ -2,9 +2,9 @@
 
 One home for what every forward pass over rollouts needs: the trainer's
 re-scoring of a rollout batch (:func:`collate` + :func:`response_logprobs`),
-the rollout module's :func:`~slca.rollout.trajectory_logprobs` and the evaluation
+the rollout module's :func:`~slca.generation.rollout.trajectory_logprobs` and the evaluation
 agent's left-padded prompts (:func:`pad`). The log-probabilities at the targets are
-:func:`slca.losses.token_logprobs` (pure math, shared with the fast paths).
+:func:`slca.core.losses.token_logprobs` (pure math, shared with the fast paths).
 
 Layout of a :class:`RolloutBatch`: prompts left-padded to a common length
 ``P`` so every response starts at column ``P``; responses right-padded to
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from slca.losses import token_logprobs
+from slca.core.losses import token_logprobs
 from slca.types import Trajectory
 
 __all__ = ["RolloutBatch", "pad", "positions", "collate", "response_logprobs"]
@@ -111,7 +111,7 @@ def response_logprobs(model: torch.nn.Module, batch: RolloutBatch, temperature: 
     """Log-probabilities of the response tokens under ``model`` at ``temperature``.
 
     ``fast``: supported models (stock Qwen2 / Llama) run
-    :func:`slca.fastpath.logprobs.fast_response_logprobs`: rows that share a
+    :func:`slca.generation.fastpath.logprobs.fast_response_logprobs`: rows that share a
     prompt (a group's rollouts) run it once and continue from its KV cache;
     otherwise right-padded with no mask (SDPA skips the causal half and shares
     the KV heads); the LM head sees response positions only. Same values
@@ -122,8 +122,8 @@ def response_logprobs(model: torch.nn.Module, batch: RolloutBatch, temperature: 
         (B, T) float32; the value at ``t`` is ``log p(response_t | prefix)``.
     """
     if fast:
-        from slca.fastpath import unsupported_reason
-        from slca.fastpath.logprobs import fast_response_logprobs
+        from slca.generation.fastpath import unsupported_reason
+        from slca.generation.fastpath.logprobs import fast_response_logprobs
 
         if unsupported_reason(model) is None:
             return fast_response_logprobs(model, batch, temperature)

@@ -5,12 +5,17 @@ from __future__ import annotations
 import functools
 import json
 import math
-from pathlib import Path
+import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+import jinja2
+
+import slca
 from slca import metrics as M
-from slca.samples import SampleGroup, SampleRollout, is_finite_number, samples_from_json
+from slca.training.runs import read_jsonl
+from slca.training.samples import SampleGroup, SampleRollout, is_finite_number, samples_from_json
 
 __all__ = ["read_metrics", "read_config", "write_report", "write_token_html", "md_row", "md_header", "final_eval", "eval_prefixes", "mean_of", "run_labels", "provenance", "metric_range", "smoothed", "PLOTS", "SMOOTH_K"]
 
@@ -53,10 +58,6 @@ def run_labels(run_dirs: list[str | Path]) -> dict[str, Path]:
 
 def provenance() -> dict[str, str]:
     """The slca version and the git commit of the slca source (``-dirty`` with uncommitted changes; ``unknown`` outside a git checkout)."""
-    import subprocess
-
-    import slca
-
     src = Path(slca.__file__).resolve().parent
     commit = "unknown (not a git checkout)"
     try:
@@ -91,8 +92,6 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     p = Path(run_dir) / "metrics.jsonl"
     if not p.exists():
         raise ValueError(f"{str(p)!r} does not exist: is {str(run_dir)!r} a run folder?")
-    from slca.runs import read_jsonl
-
     rows = read_jsonl(p)  # a torn last line (a run killed mid-write) is dropped; any other bad line is an error
     if any(r.get("step") == 0 and "loss" in r for r in rows):  # 0-based training steps: the old layout
         rows = [{**r, "step": r["step"] + 1} for r in rows]
@@ -270,9 +269,7 @@ def _fmt(x: Any, spec: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _templates():
-    import jinja2
-
-    env = jinja2.Environment(loader=jinja2.PackageLoader("slca", "templates"), autoescape=True, undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(loader=jinja2.PackageLoader("slca.reporting", "templates"), autoescape=True, undefined=jinja2.StrictUndefined)
     env.filters["num"] = lambda x: _fmt(x, ".3f")
     env.filters["signed"] = lambda x: _fmt(x, "+.3f")
     return env
@@ -286,8 +283,8 @@ def write_token_html(samples: Sequence[SampleGroup] | Any, out_path: str | Path,
     tokens a purple one; each run of tokens with one advantage ends in a box
     with that number, and each column starts with the mean advantage on the
     execution and summary segments. ``samples`` are the recorded groups
-    (:class:`~slca.samples.SampleGroup`, or their JSON layout as read from
-    ``samples.json``, checked by :func:`~slca.samples.samples_from_json`).
+    (:class:`~slca.training.samples.SampleGroup`, or their JSON layout as read from
+    ``samples.json``, checked by :func:`~slca.training.samples.samples_from_json`).
     ``estimators`` default to those the samples recorded. Rendered by a jinja2
     template with autoescape: every value from ``samples`` is escaped."""
     if not (isinstance(samples, (list, tuple)) and all(isinstance(g, SampleGroup) for g in samples)):

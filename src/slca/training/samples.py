@@ -2,10 +2,10 @@
 each reference estimator gives them.
 
 The trainer records a :class:`SampleGroup` every ``sample_html_every`` steps
-(:meth:`slca.trainer.Trainer.train_step`); they are kept in checkpoints, written
+(:meth:`slca.training.trainer.Trainer.train_step`); they are kept in checkpoints, written
 to the run folder's ``samples.json`` and read back by the token page
-(:func:`slca.report.write_token_html`) and ``slca compare``'s diagnostic case
-(:func:`slca.compare.diagnostic_cases`). The JSON layout (``to_json``) is the
+(:func:`slca.reporting.report.write_token_html`) and ``slca compare``'s diagnostic case
+(:func:`slca.reporting.compare.diagnostic_cases`). The JSON layout (``to_json``) is the
 one ``samples.json`` has always had::
 
     [{"step", "task", "kind", "prompt",

@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from slca import metrics as M
-from slca.report import final_eval, md_header, md_row, mean_of, metric_range, read_metrics
-from slca.runs import write_atomic
-from slca.samples import SampleGroup, SampleRollout, is_finite_number, read_samples
+from slca.core.advantages import _entry_points, resolve_estimator
+from slca.reporting.report import final_eval, md_header, md_row, mean_of, metric_range, read_metrics
+from slca.training.config import config_diff, load_config
+from slca.training.runs import RunFolder, checkpoint_step, newest_intact_checkpoint, write_atomic
+from slca.training.samples import SampleGroup, SampleRollout, is_finite_number, read_samples
 
 __all__ = ["RunSpec", "run_compare", "train_process", "run_status", "check_runs", "summarize", "write_compare_report", "t_interval", "band"]
 
@@ -55,8 +57,6 @@ class RunSpec:
 
 def run_config(spec: RunSpec, overrides: list[str]) -> Any:
     """The validated config ``slca train`` builds for one run of the comparison."""
-    from slca.config import load_config
-
     return load_config(None, [*overrides, f"estimator={spec.estimator}", f"seed={spec.seed}", f"run_dir={spec.run_dir}"])
 
 
@@ -68,9 +68,6 @@ def run_status(spec: RunSpec, overrides: list[str]) -> tuple[str, list[str]]:
     continued with ``--resume``; ``("differs", diff)`` trained with another config
     (or not a run slca wrote): retrained only with ``overwrite``.
     """
-    from slca.config import config_diff
-    from slca.runs import RunFolder, checkpoint_step, newest_intact_checkpoint
-
     cfg = run_config(spec, overrides)
     folder = RunFolder(cfg)
     if not folder.holds_run():
@@ -109,8 +106,6 @@ def check_runs(estimators: list[str], seeds: list[int], out: Path, overrides: li
     Every run's config is validated, and a run folder already in ``out`` that
     was trained with a different config is refused unless ``overwrite``.
     """
-    from slca.config import load_config
-
     check_estimators(estimators)
     if any(k.split("=", 1)[0].strip() in ("estimator", "seed", "run_dir") for k in overrides):
         raise ValueError("--set: may not change estimator, seed or run_dir (compare sets them per run)")
@@ -135,8 +130,6 @@ def check_estimators(estimators: list[str]) -> None:
     Also refused: two references to one estimator, and two whose run folders
     would share a name.
     """
-    from slca.advantages import _entry_points, resolve_estimator
-
     done: list[tuple[str, Any]] = []
     for e in estimators:
         try:
@@ -163,8 +156,6 @@ def _label(estimator: str) -> str:
     """The run folders' name for ``estimator``: itself, or for an import path the name it is registered under."""
     if ":" not in estimator:
         return estimator
-    from slca.advantages import resolve_estimator
-
     return resolve_estimator(estimator).name
 
 
@@ -394,7 +385,7 @@ def _curve(specs: list[RunSpec], est: str, key: str) -> tuple[list[int], list[fl
 
 def band(key: str, mu: list[float], hw: list[float]) -> tuple[list[float], list[float]]:
     """Lower and upper edges of an interval band (``mu -/+ hw``), clipped to the metric's range
-    (:func:`slca.report.metric_range`): with 2 seeds a t-interval on Success can reach below 0."""
+    (:func:`slca.reporting.report.metric_range`): with 2 seeds a t-interval on Success can reach below 0."""
     lo, hi = metric_range(key)
     return [max(lo, m - h) for m, h in zip(mu, hw)], [min(hi, m + h) for m, h in zip(mu, hw)]
 
@@ -413,7 +404,7 @@ def write_compare_report(specs: list[RunSpec], out: Path, *, level: float, comma
     by_est = {e: [r for r in summary["runs"] if r["estimator"] == e] for e in ests}
     L = [f"# {title}", "", f"Command: `{command}`", "", f"Estimators: {', '.join(ests)}; seeds: {seeds}; wall time {wall_s / 60:.1f} min.", "",
           "Means over seeds with 95% Student-t intervals (± half-width). Held-out metrics are from the final evaluation; "
-         "`auc` is the area under the held-out curve over all evaluations divided by their span (`slca.compare.curve_auc`); "
+         "`auc` is the area under the held-out curve over all evaluations divided by their span (`slca.reporting.compare.curve_auc`); "
          "`test:` columns are toolworld's out-of-distribution test split.", ""]
     L += _heldout_md(by_est)
     L += _paired_md(by_est, seeds)

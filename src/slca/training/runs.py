@@ -28,9 +28,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
 
 from slca._fs import temp_dir, umask, umask_modes
-from slca.config import ConfigError, TrainConfig, config_diff, read_stored_config, to_dict
+from slca.training.config import ConfigError, TrainConfig, config_diff, read_stored_config, to_dict
 
 __all__ = [
     "RunFolder", "read_jsonl", "write_atomic", "save_checkpoint", "verify_checkpoint", "list_checkpoints",
@@ -231,8 +232,6 @@ def save_checkpoint(root: str | Path, step: int, *, model: Any, tokenizer: Any, 
     flushed to disk, then renamed into place: a kill at any point leaves either
     the complete checkpoint or none.
     """
-    from safetensors.torch import save_file
-
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(root)
@@ -317,8 +316,6 @@ def newest_intact_checkpoint(root: str | Path) -> tuple[Path | None, list[tuple[
 
 def load_checkpoint(d: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """``(model state dict, trainer state)`` of a verified checkpoint; tensors only, no pickle."""
-    from safetensors.torch import load_file
-
     d = Path(d)
     why = verify_checkpoint(d)
     if why is not None:
@@ -340,7 +337,7 @@ def load_checkpoint(d: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, A
 class RunFolder:
     """An exclusively held run folder, checked against ``resume`` / ``overwrite``.
 
-    Use as a context manager around a run (:func:`slca.trainer.train` does)::
+    Use as a context manager around a run (:func:`slca.training.trainer.train` does)::
 
         with RunFolder(cfg, resume=True) as run:
             ...  # run.checkpoint: the checkpoint to resume from, or None
@@ -412,7 +409,7 @@ class RunFolder:
     def commit(self) -> None:
         """The run starts: with ``overwrite`` the old run is deleted; config.json is written.
 
-        :func:`slca.trainer.train` commits once the tasks and the model have loaded, so a
+        :func:`slca.training.trainer.train` commits once the tasks and the model have loaded, so a
         bad data file or a model that does not load leaves the folder as it was."""
         if self.overwrite and self.holds_run():
             self._clear()

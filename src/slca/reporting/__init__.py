@@ -1,0 +1,4 @@
+"""Reporting: run reports, the token page and multi-seed comparisons (``slca report``, ``slca compare``).
+
+Reads what training writes (``metrics.jsonl``, ``samples.json``, run folders).
+"""
