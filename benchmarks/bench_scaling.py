@@ -54,7 +54,7 @@ def rss():
 out = {{"side": p["side"]}}
 with tempfile.TemporaryDirectory() as d:
     if p["side"] == "slca":
-        import slca.generation.rollout as R
+        import slca.training.trainer as R  # the trainer's own reference to generate_rollouts (imported at its top)
         tr = bench_step.slca_trainer(tok, size, True, d, script=script, minibatches=p["mb"])
         roll = []
         gen = R.generate_rollouts
