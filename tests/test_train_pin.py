@@ -70,7 +70,8 @@ from recipes.warmstart.tokenizer import train_tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures" / "train_pin"
 TINY = ModelSize(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128, max_position_embeddings=1024)
-PIN_MIX = DemoMix(wrong_entity=0.0)  # the quality mix the pin was written with (DemoMix gained wrong_entity later, issue 27)
+# the quality mix the pin was written with (DemoMix gained wrong_entity later, and sequential was 0.35, issue 27)
+PIN_MIX = DemoMix(wrong_entity=0.0, sequential=0.35)
 # every phase of a step runs: KL reference, per-segment gradient split, optional estimator
 # inputs (slca_turn), summary noise, evaluation, sample recording, two PPO epochs
 RUNS = {
