@@ -125,9 +125,12 @@ def test_demo_verdict_reads_the_warm_start_and_says_who_did_better(tmp_path):
     assert lines[3].startswith("Out of distribution (toolworld's test split") and "0.030 before training and GRPO 0.030, SLCA 0.040" in lines[3]
     assert "left it where it was (within 0.03)" in lines[3] and "rarely solves these" in lines[3]
     runs = {"GRPO": _run(tmp_path / "g3", with_ood(0.9, 0.30)), "SLCA": _run(tmp_path / "s3", with_ood(0.95, 0.03))}
-    assert "raised it" in demo_verdict(runs)[3]
-    runs = {"GRPO": _run(tmp_path / "g4", with_ood(0.9, 0.1, ood_start=0.2)), "SLCA": _run(tmp_path / "s4", with_ood(0.95, 0.2, ood_start=0.2))}
-    assert demo_verdict(runs)[3].endswith("GRPO 0.100, SLCA 0.200 after: RL on the training distribution lowered it.")
+    # one estimator moved it, the other did not: each is named, not the first's direction for both
+    assert "RL on the training distribution raised it under GRPO (+0.270) and left it within 0.03 under SLCA (+0.000)." in demo_verdict(runs)[3]
+    runs = {"GRPO": _run(tmp_path / "g4", with_ood(0.9, 0.1, ood_start=0.2)), "SLCA": _run(tmp_path / "s4", with_ood(0.95, 0.1, ood_start=0.2))}
+    assert demo_verdict(runs)[3].endswith("GRPO 0.100, SLCA 0.100 after: RL on the training distribution lowered it.")
+    runs = {"GRPO": _run(tmp_path / "g6", with_ood(0.9, 0.1, ood_start=0.2)), "SLCA": _run(tmp_path / "s6", with_ood(0.95, 0.2, ood_start=0.2))}
+    assert "lowered it under GRPO (-0.100) and left it within 0.03 under SLCA (+0.000)" in demo_verdict(runs)[3]
     runs = {"GRPO": _run(tmp_path / "g5", with_ood(0.9, 0.30, ood_start=0.2)), "SLCA": _run(tmp_path / "s5", with_ood(0.95, 0.0, ood_start=0.2))}
     assert "moved it both ways" in demo_verdict(runs)[3]
 

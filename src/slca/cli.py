@@ -349,11 +349,14 @@ def demo_verdict(runs: dict[str, Path], k: int = 4, frozen: list[float] | None =
     ood_base, ood = start_and_final(M.EVAL_TOOL_TASKS, M.TEST_SET)
     if any(v == v for v in ood.values()):
         each = ", ".join(f"{label} {v:.3f}" for label, v in ood.items())
-        changes = [v - ood_base for v in ood.values() if v == v] if ood_base == ood_base else []
-        up, down = any(c > 0.03 for c in changes), any(c < -0.03 for c in changes)
-        how = ("" if not changes else "RL on the training distribution moved it both ways" if up and down
-               else "RL on the training distribution raised it" if up else "RL on the training distribution lowered it" if down
-               else "RL on the training distribution left it where it was (within 0.03)")
+        deltas = {label: v - ood_base for label, v in ood.items() if v == v} if ood_base == ood_base else {}
+        moves = {label: "raised it" if c > 0.03 else "lowered it" if c < -0.03 else "left it within 0.03" for label, c in deltas.items()}
+        kinds = set(moves.values())
+        each_move = " and ".join(f"{m} under {label} ({deltas[label]:+.3f})" for label, m in moves.items())
+        how = ("" if not deltas else "RL on the training distribution left it where it was (within 0.03)" if kinds == {"left it within 0.03"}
+               else f"RL on the training distribution {kinds.pop()}" if len(kinds) == 1
+               else f"RL on the training distribution moved it both ways ({each_move})" if {"raised it", "lowered it"} <= kinds
+               else f"RL on the training distribution {each_move}")
         low = " The warm start rarely solves these (docs/warmstart.md: unseen names and phrasings are where it fails)." if ood_base < 0.1 else ""
         lines.append(f"Out of distribution (toolworld's test split: unseen entities and phrasings), tool-task Success was {ood_base:.3f} "
                      f"before training and {each} after{': ' + how if how else ''}.{low}")
