@@ -61,9 +61,9 @@ demo: setup
 
 # the main line on TEST_JOBS worker processes (pytest-xdist; a test file stays on one worker), then the verl line
 test: setup-test
-	$(VENV)/bin/python -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not verl" --ignore=tests/test_integration_verl.py --ignore=tests/test_integration_verl_cpu.py
-	$(VERL_VENV)/bin/python -m pytest -q -m verl tests/test_integration_verl.py tests/test_integration_verl_cpu.py tests/test_conformance.py tests/test_missing_segments.py
+	$(VENV)/bin/python -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not verl" --ignore-glob="tests/test_integration_verl*.py"
+	$(VERL_VENV)/bin/python -m pytest -q -m verl tests/test_integration_verl*.py tests/test_conformance.py tests/test_missing_segments.py
 
 # the inner loop: the main line without the tests marked slow, stopping at the first failure
 test-fast: $(VENV)/.test
-	$(VENV)/bin/python -m pytest -q -x -m "not verl and not slow" --ignore=tests/test_integration_verl.py --ignore=tests/test_integration_verl_cpu.py
+	$(VENV)/bin/python -m pytest -q -x -m "not verl and not slow" --ignore-glob="tests/test_integration_verl*.py"

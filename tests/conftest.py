@@ -3,8 +3,14 @@
 * One torch thread: two OpenMP threads on two busy cores run ten times slower.
 * With SLCA_REQUIRE_EXTRAS=1 (CI), a test skipped because an optional extra is
   missing (``pytest.importorskip``) fails instead: CI must exercise everything.
-* ``tiny_model_dir``: one random tiny Qwen2 policy folder (toolworld tokenizer) for the
-  whole session, the ``--set model=`` of the tests that run ``slca train`` as a process.
+Session fixtures (built once; treat them as read-only, ``copy.deepcopy`` one to change it):
+
+* ``tiny_model_dir``: one random tiny Qwen2 policy folder (toolworld tokenizer), the
+  ``--set model=`` of the tests that run ``slca train`` as a process.
+* ``qwen_tokenizer``: the small Qwen-style tokenizer of ``tests/_tok.py`` with TRL's
+  Qwen2.5 chat template.
+* ``train_tasks`` (a fresh list per test, so it may be changed): 50 toolworld ``train``
+  tasks, seed 0.
 """
 
 from __future__ import annotations
@@ -41,3 +47,20 @@ def tiny_model_dir(tmp_path_factory):
     from _tok import save_tiny_policy
 
     return save_tiny_policy(tmp_path_factory.mktemp("tiny-model"), hidden=32, heads=2, kv_heads=1, intermediate=64)
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer():
+    """``_tok.make_qwen_tokenizer()``: Qwen's special tokens, TRL's ``qwen2_5.jinja`` template (needs trl)."""
+    pytest.importorskip("trl")
+    from _tok import make_qwen_tokenizer
+
+    return make_qwen_tokenizer()
+
+
+@pytest.fixture
+def train_tasks():
+    """50 toolworld ``train`` tasks, seed 0: the small standard task set."""
+    from slca.env import toolworld
+
+    return toolworld.make_tasks("train", n=50, seed=0)

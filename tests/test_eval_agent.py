@@ -6,7 +6,6 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from _tok import make_qwen_tokenizer
 from slca.eval import GenerationConfig, PolicyAgent
 from slca.eval.agent import drive
 
@@ -14,9 +13,8 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
 
 
 @pytest.fixture(scope="module")
-def model_and_tok():
-    pytest.importorskip("trl")  # the tokenizer helper reads TRL's Qwen2.5 chat template
-    tok = make_qwen_tokenizer()
+def model_and_tok(qwen_tokenizer):
+    tok = qwen_tokenizer
     torch.manual_seed(0)
     cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
     return Qwen2ForCausalLM(cfg).eval(), tok

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
-from _tok import make_qwen_tokenizer, tiny_qwen2
+from _tok import tiny_qwen2
 
 from slca.env import SchemaSimulator, load_tasks
 from slca.eval.agent import GenerationConfig, PolicyAgent
@@ -17,8 +17,8 @@ FIX = Path(__file__).parent / "fixtures" / "env"
 
 
 @pytest.fixture(scope="module")
-def agent():
-    tok = make_qwen_tokenizer()
+def agent(qwen_tokenizer):
+    tok = qwen_tokenizer
     return PolicyAgent(tiny_qwen2(len(tok)), tok, gen=GenerationConfig(max_new_tokens=6, batch_size=8))
 
 

@@ -133,19 +133,14 @@ def test_bad_domain_and_user():
         T.run_tau2(None, ["airline"], user="robot")
 
 
-def test_policy_agent_messages(tmp_path):
+def test_policy_agent_messages(tmp_path, qwen_tokenizer):
     """The policy as a tau2 agent: history rendered in its format, valid tau2 messages out."""
-    import sys
-
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-    from _tok import make_qwen_tokenizer
-
     from slca.eval import GenerationConfig, PolicyAgent
 
-    tok = make_qwen_tokenizer()
+    tok = qwen_tokenizer
     torch.manual_seed(0)
     cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
     policy = PolicyAgent(Qwen2ForCausalLM(cfg).eval(), tok, "hermes", GenerationConfig(max_new_tokens=8))
@@ -166,7 +161,7 @@ def test_policy_agent_messages(tmp_path):
     assert state2[-2] == {"role": "user", "content": "Thanks"} and state2[-1]["role"] == "assistant"
 
 
-def test_prompts_over_the_model_positions_are_said_up_front_and_counted(capsys):
+def test_prompts_over_the_model_positions_are_said_up_front_and_counted(capsys, qwen_tokenizer):
     """tau2's first prompt (policy + tools) is thousands of tokens: a 1,024-position model is told so before any
     simulation, and every rollout is counted as truncated."""
     import sys
@@ -174,12 +169,9 @@ def test_prompts_over_the_model_positions_are_said_up_front_and_counted(capsys):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-    from _tok import make_qwen_tokenizer
-
     from slca.eval import GenerationConfig, PolicyAgent
 
-    tok = make_qwen_tokenizer()
+    tok = qwen_tokenizer
     torch.manual_seed(0)
     cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
                       max_position_embeddings=1024)
@@ -228,24 +220,19 @@ class _FailingServer:
         self.srv.server_close()
 
 
-def _tiny_policy():
-    import sys
-
+def _tiny_policy(qwen_tokenizer):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-    from _tok import make_qwen_tokenizer
-
     from slca.eval import GenerationConfig, PolicyAgent
 
-    tok = make_qwen_tokenizer()
+    tok = qwen_tokenizer
     torch.manual_seed(0)
     cfg = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
     return PolicyAgent(Qwen2ForCausalLM(cfg).eval(), tok, "hermes", GenerationConfig(max_new_tokens=8))
 
 
-def test_a_failing_user_endpoint_is_a_user_failure_record_not_an_exception():
+def test_a_failing_user_endpoint_is_a_user_failure_record_not_an_exception(qwen_tokenizer):
     """The user simulator's server answers 500: the simulation raises UserSimulatorError naming the status and the
     redacted URL (never the body), and run_tau2 keeps the record with that error, out of every metric."""
     server = _FailingServer(500)
@@ -255,7 +242,7 @@ def test_a_failing_user_endpoint_is_a_user_failure_record_not_an_exception():
             T.run_simulation("airline", task, lambda env: _gold_agent(env, task, False),
                              lambda task, env: T.llm_user(task, env, base_url=server.url, model="user-sim", max_tokens=16), seed=0)
         assert "sk-server-leak" not in str(e.value) and "pw-secret-77" not in str(e.value) and "127.0.0.1" in str(e.value)
-        rep = T.run_tau2(_tiny_policy(), ["airline"], limit=1, samples=1, user="llm", user_base_url=server.url, user_model="user-sim",
+        rep = T.run_tau2(_tiny_policy(qwen_tokenizer), ["airline"], limit=1, samples=1, user="llm", user_base_url=server.url, user_model="user-sim",
                          user_max_tokens=16, max_steps=6, progress=False)
     finally:
         server.close()

@@ -141,14 +141,14 @@ def test_toolworld_run_evaluates_in_distribution_and_out_of_distribution(tmp_pat
     assert none.ood_tasks == {} and not any(k.startswith("eval_") for k in none.evaluate())
 
 
-def test_parallel_split_counts_turns_on_parallel_tasks():
+def test_parallel_split_counts_turns_on_parallel_tasks(train_tasks):
     from slca.chat import get_format
     from slca.rewards import parallel_split
     from slca.types import Turn
 
     fmt = get_format("hermes")
-    par = next(t for t in toolworld.make_tasks("train", n=50, seed=0) if t.kind == "parallel")
-    single = next(t for t in toolworld.make_tasks("train", n=50, seed=0) if t.kind == "single")
+    par = next(t for t in train_tasks if t.kind == "parallel")
+    single = next(t for t in train_tasks if t.kind == "single")
 
     def turn(calls):
         text = fmt.render(calls)
