@@ -335,32 +335,44 @@ def demo_verdict(runs: dict[str, Path], k: int = 4, frozen: list[float] | None =
         vs = f" (warm start {base:.3f})" if base == base else ""
         sp = f"; parallel steps split over turns {split[label]:.3f} (warm start {split_base:.3f})" if split[label] == split[label] else ""
         lines.append(f"{label}: held-out tool-task Success on new requests of the training distribution {final[label]:.3f}{vs}{sp}{trend}.")
-    if {"GRPO", "SLCA"} <= set(final) and all(v == v for v in final.values()):
-        g, s_ = final["GRPO"], final["SLCA"]
-        if max(g, s_) == 0:
-            had = f" (the warm start's held-out tool-task Success was {base:.3f})" if base == base and base > 0 else ""
-            lines.append(f"Neither run solved a held-out tool-needing task at the end{had}.")
-        elif s_ > g:
-            lines.append(f"SLCA ended above GRPO on held-out tool-task Success in distribution ({s_:.3f} vs {g:.3f}); "
-                         "one seed is one draw, see docs/results.md for the multi-seed study.")
-        else:
-            lines.append(f"GRPO did as well as or better than SLCA on held-out tool-task Success in distribution ({g:.3f} vs {s_:.3f}); "
-                         "one seed is one draw, see docs/results.md for the multi-seed study.")
+    lines += _comparison_line(final, base)
     ood_base, ood = start_and_final(M.EVAL_TOOL_TASKS, M.TEST_SET)
-    if any(v == v for v in ood.values()):
-        each = ", ".join(f"{label} {v:.3f}" for label, v in ood.items())
-        deltas = {label: v - ood_base for label, v in ood.items() if v == v} if ood_base == ood_base else {}
-        moves = {label: "raised it" if c > 0.03 else "lowered it" if c < -0.03 else "left it within 0.03" for label, c in deltas.items()}
-        kinds = set(moves.values())
-        each_move = " and ".join(f"{m} under {label} ({deltas[label]:+.3f})" for label, m in moves.items())
-        how = ("" if not deltas else "RL on the training distribution left it where it was (within 0.03)" if kinds == {"left it within 0.03"}
-               else f"RL on the training distribution {kinds.pop()}" if len(kinds) == 1
-               else f"RL on the training distribution moved it both ways ({each_move})" if {"raised it", "lowered it"} <= kinds
-               else f"RL on the training distribution {each_move}")
-        low = " The warm start rarely solves these (docs/warmstart.md: unseen names and phrasings are where it fails)." if ood_base < 0.1 else ""
-        lines.append(f"Out of distribution (toolworld's test split: unseen entities and phrasings), tool-task Success was {ood_base:.3f} "
-                     f"before training and {each} after{': ' + how if how else ''}.{low}")
+    lines += _out_of_distribution_line(ood_base, ood)
     return lines
+
+
+def _comparison_line(final: dict[str, float], base: float) -> list[str]:
+    """GRPO against SLCA on held-out in-distribution Success at the end (``final`` by run label; ``base``: the warm start's)."""
+    if not ({"GRPO", "SLCA"} <= set(final) and all(v == v for v in final.values())):
+        return []
+    g, s_ = final["GRPO"], final["SLCA"]
+    if max(g, s_) == 0:
+        had = f" (the warm start's held-out tool-task Success was {base:.3f})" if base == base and base > 0 else ""
+        return [f"Neither run solved a held-out tool-needing task at the end{had}."]
+    if s_ > g:
+        return [f"SLCA ended above GRPO on held-out tool-task Success in distribution ({s_:.3f} vs {g:.3f}); "
+                "one seed is one draw, see docs/results.md for the multi-seed study."]
+    return [f"GRPO did as well as or better than SLCA on held-out tool-task Success in distribution ({g:.3f} vs {s_:.3f}); "
+            "one seed is one draw, see docs/results.md for the multi-seed study."]
+
+
+def _out_of_distribution_line(ood_base: float, ood: dict[str, float]) -> list[str]:
+    """The test split's tool-task Success before training (``ood_base``) and after (``ood``, by run label), with each
+    run's direction (a move within 0.03 counts as none) named where the runs differ."""
+    if not any(v == v for v in ood.values()):
+        return []
+    each = ", ".join(f"{label} {v:.3f}" for label, v in ood.items())
+    deltas = {label: v - ood_base for label, v in ood.items() if v == v} if ood_base == ood_base else {}
+    moves = {label: "raised it" if c > 0.03 else "lowered it" if c < -0.03 else "left it within 0.03" for label, c in deltas.items()}
+    kinds = set(moves.values())
+    each_move = " and ".join(f"{m} under {label} ({deltas[label]:+.3f})" for label, m in moves.items())
+    how = ("" if not deltas else "RL on the training distribution left it where it was (within 0.03)" if kinds == {"left it within 0.03"}
+           else f"RL on the training distribution {kinds.pop()}" if len(kinds) == 1
+           else f"RL on the training distribution moved it both ways ({each_move})" if {"raised it", "lowered it"} <= kinds
+           else f"RL on the training distribution {each_move}")
+    low = " The warm start rarely solves these (docs/warmstart.md: unseen names and phrasings are where it fails)." if ood_base < 0.1 else ""
+    return [f"Out of distribution (toolworld's test split: unseen entities and phrasings), tool-task Success was {ood_base:.3f} "
+            f"before training and {each} after{': ' + how if how else ''}.{low}"]
 
 
 @app.command()
