@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any
 
 from slca.env.llm import ChatClient
 from slca.env.schema import ToolBox
 from slca.rewards.values import normalize
-from slca.types import ToolCall, Trajectory
+from slca.types import ParsedTurn, Task, ToolCall, Trajectory, Turn
 
 
 def chat_completion(base_url: str, model: str, messages: list[dict[str, Any]], *, api_key: str | None = None,
@@ -20,6 +21,34 @@ def chat_completion(base_url: str, model: str, messages: list[dict[str, Any]], *
         return client.complete(model, messages, **params)
     finally:
         client.close()
+
+
+@lru_cache(maxsize=None)
+def toolworld_tasks(split: str = "train", n: int = 400, seed: int = 0) -> list[Task]:
+    """``toolworld.make_tasks(split, n, seed)``, built once per process (the reward tests share it; nothing
+    changes a task)."""
+    from slca.env import toolworld
+
+    return toolworld.make_tasks(split, n=n, seed=seed)
+
+
+def tool_turn(calls: Iterable[ToolCall], results: Iterable[Any] | None = None, errors: Iterable[Any] = ()) -> Turn:
+    """An assistant turn that made ``calls`` (with parse ``errors``), answered by ``results``."""
+    return Turn(text="<calls>", parsed=ParsedTurn(calls=list(calls), errors=list(errors)), results=list(results or []))
+
+
+def answer_turn(text: str) -> Turn:
+    """A final assistant turn that answers ``text`` and makes no call."""
+    return Turn(text=text, parsed=ParsedTurn(content=text))
+
+
+def run_steps(task: Task, steps: list[list[ToolCall]], final: str = "") -> list[Turn]:
+    """Execute ``steps`` (one turn each) in the task's toolworld env and append the final answer (if any)."""
+    from slca.env import toolworld
+
+    env = toolworld.make_env(task)
+    turns = [tool_turn(s, [env.call(c.name, c.arguments) for c in s]) for s in steps]
+    return turns + ([answer_turn(final)] if final else [])
 
 
 def reference_summary(task: Any) -> float:

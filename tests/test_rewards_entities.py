@@ -4,6 +4,7 @@ An entity the answer names must be supported by the request or a successful
 tool result (not by what a tool's schema merely offers); a call the answer
 reports must name what the user asked about. scripts/reward_mutations.py
 measures every mistake kind on toolworld; the test runs it on a smaller sample.
+(Entity extraction and support themselves: test_rewards_values.py.)
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from slca.env import toolworld as tw
 from slca.env.loaders import load_tasks
 from slca.rewards import summary_reward
 from slca.rewards.summary import answer_claims
-from slca.rewards.values import entity_supported, extract_entities, leaf_tokens
 from slca.types import ParsedTurn, Task, ToolCall, ToolResult, Turn
 
 from _helpers import reference_summary
@@ -43,29 +43,6 @@ def gold_rollout(t: Task) -> list[Turn]:
 def score(t: Task, text: str, turns: list[Turn] | None = None):
     turns = gold_rollout(t) if turns is None else turns
     return summary_reward(t, turns + [answer(text)], text), answer_claims(t, turns, text)
-
-
-# ------------------------------------------------------------------------- entities
-
-
-@pytest.mark.parametrize("text,entities", [
-    ("In Berlin on 2025-03-14 it is 14 C and sunny.", {"berlin", "c"}),
-    ("50 USD is 58.23 EUR.", {"usd", "eur"}),
-    ("Golden Fork (R123) is a italian restaurant in Paris.", {"fork", "paris"}),  # "Golden" opens the sentence
-    ("I booked a table at Golden Fork; reservation T123 is confirmed.", {"golden fork"}),
-    ("Hello Anna! How can I help you today?", {"anna"}),
-    ("Sorry, I cannot book a taxi with the available tools.", set()),
-    ("Booked TP1203 (212.5 EUR); booking BK-7781 is confirmed.", {"eur"}),  # ids are values, not entities
-    ("The AQI is 57 in New York; Paris is at UTC +1.", {"aqi", "new york", "paris", "utc"}),
-])
-def test_extract_entities(text, entities):
-    assert extract_entities(text) == {"ent:" + e for e in entities}
-
-
-def test_entity_support_is_word_by_word_case_insensitive():
-    ev = leaf_tokens({"name": "Golden Fork", "temp_c": 14}, keys=True)
-    assert entity_supported("ent:golden fork", ev) and entity_supported("ent:c", ev)
-    assert not entity_supported("ent:blue fork", ev) and not entity_supported("ent:f", ev)
 
 
 # ----------------------------------------------------------- the issue's examples

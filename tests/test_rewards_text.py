@@ -44,29 +44,3 @@ def test_malformed_text_then_recovery(name):
     r = execution_reward(t, turns)
     assert r.components["format"] == 0.5 and r.components["efficiency"] == 0.5
     assert in_domain_metrics(t, turns)["success"] == 1.0
-
-
-def test_scoring_an_openai_message_list():
-    from slca.rewards import turns_from_messages
-
-    t = next(t for t in TASKS if t.kind == "chain")
-    env = tw.make_env(t)
-    msgs = list(t.messages)
-    for i, step in enumerate(t.gold):
-        msgs.append({"role": "assistant", "content": "", "tool_calls": [c.to_openai(j) for j, c in enumerate(step)]})
-        msgs += [{"role": "tool", "tool_call_id": f"call_{j}", "content": env.call(c.name, c.arguments).to_text()} for j, c in enumerate(step)]
-    msgs.append({"role": "assistant", "content": t.reference_answer})
-    turns, final = turns_from_messages(msgs)
-    assert final == t.reference_answer and len(turns) == len(t.gold) + 1
-    assert execution_reward(t, turns).total == pytest.approx(1.0)
-    assert summary_reward(t, turns, final).total == pytest.approx(1.0)
-    # a failed call and malformed arguments are read back as such
-    bad = t.messages + [
-        {"role": "assistant", "content": "", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "x", "arguments": "{oops"}},
-                                                            {"id": "b", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
-        {"role": "tool", "content": '{"error": "invalid arguments"}'},
-    ]
-    turns, final = turns_from_messages(bad)
-    assert final == "" and turns[0].parsed.errors[0].kind == "invalid_json"
-    assert turns[0].results == [ToolResult(ok=False, error="invalid arguments")]
-    assert execution_reward(t, turns).components["format"] == 0.0

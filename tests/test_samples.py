@@ -1,4 +1,4 @@
-"""Recorded sample groups (slca.training.samples) and the typed reward components of a scored batch."""
+"""Recorded sample groups (slca.training.samples): their JSON layout, old files read back, bad files refused."""
 
 import json
 import math
@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from slca.rewards.batch import RewardComponents, score_batch
 from slca.training.samples import SampleGroup, SampleRollout, read_samples, samples_from_json, samples_to_json
-from slca.types import RewardBreakdown
 
 PIN = Path(__file__).parent / "fixtures" / "train_pin"
 
@@ -66,24 +64,3 @@ def test_read_samples_names_a_file_that_is_not_json(tmp_path):
     (tmp_path / "samples.json").write_text("[{")
     with pytest.raises(ValueError, match="samples.json is not valid JSON"):
         read_samples(tmp_path / "samples.json")
-
-
-def test_reward_components_are_gathered_per_tier_and_named_as_logged():
-    c = RewardComponents()
-    c.add(RewardBreakdown(0.5, {"format": 1.0, "success": 0.0}), RewardBreakdown(1.0, {"faithfulness": 1.0}))
-    c.add(RewardBreakdown(1.0, {"format": 1.0, "success": 1.0}), RewardBreakdown(0.0, {"faithfulness": 0.0}))
-    assert c.execution == {"format": [1.0, 1.0], "success": [0.0, 1.0]} and c.summary == {"faithfulness": [1.0, 0.0]}
-    assert list(c.by_metric()) == [("reward/exec/format", [1.0, 1.0]), ("reward/exec/success", [0.0, 1.0]),
-                                   ("reward/summary/faithfulness", [1.0, 0.0])]
-
-
-def test_score_batch_fills_both_tiers():
-    from slca.env import toolworld
-    from slca.types import Trajectory
-
-    task = toolworld.make_tasks("train", n=1, seed=0)[0]
-    sb = score_batch([Trajectory(task=task, prompt_ids=[], response_ids=[], model_mask=[], logprobs=[], turns=[], final_text="",
-                                 stop_reason="final_answer")])
-    assert set(sb.components.execution) == {"format", "name_f1", "arg_match", "success", "efficiency"}
-    assert set(sb.components.summary) == {"faithfulness", "completeness", "no_hallucination", "concision"}
-    assert all(len(v) == 1 for _, v in sb.components.by_metric())
