@@ -112,7 +112,8 @@ class ToolSpec:
     def from_openai(cls, d: dict[str, Any]) -> "ToolSpec":
         fn = d.get("function", d)
         if not isinstance(fn, dict) or "name" not in fn:
-            raise ValueError(f"tool schema needs a 'name' (got keys {sorted(fn) if isinstance(fn, dict) else type(fn).__name__})")
+            got = f"keys {sorted(fn)}" if isinstance(fn, dict) else f"a {type(fn).__name__}"
+            raise ValueError(f"tool schema needs a 'name' (got {got})")
         return cls(
             name=fn["name"],
             description=fn.get("description", ""),
