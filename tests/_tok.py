@@ -206,3 +206,27 @@ def save_tiny_policy(d: pathlib.Path, hidden: int = 64, heads: int = 4, kv_heads
     model.save_pretrained(d)
     tok.save_pretrained(d)
     return d
+
+
+def random_qwen2(vocab=300, seed=0, bias_free=False):
+    """A random tiny ``Qwen2ForCausalLM`` with grouped KV heads (4 query heads, 2 KV heads), in eval mode:
+    the fast paths' Qwen2 test model (tests/test_fastpath_decode.py, test_fastpath_logprobs.py, test_kvcache.py)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
+    return Qwen2ForCausalLM(cfg).eval()
+
+
+def random_llama(vocab=300, seed=0):
+    """A random tiny ``LlamaForCausalLM`` (one KV head, attention biases, untied LM head), in eval mode:
+    the fast paths' Llama test model."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=1, max_position_embeddings=1024, attention_bias=True, tie_word_embeddings=False)
+    return LlamaForCausalLM(cfg).eval()

@@ -1,8 +1,9 @@
-"""Embedded default model: tokenizer, chat template, SFT loop, build cache.
+"""Embedded default model: the recipe's tokenizer training and SFT loop.
 
-The tokenizer here is trained in the test on a few conversations (no hub);
-the build test runs the whole pipeline (toolworld demos -> tokenizer -> Qwen2 ->
-SFT -> save_pretrained -> AutoModelForCausalLM) at a tiny size.
+The tokenizer here is trained in the test on a few conversations (no hub); its
+conversations (``CONVERSATION``, ``EXPECTED``) and the ``tok`` fixture also serve
+the chat template's tests (tests/test_models_tokenizer.py). The whole build
+pipeline at a tiny size: tests/test_models_build.py.
 """
 
 from __future__ import annotations
@@ -13,11 +14,10 @@ import random
 import pytest
 import torch
 
-from slca.chat import encode_conversation, get_format
+from slca.chat import encode_conversation
 from recipes.warmstart.sft import SFTConfig, SFTExample, make_batches, sft_train
 from recipes.warmstart.tokenizer import train_tokenizer
 from slca.models.tokenizer import ADDED_TOKENS, SPECIAL_TOKENS, chat_template
-from slca.types import ToolCall
 
 TOOLS = [
     {
@@ -95,53 +95,6 @@ def test_tokenizer_round_trips_any_text_and_keeps_special_tokens_whole(tok):
 def test_vocab_size_too_small_is_rejected():
     with pytest.raises(ValueError, match="vocab_size"):
         train_tokenizer(["abc"], vocab_size=200)
-
-
-def test_template_renders_tools_calls_and_merged_tool_responses(tok):
-    assert tok.apply_chat_template(CONVERSATION, tools=TOOLS, tokenize=False) == EXPECTED
-    prompt = tok.apply_chat_template(CONVERSATION[:2], tools=TOOLS, tokenize=False, add_generation_prompt=True)
-    assert prompt == EXPECTED[: EXPECTED.index("<|im_start|>assistant\n") + len("<|im_start|>assistant\n")]
-    # No tools: no tool preamble; default system prompt when none is given.
-    plain = tok.apply_chat_template(NO_CALL, tokenize=False)
-    assert plain == "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\nHi!<|im_end|>\n"
-
-
-def test_template_tool_calls_equal_hermes_render(tok):
-    """A tool_calls message renders exactly as the text the hermes format tells the model to generate."""
-    hermes = get_format("hermes")
-    calls = [ToolCall("get_weather", {"city": "Paris"}), ToolCall("get_weather", {"city": "Rome", "unit": "c"})]
-    for content in ("", "Checking both."):
-        as_calls = [CONVERSATION[1], {"role": "assistant", "content": content, "tool_calls": [c.to_openai(i) for i, c in enumerate(calls)]}]
-        as_text = [CONVERSATION[1], {"role": "assistant", "content": hermes.render(calls, content)}]
-        a = tok.apply_chat_template(as_calls, tools=TOOLS, tokenize=False)
-        assert a == tok.apply_chat_template(as_text, tools=TOOLS, tokenize=False)
-        assert hermes.parse(a.split("<|im_start|>assistant\n")[-1].removesuffix("<|im_end|>\n")).calls == calls
-
-
-def test_template_is_prefix_preserving_and_masks_exactly_the_assistant_text(tok):
-    for conv, tools in ((CONVERSATION, TOOLS), (NO_CALL, None), (CONVERSATION[1:], TOOLS)):
-        full = tok.apply_chat_template(conv, tools=tools, tokenize=False)
-        for k in range(1, len(conv) + 1):
-            if conv[k - 1]["role"] == "tool" and k < len(conv) and conv[k]["role"] == "tool":
-                continue  # mid-way through a merged block of tool responses
-            gen = k < len(conv) and conv[k]["role"] == "assistant"
-            assert full.startswith(tok.apply_chat_template(conv[:k], tools=tools, tokenize=False, add_generation_prompt=gen))
-        enc = encode_conversation(tok, conv, tools)
-        assert enc.input_ids == tok.encode(full)
-        spans, cur = [], []
-        for i, m in zip(enc.input_ids, enc.model_mask):
-            if m:
-                cur.append(i)
-            elif cur:
-                spans.append(tok.decode(cur))
-                cur = []
-        hermes = get_format("hermes")
-        want = []
-        for m in conv:
-            if m["role"] == "assistant":
-                calls = [ToolCall(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in m.get("tool_calls", [])]
-                want.append(hermes.render(calls, m["content"]) + "<|im_end|>")
-        assert spans == want
 
 
 def test_tokenizer_save_load_round_trip(tok, tmp_path):

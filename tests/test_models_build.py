@@ -1,6 +1,8 @@
 """The whole default-model pipeline at a tiny size: toolworld demos -> tokenizer ->
 Qwen2 -> SFT -> save_pretrained -> AutoModelForCausalLM, the build cache, the shipped
-weights and the fingerprint that names them (recipes/warmstart builds, slca.models loads)."""
+weights and the fingerprint that names them (recipes/warmstart builds, slca.models loads). Where the default
+is looked up (cache entries, shipped weights): tests/test_models_default.py; finding the recipe:
+tests/test_models_recipe.py."""
 
 from __future__ import annotations
 
@@ -67,14 +69,6 @@ def test_tiny_build_trains_caches_and_loads_with_auto_classes(tmp_path):
         assert torch.allclose(a, b, atol=1e-5)
 
 
-def test_changed_config_gets_its_own_cache_entry(tmp_path, monkeypatch):
-    a = default_model_dir(tmp_path, TINY)
-    b = default_model_dir(tmp_path, BuildConfig(**{**TINY.__dict__, "vocab_size": 512}))
-    assert a != b and a.parent == b.parent == tmp_path
-    monkeypatch.setenv("SLCA_CACHE", str(tmp_path / "root"))
-    assert default_model_dir(None, TINY).parent == tmp_path / "root" / "default-model"
-
-
 def test_model_size_must_divide_heads():
     with pytest.raises(ValueError, match="num_attention_heads"):
         ModelSize(hidden_size=30, num_attention_heads=4)
@@ -107,30 +101,6 @@ def test_shipped_weights_if_any_are_the_current_recipe(tmp_path, monkeypatch):
     assert isinstance(model, Qwen2ForCausalLM)
     assert model.config.vocab_size == len(AutoTokenizer.from_pretrained(shipped))
     assert len(info["losses"]) == BuildConfig().sft.steps
-
-
-def test_a_stale_shipped_fingerprint_is_not_loaded(tmp_path, monkeypatch):
-    """A config that differs from the shipped one (TINY here) is built into the cache instead."""
-    path, missing = resolve_default_dir(tmp_path, TINY)
-    assert missing and path == default_model_dir(tmp_path, TINY)
-
-
-def test_loading_the_default_needs_no_recipe(tmp_path, monkeypatch):
-    """The shipped build is found from its own record: no recipe import, no fingerprint computed."""
-    if not (shipped_model_dir() / "slca_build.json").exists():
-        pytest.skip("no shipped weights in this tree")
-    from slca.models import default as dm
-
-    def no_recipe(*_):
-        raise AssertionError("load_default() imported the recipe")
-
-    monkeypatch.setattr(dm, "import_recipe", no_recipe)
-    monkeypatch.setenv("SLCA_CACHE", str(tmp_path))
-    assert resolve_default_dir() == (shipped_model_dir(), False)
-    entry = default_model_dir()  # a cache entry of the shipped fingerprint (a rebuild) comes first
-    entry.mkdir(parents=True)
-    (entry / "slca_build.json").write_text("{}")
-    assert resolve_default_dir() == (entry, False)
 
 
 def _edited_copy(dest: Path) -> Path:
@@ -171,19 +141,6 @@ def test_fingerprint_follows_generated_data_and_config_not_source_bytes(tmp_path
     finally:
         toolworld._TYPES[0] = weather
         build._data_digest.cache_clear()
-
-
-def test_build_model_names_where_the_recipe_is_when_it_is_missing(tmp_path):
-    """A pip install has no recipes/: `slca build-model` says so in one line, before anything is built."""
-    from typer.testing import CliRunner
-
-    from slca.cli import app
-    from slca.models import find_recipe
-
-    assert find_recipe() == ROOT / "recipes" / "warmstart" and find_recipe(ROOT) == find_recipe()  # a checkout finds its own
-    res = CliRunner().invoke(app, ["build-model", "--out", str(tmp_path / "m"), "--recipe", str(tmp_path / "clone")])
-    assert res.exit_code == 2 and "not part of the installed slca package" in res.output, res.output
-    assert not (tmp_path / "m").exists()
 
 
 @pytest.mark.slow

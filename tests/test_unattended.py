@@ -403,17 +403,3 @@ def test_a_row_of_no_known_format_names_the_keys_each_needs(tmp_path):
 def test_usage_errors_are_one_line(tmp_path, args, line):
     got = one_error_line(slca(*args, cwd=tmp_path))
     assert got.startswith(line) and got.endswith("--help)"), got
-
-
-def test_a_peft_model_gets_its_base_models_cache_argument(tiny_model_dir):
-    """peft's forward takes **kwargs: the KV cache goes under the base model's own name (``cache`` in
-    transformers >= 5.2x; ``past_key_values`` there is deprecated, a FutureWarning per rollout)."""
-    pytest.importorskip("peft")
-    import inspect
-
-    from slca.generation.kvcache import cache_arg
-    from slca.training.policy import load_policy
-
-    model, _ = load_policy(str(tiny_model_dir), lora_r=2)
-    base = model.get_base_model().forward
-    assert cache_arg(model.forward) == cache_arg(base) == ("cache" if "cache" in inspect.signature(base).parameters else "past_key_values")

@@ -1,47 +1,31 @@
-"""slca.generation.fastpath against the plain transformers forward: same logits, tokens, log-probs and gradients.
+"""slca.generation.fastpath.decode against the plain transformers forward: same logits, tokens and log-probabilities.
 
 Real tiny Qwen2 and Llama models (random weights, built from their configs).
-The decode path is compared feed by feed with the engine's transformers-backed
-batch (prefill, group expansion, decode steps with holes, environment chunks,
-dropping, parking and merging rows) and on whole multi-turn rollouts; the
-training path value by value and gradient by gradient. Tolerances: 1e-4 on
-logits, 1e-5 on log-probabilities (fp32; the observed differences are ~1e-7).
+:class:`FastBatch` is compared feed by feed with the engine's transformers-backed
+batch (:class:`slca.generation.kvcache.CacheBatch`: prefill, group expansion,
+decode steps with holes, environment chunks, dropping, parking and merging rows),
+shared prompts with row copies, and whole multi-turn rollouts with the plain
+forward. Tolerances: 1e-4 on logits, 1e-5 on log-probabilities (fp32; the
+observed differences are ~1e-7). The training pass's fast path:
+tests/test_fastpath_logprobs.py.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
 
 pytest.importorskip("trl")  # the chat templates of test_rollout's tokenizer come from TRL
 
+from _tok import random_llama as llama, random_qwen2 as qwen2  # noqa: E402
 from test_rollout import AddEnv, make_task, scripted, tok  # noqa: E402,F401  (module fixtures)
 
 import slca.generation.fastpath.decode as decode  # noqa: E402
-from slca.generation.batching import collate, response_logprobs  # noqa: E402
 from slca.generation.fastpath import FastBatch, make_batch, unsupported_reason  # noqa: E402
-from slca.generation.fastpath.logprobs import fast_response_logprobs, right_padded, shared_prompts  # noqa: E402
 from slca.generation.kvcache import CacheBatch  # noqa: E402
 from slca.generation.rollout import RolloutConfig, generate_rollouts  # noqa: E402
-from slca.types import Task, Trajectory  # noqa: E402
-
-
-def qwen2(vocab=300, seed=0, bias_free=False):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
-    return Qwen2ForCausalLM(cfg).eval()
-
-
-def llama(vocab=300, seed=0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=1, max_position_embeddings=1024, attention_bias=True, tie_word_embeddings=False)
-    return LlamaForCausalLM(cfg).eval()
 
 
 def close(a, b, ok):
@@ -184,94 +168,61 @@ def test_multi_turn_rollouts_same_tokens_and_logprobs(tok, scripted, min_shared,
             torch.testing.assert_close(torch.tensor(f.logprobs), torch.tensor(p.logprobs), atol=1e-5, rtol=0)
 
 
-def random_batch(vocab, n=6, seed=1, group=1):
-    """``n`` rows of random prompts (3-11 tokens) and responses (1-14); each prompt shared by ``group`` rows in a row."""
-    g = torch.Generator().manual_seed(seed)
-    task = Task(id="x", messages=[{"role": "user", "content": "hi"}], tools=[])
-    trajs = []
-    for i in range(n):
-        if i % group == 0:
-            prompt = torch.randint(1, vocab, (int(torch.randint(3, 12, (1,), generator=g)),), generator=g).tolist()
-        p, r = len(prompt), int(torch.randint(1, 15, (1,), generator=g))
-        ids = prompt + torch.randint(1, vocab, (r,), generator=g).tolist()
-        mm = (torch.rand(r, generator=g) > 0.4).long().tolist()
-        trajs.append(Trajectory(task=task, prompt_ids=ids[:p], response_ids=ids[p:], model_mask=mm, logprobs=[0.0] * r,
-                                turns=[], final_text="", stop_reason="eos", messages=[], group_id=0))
-    return collate(trajs, 0)
 
-
-def test_right_padded_layout_puts_every_row_at_column_zero():
-    batch = random_batch(300)
-    ids, src, plen = right_padded(batch.input_ids, batch.attention_mask, batch.prompt_len)
-    for i in range(ids.shape[0]):
-        real = batch.input_ids[i][batch.attention_mask[i].bool()]
-        assert ids[i, : len(real)].tolist() == real.tolist()
-        assert int(plen[i]) == int(batch.attention_mask[i, : batch.prompt_len].sum())
-
-
-@pytest.mark.parametrize("group", [1, 3], ids=["distinct-prompts", "shared-prompts"])
-@pytest.mark.parametrize("build", [qwen2, llama], ids=["qwen2", "llama"])
-def test_fast_training_logprobs_and_gradients_match_the_plain_forward(build, group):
-    model = build().train()
-    batch = random_batch(300, n=9, group=group)
-    assert (shared_prompts(batch) is None) == (group == 1)
-    valid = batch.valid_mask.bool()
-
-    def run(fast):
-        model.zero_grad()
-        lp = response_logprobs(model, batch, 0.7, fast=fast)
-        (lp * batch.model_mask).sum().backward()
-        return lp.detach(), torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
-
-    (lf, gf), (lp, gp) = run(True), run(False)
-    assert lf.shape == lp.shape and bool((lf[~valid] == 0).all())
-    torch.testing.assert_close(lf[valid], lp[valid], atol=1e-5, rtol=0)
-    assert float((gf - gp).norm() / gp.norm()) < 1e-4
-    with pytest.raises(ValueError, match="model_type None"):
-        fast_response_logprobs(torch.nn.Linear(2, 2), batch)
-
-
-def test_shared_prompts_finds_the_rows_of_each_prompt_whatever_the_padding_id():
-    batch = random_batch(300, n=8, group=2)
-    batch.input_ids[:, : batch.prompt_len][batch.attention_mask[:, : batch.prompt_len] == 0] = 7  # odd padding ids
-    first, inv = shared_prompts(batch)
-    assert inv.tolist() == [int(x) for x in inv] and len(first) == 4
-    assert [sorted((inv == inv[r]).nonzero().flatten().tolist()) for r in (0, 2, 4, 6)] == [[0, 1], [2, 3], [4, 5], [6, 7]]
-    assert all(int(inv[f]) == u for u, f in enumerate(first.tolist()))
-
-
-def test_shared_prompt_pass_matches_when_a_group_is_one_row_and_responses_are_one_token():
-    model = qwen2().train()
-    batch = random_batch(300, n=5, group=2)  # groups of 2, 2 and 1
-    batch.valid_mask[:, 1:] = 0
-    batch.model_mask[:, 1:] = 0
-    (lf, lp) = (response_logprobs(model, batch, 1.0, fast=f) for f in (True, False))
-    torch.testing.assert_close(lf[:, 0], lp[:, 0], atol=1e-5, rtol=0)
-
-
-def test_gradient_checkpointing_takes_the_unshared_pass_and_matches():
-    """transformers drops the KV cache under gradient checkpointing; the shared-prompt pass must not run then.
-
-    ``gradient_checkpointing_enable`` also hooks the embedding (so the plain
-    forward runs anyway); with that hook gone the fast path runs, unshared.
-    """
-    model = qwen2().train()
-    model.gradient_checkpointing_enable()
-    for m in model.modules():
-        m._forward_hooks.clear()
-    assert unsupported_reason(model) is None
-    batch = random_batch(300, n=6, group=3)
-    valid = batch.valid_mask.bool()
-    lf = fast_response_logprobs(model, batch, 1.0)
-    model.gradient_checkpointing_disable()
-    lp = response_logprobs(model, batch, 1.0, fast=False)
-    torch.testing.assert_close(lf[valid], lp[valid], atol=1e-5, rtol=0)
-
-
-def test_position_dependent_rope_is_not_shared():
-    from slca.generation.fastpath.logprobs import _can_share
-
+def test_describe_and_the_decoder_refuse_what_unsupported_reason_names():
+    """Every model the fast path cannot run exactly is named with its reason: ``describe`` reports it,
+    ``FastDecoder`` refuses it (ValueError), ``make_batch`` gives None; a stock model passes all three."""
     model = qwen2()
-    assert _can_share(model)
-    model.model.rotary_emb.rope_type = "dynamic"
-    assert not _can_share(model)
+    assert decode.describe(model) == {"fast_decode": True, "reason": None}
+    assert isinstance(make_batch(model, 2, 0, torch.device("cpu")), FastBatch)
+
+    def refused(m, words):
+        why = unsupported_reason(m)
+        assert why is not None and words in why, why
+        assert decode.describe(m) == {"fast_decode": False, "reason": why}
+        assert make_batch(m, 2, 0, torch.device("cpu")) is None
+        with pytest.raises(ValueError, match="^FastDecoder: " + re.escape(why)):
+            decode.FastDecoder(m)
+
+    refused(torch.nn.Linear(2, 2), "model_type None")
+    gelu = qwen2()
+    gelu.config.hidden_act = "gelu"
+    refused(gelu, "hidden_act 'gelu'")
+    sliding = qwen2()
+    sliding.config.layer_types = ["full_attention", "sliding_attention"]
+    refused(sliding, "sliding-window")
+    wrapped = qwen2()
+    wrapped.model.layers[1].self_attn.v_proj = torch.nn.Sequential(wrapped.model.layers[1].self_attn.v_proj)  # as an adapter wraps it
+    refused(wrapped, "not a plain floating-point nn.Linear")
+    head = qwen2()
+    head.lm_head = torch.nn.Sequential(head.lm_head)
+    refused(head, "lm_head")
+
+
+@torch.no_grad()
+def test_a_forward_override_that_defines_the_logits_hook_runs_on_the_fast_path():
+    """A subclass that overrides ``forward`` but defines ``slca_rollout_logits`` opts in: the fast batch hands the
+    hook each feed's logits, ids, validity, positions and whether the cache was empty, and returns what it gives."""
+    base = qwen2()
+    seen = []
+
+    class Hooked(type(base)):
+        def forward(self, *a, **k):  # pragma: no cover - the fast path never calls it
+            return super().forward(*a, **k)
+
+        def slca_rollout_logits(self, logits, input_ids, valid, position_ids, fresh):
+            seen.append((input_ids.tolist(), valid.tolist(), position_ids[valid].tolist(), fresh))
+            out = logits.clone()
+            out[:, 0] += 100.0
+            return out
+
+    hooked = Hooked(base.config).eval()
+    hooked.load_state_dict(base.state_dict())
+    assert unsupported_reason(hooked) is None
+    cpu = torch.device("cpu")
+    plain, fast = FastBatch(base, 2, 0, cpu), FastBatch(hooked, 2, 0, cpu)
+    for seqs in ([[5, 6, 7], [8, 9]], [[10], None]):
+        a, b = plain.feed_lists(seqs), fast.feed_lists(seqs)
+        assert float((b[:, 0] - a[:, 0] - 100.0).abs().max()) < 1e-4 and float((b[:, 1:] - a[:, 1:]).abs().max()) < 1e-5
+    assert seen == [([[5, 6, 7], [8, 9, 0]], [[True, True, True], [True, True, False]], [0, 1, 2, 0, 1], True),
+                    ([[10], [0]], [[True], [False]], [3], False)]  # each row's tokens at its own positions; holes padded
