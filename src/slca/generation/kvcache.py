@@ -95,7 +95,8 @@ def chunk_positions(next_pos: torch.Tensor, valid: torch.Tensor) -> tuple[torch.
 
     Returns:
         ``(pos, last)``: (B, W) position of each valid token in its row's
-        sequence (a hole gets the row's next position) and (B,) the last valid
+        sequence (a hole gets ``next_pos``, the row's first position in this chunk,
+        wherever it sits; nothing reads a hole's output) and (B,) the last valid
         column (0 for a row without one).
     """
     pos = next_pos[:, None] + valid.long().cumsum(dim=1) - 1  # (B, W)

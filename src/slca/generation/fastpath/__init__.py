@@ -2,7 +2,7 @@
 
 Both compute what the plain transformers forward computes, in fewer and
 larger kernels; each is checked against the plain forward in
-``tests/test_fastpath.py`` (tolerances in the module docstrings) and falls back
+``tests/test_fastpath_decode.py`` and ``tests/test_fastpath_logprobs.py`` (tolerances in the module docstrings) and falls back
 to the plain forward for models it does not support.
 """
 

@@ -38,7 +38,7 @@ change the logits it returns may opt in by defining
 
 Equality: the same math as the transformers forward in a different op order
 (fused matmuls, RMSNorm through ``torch.nn.functional.rms_norm``), so logits
-differ by float rounding only; ``tests/test_fastpath.py`` checks logits within
+differ by float rounding only; ``tests/test_fastpath_decode.py`` checks logits within
 ``1e-4`` (fp32) of the transformers forward on every feed pattern the engine
 uses, and identical sampled tokens and log-probabilities within ``1e-5`` for
 whole multi-turn rollouts.

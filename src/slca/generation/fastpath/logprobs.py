@@ -26,7 +26,7 @@ G x (P + T); on the multi-turn benchmark batch (prompt 303 of 584 tokens,
 G = 4) forward + backward take ~0.6x the time (docs/performance.md).
 
 Same values as the left-padded forward up to float rounding (different
-attention kernels and summation order); ``tests/test_fastpath.py`` checks
+attention kernels and summation order); ``tests/test_fastpath_logprobs.py`` checks
 values within ``1e-5`` and gradients within ``1e-4`` relative (fp32).
 """
 
