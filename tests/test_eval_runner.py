@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from slca.env import toolworld
 from slca.eval import runner
 from slca.eval.agent import GenerationConfig
 from slca.eval.runner import SUITES, EvalConfig, load_model, run_eval
