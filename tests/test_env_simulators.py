@@ -1,19 +1,13 @@
-"""Simulator backends: schema-guided, Python callables, and the LLM one against a real loopback HTTP server."""
+"""Simulator backends: schema-guided and Python callables (the LLM one: test_env_llm.py)."""
 
 from __future__ import annotations
 
 import json
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from jsonschema import Draft202012Validator, FormatChecker
 
 from slca.env import PythonSimulator, SchemaSimulator, Simulator, ToolError
-from slca.env.llm import EndpointError, LLMSimulator
-
-from _helpers import chat_completion
 
 
 def fn(name, params, required, response=None, stateful=False, **extra):
@@ -187,143 +181,7 @@ def test_python_backend_checks_output_and_does_not_hide_bugs():
         PythonSimulator([HOTEL], {})
 
 
-# ------------------------------------------------------------------- llm backend
-
-
-class _Script:
-    """What the loopback server answers: a queue of (kind, value) per request."""
-
-    def __init__(self):
-        self.replies: list[tuple[str, object]] = []
-        self.requests: list[dict] = []
-        self.lock = threading.Lock()
-
-
-def _handler(script: _Script):
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *a):  # keep test output quiet
-            pass
-
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            with script.lock:
-                script.requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
-                kind, value = script.replies.pop(0) if script.replies else ("content", "{}")
-            if kind == "sleep":  # longer than the client's timeout: it has hung up by now
-                time.sleep(float(value))
-                return
-            if kind == "status":
-                self.send_response(int(value))
-                self.end_headers()
-                self.wfile.write(b'{"error": "overloaded"}')
-                return
-            payload = {
-                "id": "cmpl-1",
-                "object": "chat.completion",
-                "model": body["model"],
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": value}, "finish_reason": "stop"}],
-            } if kind == "content" else value
-            raw = json.dumps(payload).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-    return Handler
-
-
-@pytest.fixture()
-def server():
-    script = _Script()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
-    httpd.daemon_threads = True
-    th = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    th.start()
-    script.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    yield script
-    httpd.shutdown()
-    httpd.server_close()
-
-
-def _llm(server, **kw):
-    return LLMSimulator([HOTEL, LOOKUP], base_url=server.url, model="sim-model", **kw)
-
-
-def test_llm_valid_output_prompt_and_cache(server):
-    good = {"booking_id": "B7", "status": "confirmed", "total": 240}
-    server.replies = [("content", json.dumps(good)), ("content", "```json\n" + json.dumps({**good, "city": "Kyiv", "nights": 2}) + "\n```")]
-    sim = _llm(server, api_key="k")
-    r = sim.call("book_hotel", {"city": "Kyiv", "nights": 2}, episode="e")
-    assert r.ok and r.content == good
-    req = server.requests[0]
-    assert req["path"] == "/v1/chat/completions" and req["auth"] == "Bearer k"
-    assert req["body"]["model"] == "sim-model" and req["body"]["response_format"] == {"type": "json_object"}
-    user = req["body"]["messages"][-1]["content"]
-    assert '"response_schema"' in user and '"Kyiv"' in user and "Earlier calls" not in user
-    # the next call in the episode sees the first one; a fenced JSON reply is accepted
-    r2 = sim.call("get_booking", {"booking_id": "B7"}, episode="e")
-    assert r2.ok and r2.content["city"] == "Kyiv"
-    assert "Earlier calls" in server.requests[1]["body"]["messages"][-1]["content"] and '"B7"' in server.requests[1]["body"]["messages"][-1]["content"]
-    # same stateless call in the same episode: served from the cache, no request
-    assert sim.call("get_booking", {"booking_id": "B7"}, episode="e") == r2 and len(server.requests) == 2
-    assert sim.metrics["requests"] == 2 and sim.metrics["retries"] == 0
-
-
-def test_llm_invalid_json_then_retry(server):
-    server.replies = [("content", "Sure! The booking is confirmed."), ("content", json.dumps({"booking_id": "B1", "status": "confirmed", "total": 99.5}))]
-    sim = _llm(server)
-    r = sim.call("book_hotel", {"city": "Oslo", "nights": 1})
-    assert r.ok and r.content["total"] == 99.5
-    assert sim.metrics["invalid_json"] == 1 and sim.metrics["retries"] == 1
-    retry_msgs = server.requests[1]["body"]["messages"]
-    assert retry_msgs[-2] == {"role": "assistant", "content": "Sure! The booking is confirmed."}
-    assert "not JSON" in retry_msgs[-1]["content"]
-
-
-def test_llm_schema_violating_output_is_retried_then_reported(server):
-    bad = json.dumps({"booking_id": "B1", "status": "maybe", "total": 100})
-    server.replies = [("content", bad)] * 3
-    sim = _llm(server, max_retries=2)
-    r = sim.call("book_hotel", {"city": "Oslo", "nights": 1})
-    assert not r.ok and "violates the response schema" in r.error and "after 3 attempts" in r.error
-    assert sim.metrics["schema_violations"] == 3 and sim.metrics["failed"] == 1
-    assert "'maybe' is not one of" in server.requests[1]["body"]["messages"][-1]["content"]
-
-
-def test_llm_timeout_and_http_errors_become_structured_errors(server):
-    server.replies = [("status", 503), ("status", 503)]
-    sim = _llm(server, timeout=5.0, max_retries=1, http_attempts=2, backoff=0.01)
-    r = sim.call("book_hotel", {"city": "Oslo", "nights": 1})
-    assert not r.ok and "HTTP 503" in r.error and "after 2 HTTP attempts" in r.error
-    assert sim.metrics["http_errors"] == 2 and sim.metrics["requests"] == 2
-    assert sim.metrics["http_retries"] == 1 and sim.metrics["failed"] == 1
-    # a timeout spends the request's whole deadline (``timeout`` is total): it is the request's last attempt
-    server.replies = [("sleep", 1.0), ("status", 503)]
-    sim = _llm(server, timeout=0.3, max_retries=1, http_attempts=2, backoff=0.01)
-    t0 = time.perf_counter()
-    r = sim.call("book_hotel", {"city": "Oslo", "nights": 1})
-    assert time.perf_counter() - t0 < 1.5
-    assert not r.ok and "timeout" in r.error and "after 1 HTTP attempt)" in r.error
-    assert sim.metrics["timeouts"] == 1 and sim.metrics["requests"] == 1 and sim.metrics["http_retries"] == 0
-
-
-def test_llm_arguments_checked_before_any_request(server):
-    sim = _llm(server)
-    assert not sim.call("book_hotel", {"city": "Oslo"}).ok
-    assert server.requests == []
-
-
-def test_chat_completion_client_errors(server):
-    server.replies = [("raw", {"no": "choices"})]
-    with pytest.raises(EndpointError) as e:
-        chat_completion(server.url, "m", [{"role": "user", "content": "hi"}], timeout=2)
-    assert e.value.kind == "bad_response"
-    with pytest.raises(EndpointError) as e:
-        chat_completion("http://127.0.0.1:9/v1", "m", [], timeout=2)
-    assert e.value.kind == "connection_error"
-    with pytest.raises(ValueError, match="base_url"):
-        LLMSimulator([HOTEL], base_url="localhost:8000", model="m")
+# ------------------------------------------------------------------ schema backend: patterns, refs, toolworld
 
 
 def test_schema_backend_patterns_and_refs():

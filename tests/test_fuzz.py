@@ -25,7 +25,6 @@ no single example takes more than a few seconds.
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,7 +36,6 @@ from hypothesis import strategies as st
 from slca._limits import json_depth, loads, value_problem
 from slca.chat import ERROR_KINDS, get_format, list_formats
 from slca.env.llm import LLMSimulator
-from slca.env.schema import ToolBox
 from slca.env.simulators import PythonSimulator, SchemaSimulator, ToolError
 from slca.generation.rollout import answer_turn
 from slca.types import ParsedTurn, ParseError, ToolCall, ToolResult
@@ -195,7 +193,6 @@ def test_render_parse_round_trip(calls):
         turn = fmt.parse(fmt.render(calls))
         assert [(c.name, c.arguments) for c in turn.calls] == want, fmt.name
         assert [e for e in turn.errors if e.kind != "text_around_calls"] == [], fmt.name
-
 
 
 @fuzz(400)
@@ -436,57 +433,6 @@ def test_python_tool_time_limit_main_thread_and_other_threads():
     assert not out["r"].ok and time.perf_counter() - t0 < 1.4
     assert sim.metrics["timeouts"] == 2
     assert PythonSimulator([_tool("slow", {})], {"slow": slow}, timeout=None).call("slow", {}).ok
-
-
-UNEVALUATED_CASES = [  # (schema, instances): BoundedValidator agrees with jsonschema (it replaces only `pattern`)
-    ({"type": "object", "properties": {"a": {}}, "unevaluatedProperties": False}, [{"a": 1}, {"a": 1, "b": 2}, {}]),
-    ({"allOf": [{"properties": {"a": {}}}], "unevaluatedProperties": {"type": "string"}}, [{"a": 1, "b": "s"}, {"a": 1, "b": 2}]),
-    ({"anyOf": [{"properties": {"a": {"const": 1}}, "required": ["a"]}, {"properties": {"b": {}}}], "unevaluatedProperties": False},
-     [{"a": 1}, {"a": 2}, {"b": 0}, {"a": 1, "b": 0, "c": 0}]),
-    ({"if": {"properties": {"k": {"const": "p"}}, "required": ["k"]}, "then": {"properties": {"p": {}}},
-      "else": {"properties": {"q": {}}}, "properties": {"k": {}}, "unevaluatedProperties": False},
-     [{"k": "p", "p": 1}, {"k": "p", "q": 1}, {"k": "z", "q": 1}, {"k": "z", "p": 1}]),
-    ({"$defs": {"base": {"properties": {"a": {}}}}, "$ref": "#/$defs/base", "unevaluatedProperties": False}, [{"a": 1}, {"a": 1, "b": 1}]),
-    ({"dependentSchemas": {"a": {"properties": {"b": {}}}}, "properties": {"a": {}}, "unevaluatedProperties": False},
-     [{"a": 1, "b": 1}, {"b": 1}, {"a": 1, "c": 1}]),
-    ({"additionalProperties": {"type": "integer"}, "unevaluatedProperties": False}, [{"z": 1}, {"z": "s"}]),
-    ({"properties": {"s": {"type": "string", "pattern": "^a+$"}}, "additionalProperties": False}, [{"s": "aa"}, {"s": "ab"}, {"t": 1}]),
-]
-
-
-@pytest.mark.parametrize("schema,instances", UNEVALUATED_CASES)
-def test_bounded_validator_agrees_with_jsonschema(schema, instances):
-    from jsonschema import Draft202012Validator
-
-    from slca._limits import BoundedValidator
-
-    ours, theirs = BoundedValidator(schema), Draft202012Validator(schema)
-    for inst in instances:
-        assert ours.is_valid(inst) == theirs.is_valid(inst), inst
-        assert [e.message for e in ours.iter_errors(inst)] == [e.message for e in theirs.iter_errors(inst)], inst
-
-
-@pytest.mark.parametrize("where,schema", [
-    ("/", {"type": "object", "patternProperties": {"^(a|aa)+$": {"type": "integer"}}, "unevaluatedProperties": False}),
-    ("/properties/opts", {"type": "object", "properties": {"opts": {"type": "object", "patternProperties": {"^x": {}}}}}),
-    ("/anyOf/1", {"type": "object", "anyOf": [{}, {"patternProperties": {"^x": {}}}]}),
-    ("/$defs/m", {"type": "object", "$defs": {"m": {"patternProperties": {"^x": {}}}}, "properties": {"a": {"$ref": "#/$defs/m"}}}),
-])
-def test_pattern_properties_refused_when_a_tool_is_loaded(where, schema):
-    """jsonschema matches patternProperties keys with an unbounded re.search (also inside additionalProperties and
-    unevaluatedProperties), so a schema that uses the keyword is refused at load time, naming where."""
-    with pytest.raises(ValueError, match=rf"tool 'f': invalid parameters schema: patternProperties at {re.escape(where)} is not supported"):
-        ToolBox([{"type": "function", "function": {"name": "f", "parameters": schema}}])
-    with pytest.raises(ValueError, match="tool 'f': invalid response schema: patternProperties"):
-        SchemaSimulator([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}, "response": schema}}])
-
-
-def test_pattern_properties_as_a_name_or_data_is_not_the_keyword():
-    """A property called ``patternProperties`` and a ``const`` / ``enum`` holding the word are accepted."""
-    schema = {"type": "object", "properties": {"patternProperties": {"type": "string", "enum": ["patternProperties"]},
-                                               "c": {"const": {"patternProperties": {}}}}}
-    box = ToolBox([{"type": "function", "function": {"name": "f", "parameters": schema}}])
-    assert box.argument_error("f", {"patternProperties": "patternProperties"}) is None
 
 
 def test_schema_simulator_hostile_schemas_and_arguments():

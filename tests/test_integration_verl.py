@@ -1,4 +1,5 @@
-"""SLCA inside verl 0.9.1 on CPU: registry, dispatch, entry point, token layout, agent loop, reward function.
+"""SLCA inside verl 0.9.1 on CPU: registry, dispatch, entry point, token layout, reward function (the agent loop:
+test_integration_verl_agent_loop.py; the simulated tool: test_integration_verl_tools.py).
 
 Runs in the verl environment (``make test`` runs this file with .venv-verl's
 Python; verl pins transformers < 5.11, which the main environment does not use).
@@ -256,30 +257,6 @@ def test_a_user_estimator_reaches_verls_dispatch_by_import_path_and_entry_point(
     assert [ln.split()[0] for ln in Path(log).read_text().splitlines()] == ["u_half_slca", "u_double_grpo"]
 
 
-def test_agent_loop_output_writes_both_tiers_and_dispatch_reads_them():
-    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics
-
-    from slca.integrations.verl_agent_loop import SLCAAgentLoopOutput
-
-    mask, lengths, r_tool, r_sum, uids = random_batch(5)
-    rows = []
-    for i in range(mask.shape[0]):
-        n = int(lengths[i])
-        out = SLCAAgentLoopOutput(prompt_ids=[1, 2, 3], response_ids=list(range(10, 10 + n)),
-                                  response_mask=mask[i, :n].tolist(), metrics=AgentLoopMetrics())
-        out = SLCAAgentLoopOutput.from_output(out)
-        out.reward_score = float(r_tool[i] + r_sum[i])  # what verl's reward loop sets ...
-        out.extra_fields["reward_extra_info"] = {"tool_reward": float(r_tool[i]), "summary_reward": float(r_sum[i])}
-        rows.append(out.as_dict()["rm_scores"])
-    rm = torch.zeros(mask.shape)
-    for i, r in enumerate(rows):
-        rm[i, : len(r)] = r
-    assert torch.allclose(rm.sum(1), r_tool + r_sum)
-    data = DataProto.from_dict(tensors={"token_level_rewards": rm, "response_mask": mask}, non_tensors={"uid": uids})
-    got = compute_advantage(data, adv_estimator="slca", config=AlgoConfig(adv_estimator="slca")).batch["advantages"]
-    torch.testing.assert_close(got, reference(mask, r_tool, r_sum, uids))
-
-
 def paper_row():
     tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
                                                "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -375,36 +352,6 @@ def test_documented_verl_command_matches_verls_config_schema():
     assert cfg.reward.custom_reward_function.name == "compute_score"
 
 
-def test_verl_tool_answers_from_slca_and_keeps_state_per_instance(tmp_path):
-    import asyncio
-
-    import yaml
-    from verl.tools.schemas import OpenAIFunctionToolSchema
-
-    from slca.env.toolworld import TOOLS, make_env
-    from slca.integrations.verl_tools import SLCASimulatedTool
-    from slca.types import Task
-
-    spec = next(t for t in TOOLS if t["function"]["name"] == "get_weather")
-    schema = {"type": "function", "function": {k: spec["function"][k] for k in ("name", "description", "parameters")}}
-    tool = SLCASimulatedTool({"type": "native", "seed": 0}, OpenAIFunctionToolSchema.model_validate(schema))
-    iid, _ = asyncio.run(tool.create())
-    args = {"city": "Sofia", "date": "2025-07-16"}
-    resp, reward, info = asyncio.run(tool.execute(iid, args))
-    assert resp.text == make_env(Task(id="t", messages=[], tools=[spec])).call("get_weather", args).to_text()
-    assert info == {"ok": True} and reward == 0.0
-    bad, _, info = asyncio.run(tool.execute(iid, {"city": "Sofia"}))
-    assert info == {"ok": False} and "error" in bad.text
-    asyncio.run(tool.release(iid))
-    # the example's data preparation writes a tool config that names this class
-    from pathlib import Path
-    script = Path(__file__).resolve().parents[1] / "examples" / "verl" / "prepare_data.py"
-    subprocess.run([sys.executable, str(script), "--out", str(tmp_path)], check=True, capture_output=True, timeout=120)
-    cfg = yaml.safe_load((tmp_path / "tool_config.yaml").read_text())
-    assert {t["class_name"] for t in cfg["tools"]} == {"slca.integrations.verl_tools.SLCASimulatedTool"}
-    assert (tmp_path / "train.parquet").exists()
-
-
 def test_verl_loads_the_reward_function_by_package_and_by_path():
     from verl.utils.import_utils import load_extern_object
 
@@ -414,7 +361,7 @@ def test_verl_loads_the_reward_function_by_package_and_by_path():
     assert core_algos.get_adv_estimator_fn("slca") is sv.compute_slca_outcome_advantage
 
 
-# ------------------------------------------------- tool lifecycle and reward parity, as verl drives them
+# ------------------------------------------------- reward parity, the tools driven as verl drives them
 
 
 def _prepared(tmp_path, n=60):
@@ -455,34 +402,6 @@ def _call(loop, agent_data, name, arguments):
     resp, _, _ = asyncio.run(ToolAgentLoop._call_tool(loop, FunctionCall(name=name, arguments=json.dumps(arguments)), {},
                                                       agent_data))
     return resp.text
-
-
-def test_tool_state_lives_per_trajectory_through_verls_call_lifecycle(tmp_path):
-    """verl creates, executes and releases a tool instance per call; state must still hold across calls and tools
-    of one trajectory, and not leak into another."""
-    from slca.integrations import verl_tools
-
-    _, tools = _prepared(tmp_path, n=4)
-    loop = _Loop(tools)
-    instances_before = dict(verl_tools._BY_INSTANCE)
-    a, b = _agent_data([{"role": "user", "content": "a"}]), _agent_data([{"role": "user", "content": "b"}])
-    created = json.loads(_call(loop, a, "create_event", {"title": "yoga", "date": "2025-07-16"}))
-    listed = json.loads(_call(loop, a, "list_events", {"date": "2025-07-16"}))
-    assert created["status"] == "created" and listed["events"] == ["yoga"]
-    assert json.loads(_call(loop, b, "list_events", {"date": "2025-07-16"}))["events"] == []  # another trajectory
-    flights = json.loads(_call(loop, a, "search_flights", {"origin": "Paris", "destination": "Rome", "date": "2025-07-16"}))
-    fid = flights["flight_id"]
-    booking = json.loads(_call(loop, a, "book_flight", {"flight_id": fid, "passenger": "Anna"}))
-    got = json.loads(_call(loop, a, "get_booking", {"booking_id": booking["booking_id"]}))
-    assert got.get("flight_id") == fid and "error" not in got
-    assert "error" in json.loads(_call(loop, b, "get_booking", {"booking_id": booking["booking_id"]}))
-    n = len(verl_tools._BY_TRAJECTORY)
-    del a
-    import gc
-
-    gc.collect()
-    assert len(verl_tools._BY_TRAJECTORY) == n - 1  # the trajectory's state goes with verl's AgentData
-    assert verl_tools._BY_INSTANCE == instances_before  # every per-call instance was released
 
 
 def _verl_rollout(task, row, tools, tok, assistant_texts):
@@ -560,31 +479,6 @@ def test_chain_task_scores_the_same_through_verl_and_slca(tmp_path):
             assert v["tool_reward"] == pytest.approx(t) and v["summary_reward"] == pytest.approx(s), (task.id, texts)
             compared += 1
     assert compared >= 8
-
-
-def test_agent_loop_pads_a_one_token_response():
-    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics
-
-    from slca.integrations.verl_agent_loop import SLCAAgentLoopOutput, pad_single_token_response
-
-    out = SLCAAgentLoopOutput(prompt_ids=[1, 2], response_ids=[7], response_mask=[1], response_logprobs=[-0.5],
-                              metrics=AgentLoopMetrics())
-    out = SLCAAgentLoopOutput.from_output(pad_single_token_response(out, pad_token_id=0))
-    out.reward_score = 0.9
-    out.extra_fields["reward_extra_info"] = {"tool_reward": 1.0, "summary_reward": -0.1}
-    d = out.as_dict()
-    assert d["responses"].tolist() == [7, 0] and d["response_mask"].tolist() == [0 + 1, 0]
-    assert d["rollout_log_probs"].tolist() == [-0.5, 0.0]
-    t, s = sv.unpack_token_rewards(d["rm_scores"].unsqueeze(0), d["response_mask"].unsqueeze(0))
-    assert t.item() == pytest.approx(1.0) and s.item() == pytest.approx(-0.1)
-    # a reward function without the two tiers (verl's own score only): the score is the summary reward, also on
-    # the padded row (verl would put it on the pad token, where the execution reward is read)
-    out = SLCAAgentLoopOutput(prompt_ids=[1, 2], response_ids=[7], response_mask=[1], metrics=AgentLoopMetrics())
-    out = SLCAAgentLoopOutput.from_output(pad_single_token_response(out, pad_token_id=0))
-    out.reward_score = 0.9
-    d = out.as_dict()
-    t, s = sv.unpack_token_rewards(d["rm_scores"].unsqueeze(0), d["response_mask"].unsqueeze(0))
-    assert t.item() == 0.0 and s.item() == pytest.approx(0.9) and d["rm_scores"].sum().item() == pytest.approx(0.9)
 
 
 # ------------------------------------- issue 26 (3): every estimator through verl's registry on verl's layouts

@@ -1,8 +1,8 @@
 """verl's own trainer, end to end, with SLCA: ``python -m verl.trainer.main_ppo`` on CPU.
 
 The CPU backend (:mod:`slca.integrations.verl_cpu`, :mod:`slca.integrations.verl_cpu_rollout`)
-is checked piece by piece (contract with verl's internals, config schema, the
-``transformers.generate`` rollout server), then the real trainer runs
+is checked piece by piece (contract with verl's internals, config schema; the
+``transformers.generate`` rollout server in test_integration_verl_cpu_rollout.py), then the real trainer runs
 ``examples/verl/run_slca.sh`` as a user would, shrunk to 2 toolworld rows and 2
 steps, and the assertions read the run's own outputs: its exit status, its
 metrics file, its rollout dump, the batches the ``slca`` estimator was handed and
@@ -14,7 +14,6 @@ Runs in the verl environment (``make test`` runs it with .venv-verl's Python).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -127,68 +126,6 @@ def test_cpu_command_composes_against_verls_config():
     OmegaConf.resolve(cfg)
     rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)
     assert rollout.name == "hf" and rollout.tensor_model_parallel_size == 1 and rollout.n == 2
-
-
-def _server(load_format="auto"):
-    from omegaconf import OmegaConf, open_dict
-
-    from slca.integrations.verl_cpu_rollout import HFRolloutServer
-
-    cfg = _compose(SHRINK + verl_cpu.cpu_overrides() + [f"actor_rollout_ref.model.path={MODEL}"])
-    with open_dict(cfg):
-        cfg.actor_rollout_ref.rollout.load_format = load_format
-    OmegaConf.resolve(cfg)
-    return HFRolloutServer(cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model)
-
-
-def test_rollout_server_generates_as_verl_asks_and_takes_the_trainers_weights():
-    """Token in, token out, with verl's sampling parameters; log-probs are the model's; a weight load replaces
-    the model's tensors (by HF name) and the version travels in extra_fields."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(MODEL)
-    ref = AutoModelForCausalLM.from_pretrained(MODEL, attn_implementation="sdpa").eval()
-    prompt = tok.apply_chat_template([{"role": "user", "content": "What is the weather in Paris?"}],
-                                     add_generation_prompt=True, tokenize=True)
-    prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
-    server = _server()
-    greedy = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
-    out = asyncio.run(server.generate(prompt_ids=prompt, sampling_params=dict(greedy, max_tokens=12), request_id="a"))
-    assert 1 <= len(out.token_ids) <= 12 and out.stop_reason == "completed"
-    assert out.extra_fields == {"global_steps": None}
-    with torch.no_grad():
-        logits = ref(torch.tensor([prompt + out.token_ids])).logits[0, len(prompt) - 1 : -1]
-    expect = torch.log_softmax(logits, -1).gather(1, torch.tensor(out.token_ids)[:, None]).squeeze(1)
-    torch.testing.assert_close(torch.tensor(out.log_probs), expect, atol=1e-4, rtol=1e-4)
-    assert out.token_ids == logits.argmax(-1).tolist()  # greedy
-    # a stop token verl adds (the tool parser's) ends generation on it, as vLLM does
-    stop = out.token_ids[1]
-    cut = asyncio.run(server.generate(prompt_ids=prompt, sampling_params=dict(greedy, stop_token_ids=[stop]), request_id="b"))
-    assert cut.token_ids == out.token_ids[: out.token_ids.index(stop) + 1]
-    # without max_tokens: what is left of response_length within prompt_length + response_length
-    sampled = asyncio.run(server.generate(prompt_ids=prompt, sampling_params={"temperature": 1.0, "top_p": 0.9, "top_k": 50,
-                                                                               "ignore_eos": True}, request_id="c"))
-    assert len(sampled.token_ids) == 256 and sampled.log_probs is None
-    # the trainer's weights: names are HF names; the version comes back with each request
-    sd = {n: p.detach() + 0.01 for n, p in ref.named_parameters()}
-    info = server.update_weights(list(sd.items()), global_steps=3)
-    assert info["tensors"] == len(sd) and abs(info["max_abs_change"] - 0.01) < 1e-5
-    assert asyncio.run(server.generate(prompt_ids=prompt, sampling_params=dict(greedy, max_tokens=2),
-                                       request_id="d")).extra_fields["global_steps"] == 3
-    with pytest.raises(KeyError, match="does not have"):
-        server.update_weights([("model.not_a_layer.weight", torch.zeros(1))])
-
-
-def test_dummy_load_format_starts_from_random_weights():
-    """As vLLM with load_format=dummy: the rollout holds no trained weights until the trainer's arrive."""
-    from transformers import AutoModelForCausalLM
-
-    ref = dict(AutoModelForCausalLM.from_pretrained(MODEL).named_parameters())
-    server = _server("dummy")
-    w = "model.layers.0.mlp.up_proj.weight"
-    assert not torch.equal(server.tensors[w], ref[w])
-    server.update_weights([(n, p.detach()) for n, p in ref.items()], global_steps=0)
-    assert torch.equal(server.tensors[w], ref[w])
 
 
 # ------------------------------------------------------------------------------------------ the real trainer

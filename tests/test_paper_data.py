@@ -1,5 +1,5 @@
-"""The paper's released rows (AnonymousRepository/toucan-toolcall-slca): ``rl`` / ``eval`` -> slca tasks, ``sft_split``
-ShareGPT rows and Toucan rows -> TRL's SFT ``{"messages", "tools"}``; the two-stage example end to end on CPU.
+"""The paper's released rows (AnonymousRepository/toucan-toolcall-slca): ``rl`` / ``eval`` -> slca tasks (the ``sft_split``
+ShareGPT rows -> TRL's SFT ``{"messages", "tools"}``: test_env_sft.py); the two-stage example end to end on CPU.
 
 The fixtures (tests/fixtures/paper/, written by its make_fixtures.py) follow the dataset card's schema."""
 
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -15,12 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from slca.env import SchemaSimulator, load_sft_examples, load_tasks
+from slca.env import SchemaSimulator, load_tasks
 from slca.env.loaders import PAPER_SOURCES, RowError, detect_format, task_from_row
-from slca.env.sft import sft_example_from_row
 
 FIX = Path(__file__).parent / "fixtures" / "paper"
-ENV_FIX = Path(__file__).parent / "fixtures" / "env"
 ROOT = Path(__file__).parent.parent
 
 
@@ -107,120 +104,6 @@ def test_a_json_string_ground_truth_reads_the_same(tmp_path):
     row = rows("rl.jsonl")[1]
     row["reward_model"]["ground_truth"] = json.dumps(row["reward_model"]["ground_truth"])
     assert [len(s) for s in task_from_row(row).gold] == [2]
-
-
-# ---------------------------------------------------------------- SFT rows -> TRL's messages
-
-
-def test_sharegpt_rows_become_trl_messages_with_openai_tool_calls():
-    ex = load_sft_examples(FIX / "sft_split.jsonl")
-    assert len(ex) == 4
-    single, parallel, chain, plain = ex
-    sys_msg = single["messages"][0]
-    assert sys_msg["role"] == "system" and "<tools>" not in sys_msg["content"] and not sys_msg["content"].endswith("# Tools")
-    assert [t["function"]["name"] for t in single["tools"]] == ["weather-mcp-get_weather", "weather-mcp-get_forecast"]
-    assert [m["role"] for m in single["messages"]] == ["system", "user", "assistant", "tool", "assistant"]
-    call = single["messages"][2]
-    assert call["content"] == "<think>\nI need the current weather.\n</think>"
-    assert call["tool_calls"] == [{"id": call["tool_calls"][0]["id"], "type": "function",
-                                   "function": {"name": "weather-mcp-get_weather", "arguments": {"city": "Paris"}}}]
-    assert single["messages"][3] == {"role": "tool", "content": '{"temp": 21, "sky": "sunny"}',
-                                     "name": "weather-mcp-get_weather", "tool_call_id": call["tool_calls"][0]["id"]}
-    # one parallel turn: two calls in one message, two results answering them in order
-    calls = parallel["messages"][2]["tool_calls"]
-    assert [c["function"]["arguments"] for c in calls] == [{"city": "Rome"}, {"city": "Oslo"}]
-    assert [m.get("tool_call_id") for m in parallel["messages"][3:5]] == [c["id"] for c in calls]
-    assert [m["role"] for m in chain["messages"]] == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"]
-    assert chain["messages"][4]["content"] == "" and chain["messages"][-1]["content"] == "Lyon: rain, then sun."
-    assert plain["messages"][-1] == {"role": "assistant", "content": "<think>\nNo tool needed.\n</think>\n\nHello!"}
-
-
-def test_reasoning_can_move_to_its_field_or_be_dropped():
-    row = rows("sft_split.jsonl")[0]
-    field = sft_example_from_row(row, reasoning="field")["messages"]
-    assert field[2]["content"] == "" and field[2]["reasoning_content"] == "I need the current weather."
-    assert field[4] == {"role": "assistant", "content": "It is sunny in Paris, 21 C.", "reasoning_content": "Sunny, 21."}
-    drop = sft_example_from_row(row, reasoning="drop")["messages"]
-    assert drop[4] == {"role": "assistant", "content": "It is sunny in Paris, 21 C."}
-    with pytest.raises(ValueError, match="reasoning must be one of"):
-        sft_example_from_row(row, reasoning="inline")
-
-
-def test_responses_that_do_not_match_the_calls_are_kept_without_ids():
-    row = rows("sft_split.jsonl")[1]
-    row["conversations"][3]["value"] = '<tool_response>\n{"both": [25, 4]}\n</tool_response>\nThanks, also Bergen?'
-    msgs = sft_example_from_row(row)["messages"]
-    assert msgs[3] == {"role": "tool", "content": '{"both": [25, 4]}'}
-    assert msgs[4] == {"role": "user", "content": "Thanks, also Bergen?"}
-
-
-@pytest.mark.parametrize("turn,value,field,match", [
-    (2, "<tool_call>\n[{\"name\": \"weather-mcp-get_weather\", \"arguments\": {]\n</tool_call>", "conversations[2].value.tool_call[0]", "not valid JSON"),
-    (2, "<tool_call>\n[{\"arguments\": {}}]\n</tool_call>", "conversations[2].value.tool_call[0][0].name", "needs a tool name"),
-    (2, "<tool_call>\n[{\"name\": \"x\", \"arguments\": [1]}]\n</tool_call>", "conversations[2].value.tool_call[0][0].arguments", "must be an object"),
-    (2, "<think>\nunfinished", "conversations[2].value", "<think> and </think> do not pair up"),
-    (3, "<tool_response>\nunfinished", "conversations[3].value", "<tool_response> and </tool_response> do not pair up"),
-    (2, None, "conversations[2].value", "must be a string"),
-])
-def test_a_bad_sharegpt_turn_names_the_field(turn, value, field, match):
-    row = rows("sft_split.jsonl")[0]
-    row["conversations"][turn]["value"] = value
-    with pytest.raises(RowError, match=match) as e:
-        load_sft_examples([row])
-    assert e.value.field == field
-
-
-def test_sharegpt_structure_errors_and_skip(caplog):
-    good = rows("sft_split.jsonl")
-    swapped = copy.deepcopy(good[0])
-    swapped["conversations"][1]["from"] = "gpt"
-    with pytest.raises(RowError, match="expected 'human'") as e:
-        load_sft_examples([swapped])
-    assert e.value.field == "conversations[1].from"
-    ends_human = copy.deepcopy(good[0])
-    ends_human["conversations"] = ends_human["conversations"][:4]
-    with pytest.raises(RowError, match="must end with a gpt turn"):
-        load_sft_examples([ends_human])
-    unknown = copy.deepcopy(good[0])
-    unknown["conversations"][1]["from"] = "observation"
-    with pytest.raises(RowError, match="must be one of"):
-        load_sft_examples([unknown])
-    with pytest.raises(RowError, match="cannot tell the SFT row's format"):
-        load_sft_examples([{"text": "hi"}])
-    with caplog.at_level(logging.WARNING, logger="slca.env"):
-        out = load_sft_examples([swapped, good[1], ends_human], errors="skip")
-    assert len(out) == 1 and "skipped 2 of 3 rows" in caplog.text
-
-
-def test_toucan_rows_become_trl_messages_with_parallel_calls_merged():
-    ex = load_sft_examples(ENV_FIX / "toucan_small.jsonl")
-    assert len(ex) == len(rows("toucan_small.jsonl", ENV_FIX))
-    for e in ex:
-        assert e["tools"] and e["messages"][-1]["role"] == "assistant"
-        assert not any(m["role"] == "system" and "tool_declare" in m["content"] for m in e["messages"])
-        for i, m in enumerate(e["messages"]):
-            if m["role"] == "tool" and "tool_call_id" in m:  # a result answers a call made before it
-                ids = {c["id"] for p in e["messages"][:i] for c in p.get("tool_calls", [])}
-                assert m["tool_call_id"] in ids
-    parallel = [m for e in ex for m in e["messages"] if len(m.get("tool_calls", [])) > 1]
-    assert parallel, "the Toucan fixture has a parallel call: one assistant message with several tool_calls"
-
-
-def test_sft_dataset_keeps_each_message_as_built_and_trl_renders_it():
-    pytest.importorskip("datasets")
-    pytest.importorskip("trl")
-    from trl.data_utils import apply_chat_template
-
-    from slca.env import sft_dataset
-    from slca.models import load_default
-
-    ex = load_sft_examples(FIX / "sft_split.jsonl")
-    ds = sft_dataset(ex)
-    assert [r["messages"] for r in ds] == [e["messages"] for e in ex]  # no key of one call's arguments leaks into another
-    _, tok = load_default()
-    text = apply_chat_template({"messages": ds[1]["messages"]}, tok, tools=json.loads(ds[1]["tools"]))["text"]
-    assert text.count('"name": "weather-mcp-get_weather"') == 2 and '"arguments": {"city": "Oslo"}' in text
-    assert "weather-mcp-get_weather(city: string)" in text  # the template declares the row's tool
 
 
 # ---------------------------------------------------------------- TRL: one environment per tool set
