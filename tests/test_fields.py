@@ -58,6 +58,7 @@ def test_help_and_hints_come_from_the_declaration():
 def test_type_name():
     assert [type_name(t) for t in (int, float, str, bool)] == ["int", "float", "str", "bool"]
     assert type_name(int | None) == "int | None"
+    assert type_name(list[str]) == "list[str]" and type_name(list[float] | None) == "list[float] | None"
 
 
 def test_the_dataclass_parses_with_hf_argument_parser_as_it_is():
@@ -86,7 +87,7 @@ def test_the_dataclass_parses_with_hf_argument_parser_as_it_is():
     (None, int | None, (None, None)),
     ("3", int | None, ("3", "must be int | None, got '3'")),
     (["a", "b"], list[str], (["a", "b"], None)),
-    (["a", 1], list[str], (["a", 1], "must be list, got ['a', 1]")),
+    (["a", 1], list[str], (["a", 1], "must be list[str], got ['a', 1]")),
     (0, Annotated[int | None, gt(0)], (0, "must be > 0, got 0")),
 ])
 def test_check_value(value, hint, want):

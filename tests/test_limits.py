@@ -81,16 +81,15 @@ def test_loads_refuses_lone_surrogates(text):
     assert reason is not None and "lone surrogate" in reason
 
 
-@pytest.mark.xfail(strict=True, reason="src bug: loads returns the decoded value beside the reason when value_problem refuses "
-                                      "it after decoding (its docstring promises (None, reason)); callers read only the reason")
 def test_loads_gives_no_value_with_a_reason():
     assert loads('"\\ud800"')[0] is None
 
 
-@pytest.mark.xfail(strict=True, reason="src bug: value_problem's bit-length bound (int(4300 * log2 10) bits) refuses some "
-                                      "4,300-digit integers as 'more than 4300 digits'; MAX_INT_DIGITS is the longest accepted")
 def test_an_integer_of_max_int_digits_is_accepted():
-    assert value_problem(10 ** MAX_INT_DIGITS - 1) is None
+    """MAX_INT_DIGITS is the longest accepted, at the edge too (a bound in bits refused 10**4300 - 1)."""
+    assert value_problem(10 ** MAX_INT_DIGITS - 1) is None and value_problem(-(10 ** MAX_INT_DIGITS - 1)) is None
+    assert "more than 4300 digits" in value_problem(10 ** MAX_INT_DIGITS) and "more than" in value_problem(-(10 ** MAX_INT_DIGITS))
+    assert loads("9" * MAX_INT_DIGITS)[1] is None
 
 
 def test_loads_takes_a_smaller_depth_limit():

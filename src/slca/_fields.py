@@ -95,7 +95,10 @@ def _type_ok(v: Any, hint: Any) -> bool:
 
 
 def type_name(hint: Any) -> str:
-    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+    """``int``, ``int | None``, ``list[str]``: a generic keeps its arguments (``list[str].__name__`` is ``list``)."""
+    if typing.get_origin(hint) is None and getattr(hint, "__name__", None):
+        return hint.__name__
+    return str(hint).replace("typing.", "")
 
 
 def _finite(v: Any) -> bool:

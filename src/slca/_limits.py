@@ -81,7 +81,7 @@ is 1,000,000): the ``regex`` module unrolls such repeats when it compiles, which
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.S)
 _BRACKETS = re.compile(r"[\[\]{}]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_INT_BITS = int(MAX_INT_DIGITS * math.log2(10))
+_INT_LIMIT = 10**MAX_INT_DIGITS  # the smallest integer with more than MAX_INT_DIGITS digits
 
 
 def json_depth(text: str, limit: int | None = None) -> int:
@@ -145,7 +145,8 @@ def loads(text: str, max_depth: int = MAX_DEPTH) -> tuple[Any, str | None]:
         value = _DECODER.decode(text)
     except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError
         return None, _decode_error(e)
-    return value, value_problem(value, max_depth=max_depth, json_only=True)
+    problem = value_problem(value, max_depth=max_depth, json_only=True)
+    return (None, problem) if problem else (value, None)
 
 
 def raw_decode(text: str, pos: int = 0, max_depth: int = MAX_DEPTH) -> tuple[Any, int, str | None]:
@@ -187,7 +188,7 @@ def value_problem(value: Any, *, max_depth: int = MAX_DEPTH, json_only: bool = F
         elif isinstance(v, bool) or v is None:
             continue
         elif isinstance(v, int):
-            if v.bit_length() > _INT_BITS:
+            if not -_INT_LIMIT < v < _INT_LIMIT:
                 return f"{_where(path)}: integer with more than {MAX_INT_DIGITS} digits"
         elif isinstance(v, float):
             if not math.isfinite(v):

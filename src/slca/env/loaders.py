@@ -653,7 +653,7 @@ def checked_row_id(row: Any, where: str, index: int) -> str | None:
     return str(rid)[:60] if isinstance(rid, (str, int)) else None
 
 
-def task_from_row(row: dict[str, Any], format: str = "auto", *, where: str = "row", index: int = 0) -> Task:
+def task_from_row(row: dict[str, Any], format: str = "auto", *, where: str = "input", index: int = 0) -> Task:
     """One dataset row as a checked :class:`Task` (tool schemas valid, gold calls valid against them).
 
     Raises:

@@ -283,7 +283,7 @@ def detect_sft_format(row: dict[str, Any]) -> str:
                      "a Toucan row 'messages'")
 
 
-def sft_example_from_row(row: Any, format: str = "auto", *, reasoning: str = "content", where: str = "row",
+def sft_example_from_row(row: Any, format: str = "auto", *, reasoning: str = "content", where: str = "input",
                          index: int = 0) -> dict[str, Any]:
     """One SFT row as TRL's ``{"messages", "tools"}`` (see the module docstring).
 
