@@ -4,6 +4,8 @@
     .venv/bin/python benchmarks/bench_memory.py --what trainer   # 3 slca Trainer steps, bench_step multi workload
     .venv/bin/python benchmarks/bench_memory.py --what demo-train --model PATH  # `slca train` at the demo's quick
                                                                  # settings (2 steps + eval) on a built model folder
+    .venv/bin/python benchmarks/bench_memory.py --what step --side trl --model smollm2 --workload multi
+                                                                 # one step of one side of bench_step, alone
 
 The command runs in a child process; its peak RSS is ``ru_maxrss`` of
 ``getrusage(RUSAGE_CHILDREN)`` after it exits (Linux: the largest resident set
@@ -39,6 +41,20 @@ with tempfile.TemporaryDirectory() as d:
         tr.train_step()
 """
 
+STEP_SNIPPET = """
+import sys, tempfile
+sys.path.insert(0, {here!r})
+import _common as C, bench_step
+size = C.TINY if {tiny} else C.FULL
+tok = C.smollm2_tokenizer() if {smol} else C.build_tokenizer(size.vocab)
+build = C.build_smollm2 if {smol} else C.build_model
+with tempfile.TemporaryDirectory() as d:
+    if {side!r} == "trl":
+        bench_step.trl_trainer(tok, size, {multi}, d, 1, [], build=build).train()
+    else:
+        bench_step.slca_trainer(tok, size, {multi}, d, build=build).train_step()
+"""
+
 
 def run_child(cmd: list[str]) -> tuple[int, float, float]:
     """``(exit code, peak RSS in GB (10^9 bytes), wall seconds)`` of ``cmd`` run to completion."""
@@ -57,14 +73,17 @@ def run_child(cmd: list[str]) -> tuple[int, float, float]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--what", choices=("demo", "trainer", "demo-train"), default="demo")
-    p.add_argument("--model", default=None, help="model folder for --what demo-train (e.g. a cache entry of the embedded model)")
+    p.add_argument("--what", choices=("demo", "trainer", "demo-train", "step"), default="demo")
+    p.add_argument("--model", default=None, help="model folder for --what demo-train (e.g. a cache entry of the embedded model); "
+                                                 "for --what step: random (bench_step's Qwen2, the default) or smollm2")
+    p.add_argument("--side", choices=("slca", "trl"), default="slca", help="--what step: whose training step, in a process of its own")
+    p.add_argument("--workload", choices=("single", "multi"), default="multi", help="--what step: bench_step's workload")
     p.add_argument("--steps", type=int, default=3, help="trainer steps (--what trainer)")
     p.add_argument("--tiny", action="store_true", help="a seconds-long smoke run: the trainer on a tiny model (tests)")
     a = p.parse_args(argv)
     print("== bench_memory: peak resident memory")
     print(f"   args: {vars(a)}")
-    if a.tiny:
+    if a.tiny and a.what != "step":
         a.what, a.steps = "trainer", 1
     with tempfile.TemporaryDirectory() as d:
         slca = Path(sys.executable).parent / "slca"
@@ -77,10 +96,16 @@ def main(argv: list[str] | None = None) -> None:
                 p.error("--what demo-train needs --model PATH")
             sets = {**DEMO_OVERRIDES["quick"], "steps": 2, "eval_every": 2, "model": a.model, "run_dir": str(Path(d) / "run")}
             cmd = [str(slca), "train"] + [x for k, v in sets.items() for x in ("--set", f"{k}={v}")]
+        elif a.what == "step":
+            if a.model not in (None, "random", "smollm2"):
+                p.error(f"--what step takes --model random or smollm2, got {a.model!r}")
+            code = STEP_SNIPPET.format(here=str(HERE), tiny=a.tiny, smol=a.model == "smollm2", side=a.side, multi=a.workload == "multi")
+            cmd = [sys.executable, "-c", code]
         else:
             code = TRAINER_SNIPPET.format(here=str(HERE), tiny=a.tiny, steps=a.steps)
             cmd = [sys.executable, "-c", code]
-        print(f"   command: {' '.join(cmd) if a.what != 'trainer' else 'python -c <slca Trainer, ' + str(a.steps) + ' steps>'}")
+        label = {"trainer": f"<slca Trainer, {a.steps} steps>", "step": f"<one {a.side} step, {a.workload}, model {a.model or 'random'}>"}
+        print(f"   command: {'python -c ' + label[a.what] if a.what in label else ' '.join(cmd)}")
         rc, gb, wall = run_child(cmd)
     status = "failed" if rc else ("met" if gb <= TARGET_GB else "NOT met")
     print(f"{'what':<11}{'exit':>5}{'peak RSS':>11}{'wall':>9}  target <= {TARGET_GB:.0f} GB")

@@ -100,6 +100,19 @@ def test_bench_memory_tiny(bench, capsys):
     assert 0.05 < float(r[2]) < 3.0, out
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("side", ["slca", "trl"])
+def test_bench_memory_one_side_of_a_step(bench, capsys, side):
+    """--what step runs one side of bench_step's step alone in a child and reports its peak."""
+    pytest.importorskip("trl")
+    bench("bench_memory").main(["--what", "step", "--side", side, "--workload", "multi", "--tiny"])
+    out = capsys.readouterr().out
+    (r,) = rows(out, "step")
+    assert r[1] == "0", out
+    assert 0.05 < float(r[2]) < 3.0, out
+    assert f"one {side} step, multi" in out
+
+
 def test_scripted_policy_follows_its_script_in_generate(bench):
     """The benchmark policy writes exactly its scripted turn under HF generate (as in TRL and slca)."""
     C = bench("_common")
