@@ -51,6 +51,9 @@ def main() -> None:
     ap.add_argument("--wrong-entity", type=float, default=None, help="DemoMix.wrong_entity (default: the base config's)")
     ap.add_argument("--sequential", type=float, default=None, help="DemoMix.sequential: parallel steps split over turns (default: the base config's)")
     ap.add_argument("--model-heads", default=None, help="with --from-default: 'H,KV' attention and key/value heads (same width)")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="with --from-default: one seed for the data (data_seed), the weights (model_seed) and the SFT order (sft.seed): "
+                         "a replicate of the recipe")
     ap.add_argument("--sft-steps", type=int, default=None, help="with --from-default: SFTConfig.steps (the schedule follows)")
     ap.add_argument("--eval-at", default="")
     ap.add_argument("--eval-n", type=int, default=64)
@@ -93,7 +96,9 @@ def main() -> None:
         h, kv = (int(x) for x in args.model_heads.split(","))
         overrides["model"] = replace(cfg.model, num_attention_heads=h, num_key_value_heads=kv)
     if args.sft_steps:
-        overrides["sft"] = replace(cfg.sft, steps=args.sft_steps)
+        overrides["sft"] = replace(overrides.get("sft", cfg.sft), steps=args.sft_steps)
+    if args.seed is not None:
+        overrides.update(data_seed=args.seed, model_seed=args.seed, sft=replace(overrides.get("sft", cfg.sft), seed=args.seed))
     cfg = replace(cfg, **overrides)
     args.steps = cfg.sft.steps
     t0, c0 = time.perf_counter(), time.process_time()
