@@ -102,3 +102,31 @@ def test_clipped_surrogate_stats_are_the_clipped_tokens():
     assert st.clip_frac(torch.ones(1, 4)) == 0.5
     assert st.clip_frac(torch.tensor([[1, 1, 0, 0]])) == 0.5  # only masked tokens count
     assert st.clip_frac(torch.zeros(1, 4)) == 0.0
+
+
+@pytest.mark.parametrize("mode", ["token_mean", "seq_mean", "token_sum_norm", "segment_balanced"])
+def test_token_weights_reproduce_aggregate(mode):
+    """aggregate(x) == (x * token_weights).sum() for any x: the weights of gradient accumulation."""
+    from slca.core.losses import token_weights
+
+    g = torch.Generator().manual_seed(0)
+    mask = (torch.rand(5, 9, generator=g) > 0.3).long()
+    mask[3] = 0  # a row without policy tokens
+    tool = mask * (torch.arange(9) < 4)
+    summ = mask - tool
+    w = token_weights(mask, mode, tool_mask=tool, summary_mask=summ, max_tokens=12)
+    assert w.shape == mask.shape and bool((w[mask == 0] == 0).all())
+    for _ in range(3):
+        x = torch.randn(5, 9, generator=g)
+        want = aggregate(x, mask, mode, tool_mask=tool, summary_mask=summ, max_tokens=12)
+        assert float((x * w).sum()) == pytest.approx(float(want), rel=1e-5, abs=1e-7)
+    # slices of rows add up to the whole
+    x = torch.randn(5, 9, generator=g)
+    parts = sum(float((x[r] * w[r]).sum()) for r in torch.arange(5).split(2))
+    assert parts == pytest.approx(float(aggregate(x, mask, mode, tool_mask=tool, summary_mask=summ, max_tokens=12)), rel=1e-5)
+
+
+def test_token_weights_of_an_empty_mask_are_zero():
+    from slca.core.losses import token_weights
+
+    assert not token_weights(torch.zeros(2, 3, dtype=torch.long)).any()

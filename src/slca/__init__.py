@@ -21,7 +21,7 @@ from slca.core.advantages import (
     slca_turn_advantages,
     turn_normalize,
 )
-from slca.core.losses import aggregate, clipped_surrogate, kl_penalty, masked_mean
+from slca.core.losses import aggregate, clipped_surrogate, kl_penalty, masked_mean, token_weights
 from slca.core.segments import environment_mask, segment_masks, tool_turn_index, turn_index
 from slca.types import (
     ParsedTurn,
@@ -71,6 +71,7 @@ __all__ = [
     "slca_advantages",
     "slca_cond_advantages",
     "slca_turn_advantages",
+    "token_weights",
     "tool_turn_index",
     "train",
     "turn_index",

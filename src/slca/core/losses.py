@@ -189,6 +189,34 @@ def aggregate(
     raise ValueError(f"mode must be one of {AGG_MODES}, got {mode!r}")
 
 
+def token_weights(
+    mask: torch.Tensor,
+    mode: str = "token_mean",
+    *,
+    tool_mask: torch.Tensor | None = None,
+    summary_mask: torch.Tensor | None = None,
+    max_tokens: int | None = None,
+) -> torch.Tensor:
+    """Each token's weight in :func:`aggregate`: ``aggregate(x, mask, mode, ...) == (x * W).sum()`` for every ``x``.
+
+    Every mode is linear in the per-token loss, so ``W`` is its gradient, taken from
+    :func:`aggregate` itself (the modes' arithmetic keeps one home). A batch cut into
+    slices of rows then gets the whole batch's loss and gradient as the sum over the
+    slices of ``(x_slice * W_slice).sum()`` (gradient accumulation, ``micro_batch_size``).
+
+    Args:
+        mask, tool_mask, summary_mask, max_tokens: as :func:`aggregate`'s, (B, T).
+
+    Returns:
+        (B, T) float32, 0 off ``mask``.
+    """
+    z = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device, requires_grad=True)
+    with torch.enable_grad():
+        total = aggregate(z, mask, mode, tool_mask=tool_mask, summary_mask=summary_mask, max_tokens=max_tokens)
+        (w,) = torch.autograd.grad(total, z, allow_unused=True)
+    return torch.zeros_like(z).detach() if w is None else w
+
+
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """``log softmax(logits / temperature)`` at the target ids.
 

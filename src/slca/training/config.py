@@ -196,6 +196,12 @@ class TrainConfig:
         'tasks_per_step). With fast_paths the training pass then runs each prompt once per minibatch '
         '(docs/performance.md). False: rows are shuffled one by one (the default; the seeded results in docs/ were made '
         'this way).')
+    micro_batch_size: Annotated[int, ge(0)] = _field(
+        0,
+        'Rows per forward and backward inside a minibatch, gradients accumulated (TRL: per_device_train_batch_size with '
+        "gradient_accumulation_steps; verl: ppo_micro_batch_size_per_gpu). 0: the whole minibatch at once. Any value gives "
+        'the same update up to float rounding (each token keeps its weight in the minibatch loss); smaller needs less '
+        'activation memory (docs/performance.md: a 135M model with a 49k vocabulary).')
     clip_low: Annotated[float, within(0, 1, hi_open=True)] = _field(0.2, 'PPO ratio clip below 1.')
     clip_high: Annotated[float, ge(0)] = _field(0.28, "PPO ratio clip above 1 (DAPO's clip-higher).")
     kl_coef: Annotated[float, ge(0)] = _field(

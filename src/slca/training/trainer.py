@@ -41,7 +41,7 @@ from slca._checks import group_index
 from slca.chat import encode_conversation, get_format
 from slca.core.advantages import AdvantageInputs, compute_advantages, fill_inputs, list_estimators, option_values
 from slca.core.diagnostics import advantage_stats, contamination, flat_grad, grad_cosine, rolling_cv
-from slca.core.losses import aggregate, clipped_surrogate, kl_penalty, token_logprobs
+from slca.core.losses import aggregate, clipped_surrogate, kl_penalty, token_logprobs, token_weights
 from slca.core.segments import segment_masks
 from slca.env.suites import fit_suites, load_suites
 from slca.generation.batching import RolloutBatch, collate, response_logprobs
@@ -279,27 +279,69 @@ class Trainer:
                         split_grads: bool, st: UpdateStats) -> None:
         """One optimizer step on a minibatch (masks and advantages (b, T)); appends to ``st``."""
         c, mask = self.cfg, mb.model_mask
+        self.opt.zero_grad(set_to_none=True)
+        if 0 < c.micro_batch_size < len(adv):
+            self._accumulate(mb, tm, sm, adv, split_grads, st)
+        else:
+            per_tok, sur = self._per_token_loss(mb, adv, st)
+
+            def loss_of(x: torch.Tensor) -> torch.Tensor:
+                return aggregate(x, mask, c.loss_agg, tool_mask=tm, summary_mask=sm, max_tokens=c.max_total_tokens)
+
+            if split_grads:
+                loss, st.grad_split = self._split_backward(loss_of(per_tok * tm), loss_of(per_tok * sm))
+            else:
+                loss = loss_of(per_tok)
+                loss.backward()
+            st.losses.append(float(loss.detach()))
+            st.clip_fracs.append(sur.clip_frac(mask))
+        st.grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, c.max_grad_norm)))
+        self.opt.step()
+
+    def _per_token_loss(self, mb: RolloutBatch, adv: torch.Tensor, st: UpdateStats, kls: list[float] | None = None):
+        """The (b, T) per-token loss of ``mb`` (clipped surrogate, plus the KL penalty) and the surrogate's stats; the
+        KL's mean over the policy tokens goes to ``st.kls`` (or, given ``kls``, its sum and count there)."""
+        c, mask = self.cfg, mb.model_mask
         logp = response_logprobs(self.model, mb, c.temperature, c.fast_paths)
         per_tok, sur = clipped_surrogate(logp, mb.old_logprobs, adv, clip_low=c.clip_low, clip_high=c.clip_high, return_stats=True)
         if c.kl_coef > 0:
-            ref_logp = self._ref_logprobs(mb)
-            kl_tok = kl_penalty(logp, ref_logp, kind=c.kl_kind)
+            kl_tok = kl_penalty(logp, self._ref_logprobs(mb), kind=c.kl_kind)
             per_tok = per_tok + c.kl_coef * kl_tok
-            st.kls.append(float((kl_tok.detach() * mask).sum() / mask.sum().clamp_min(1)))
+            kl_sum, n = float((kl_tok.detach() * mask).sum()), float(mask.sum())
+            if kls is None:
+                st.kls.append(kl_sum / max(n, 1.0))
+            else:
+                kls += [kl_sum, n]
+        return per_tok, sur
 
-        def loss_of(x: torch.Tensor) -> torch.Tensor:
-            return aggregate(x, mask, c.loss_agg, tool_mask=tm, summary_mask=sm, max_tokens=c.max_total_tokens)
-
-        self.opt.zero_grad(set_to_none=True)
+    def _accumulate(self, mb: RolloutBatch, tm: torch.Tensor, sm: torch.Tensor, adv: torch.Tensor,
+                    split_grads: bool, st: UpdateStats) -> None:
+        """The minibatch's gradient, ``micro_batch_size`` rows at a time: each token is weighted by its weight in the
+        minibatch's loss (:func:`token_weights`), so the sum over the slices is the minibatch's loss and gradient."""
+        c, mask = self.cfg, mb.model_mask
+        w = token_weights(mask, c.loss_agg, tool_mask=tm, summary_mask=sm, max_tokens=c.max_total_tokens)  # (b, T)
+        loss, clipped, kls, g_tool = 0.0, 0.0, [], None
+        for rows in torch.arange(len(adv)).split(c.micro_batch_size):
+            per_tok, sur = self._per_token_loss(mb.rows(rows), adv[rows], st, kls)
+            clipped += sur.clip_frac(mask[rows]) * float(mask[rows].sum())
+            if split_grads:  # as _split_backward, slice by slice: the tool part's gradient is kept apart
+                l_tool, l_sum = (per_tok * tm[rows] * w[rows]).sum(), (per_tok * sm[rows] * w[rows]).sum()
+                before = flat_grad(self.params)
+                l_tool.backward(retain_graph=True)
+                g_tool = flat_grad(self.params) - before + (0.0 if g_tool is None else g_tool)
+                l_sum.backward()
+                part = l_tool + l_sum
+            else:
+                part = (per_tok * w[rows]).sum()
+                part.backward()
+            loss += float(part.detach())
         if split_grads:
-            loss, st.grad_split = self._split_backward(loss_of(per_tok * tm), loss_of(per_tok * sm))
-        else:
-            loss = loss_of(per_tok)
-            loss.backward()
-        st.grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, c.max_grad_norm)))
-        self.opt.step()
-        st.losses.append(float(loss.detach()))
-        st.clip_fracs.append(sur.clip_frac(mask))
+            g_sum = flat_grad(self.params) - g_tool
+            st.grad_split = GradSplit(float(g_tool.norm()), float(g_sum.norm()), grad_cosine(g_tool, g_sum))
+        st.losses.append(loss)
+        st.clip_fracs.append(clipped / max(float(mask.sum()), 1.0))
+        if kls:
+            st.kls.append(sum(kls[0::2]) / max(sum(kls[1::2]), 1.0))
 
     @torch.no_grad()
     def _ref_logprobs(self, mb: RolloutBatch) -> torch.Tensor:
