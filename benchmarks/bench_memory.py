@@ -52,7 +52,7 @@ with tempfile.TemporaryDirectory() as d:
     if {side!r} == "trl":
         bench_step.trl_trainer(tok, size, {multi}, d, 1, [], build=build).train()
     else:
-        bench_step.slca_trainer(tok, size, {multi}, d, build=build).train_step()
+        bench_step.slca_trainer(tok, size, {multi}, d, build=build, micro_batch_size={micro}).train_step()
 """
 
 
@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
                                                  "for --what step: random (bench_step's Qwen2, the default) or smollm2")
     p.add_argument("--side", choices=("slca", "trl"), default="slca", help="--what step: whose training step, in a process of its own")
     p.add_argument("--workload", choices=("single", "multi"), default="multi", help="--what step: bench_step's workload")
+    p.add_argument("--micro-batch-size", type=int, default=0, help="--what step --side slca: TrainConfig.micro_batch_size (0: the whole batch)")
     p.add_argument("--steps", type=int, default=3, help="trainer steps (--what trainer)")
     p.add_argument("--tiny", action="store_true", help="a seconds-long smoke run: the trainer on a tiny model (tests)")
     a = p.parse_args(argv)
@@ -99,12 +100,13 @@ def main(argv: list[str] | None = None) -> None:
         elif a.what == "step":
             if a.model not in (None, "random", "smollm2"):
                 p.error(f"--what step takes --model random or smollm2, got {a.model!r}")
-            code = STEP_SNIPPET.format(here=str(HERE), tiny=a.tiny, smol=a.model == "smollm2", side=a.side, multi=a.workload == "multi")
+            code = STEP_SNIPPET.format(here=str(HERE), tiny=a.tiny, smol=a.model == "smollm2", side=a.side, multi=a.workload == "multi",
+                                       micro=a.micro_batch_size)
             cmd = [sys.executable, "-c", code]
         else:
             code = TRAINER_SNIPPET.format(here=str(HERE), tiny=a.tiny, steps=a.steps)
             cmd = [sys.executable, "-c", code]
-        label = {"trainer": f"<slca Trainer, {a.steps} steps>", "step": f"<one {a.side} step, {a.workload}, model {a.model or 'random'}>"}
+        label = {"trainer": f"<slca Trainer, {a.steps} steps>", "step": f"<one {a.side} step, {a.workload}, model {a.model or 'random'}, micro_batch_size {a.micro_batch_size}>"}
         print(f"   command: {'python -c ' + label[a.what] if a.what in label else ' '.join(cmd)}")
         rc, gb, wall = run_child(cmd)
     status = "failed" if rc else ("met" if gb <= TARGET_GB else "NOT met")

@@ -41,7 +41,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def slca_trainer(tok, size: C.Size, multi: bool, run_dir: str, fast: bool = True, device: str = "cpu", dtype: str = "fp32",
-                 script: list[list[int]] | None = None, minibatches: int = 1, build=C.build_model):
+                 script: list[list[int]] | None = None, minibatches: int = 1, build=C.build_model, micro_batch_size: int = 0):
     from slca.training.config import TrainConfig
     from slca.training.trainer import Trainer
 
@@ -52,7 +52,7 @@ def slca_trainer(tok, size: C.Size, multi: bool, run_dir: str, fast: bool = True
         max_turns=len(script) if multi else 1, max_total_tokens=4096,
         max_new_tokens=max(len(t) for t in script) + 8 if multi else size.completion_tokens,
         temperature=1.0, top_p=1.0, estimator="slca", kl_coef=0.0, loss_agg="token_mean",
-        ppo_epochs=1, minibatches=minibatches, lr=1e-5, warmup_steps=0, diag_every=0, eval_every=0,
+        ppo_epochs=1, minibatches=minibatches, micro_batch_size=micro_batch_size, lr=1e-5, warmup_steps=0, diag_every=0, eval_every=0,
         sample_html_every=0, save_every=0, fast_paths=fast,
     )
     ts = C.tasks(size.prompts, multi)
@@ -95,7 +95,8 @@ def trl_trainer(tok, size: C.Size, multi: bool, out_dir: str, steps: int, callba
 
 
 def run_pair(tok, size: C.Size, multi: bool, threads: int, repeats: int, warmup: int, plain: bool = True,
-             device: str = "cpu", dtype: str = "fp32", trl_checkpointing: bool | None = None, build=C.build_model) -> dict:
+             device: str = "cpu", dtype: str = "fp32", trl_checkpointing: bool | None = None, build=C.build_model,
+             micro_batch_size: int = 0) -> dict:
     """Interleaved TRL / slca (/ slca with ``fast_paths=False``) steps at ``threads`` threads: a :class:`_common.Clock` per side.
     ``build(tok, size, script)`` makes each side's policy (:func:`_common.build_model` or :func:`_common.build_smollm2`)."""
     from transformers import TrainerCallback
@@ -103,8 +104,8 @@ def run_pair(tok, size: C.Size, multi: bool, threads: int, repeats: int, warmup:
     C.set_threads(threads)
     with tempfile.TemporaryDirectory() as d:
         dev = {"device": device, "dtype": dtype, "build": build}
-        sl = slca_trainer(tok, size, multi, str(Path(d) / "slca"), **dev)
-        sp = slca_trainer(tok, size, multi, str(Path(d) / "plain"), fast=False, **dev) if plain else None
+        sl = slca_trainer(tok, size, multi, str(Path(d) / "slca"), micro_batch_size=micro_batch_size, **dev)
+        sp = slca_trainer(tok, size, multi, str(Path(d) / "plain"), fast=False, micro_batch_size=micro_batch_size, **dev) if plain else None
         res = {"trl": C.Clock(), "slca": C.Clock(), "plain": C.Clock(), "slca_tokens": 0.0, "plain_tokens": float("nan")}
 
         class Pair(TrainerCallback):
@@ -150,6 +151,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-plain", action="store_true", help="skip the slca fast_paths=False side (a third of the run time)")
     p.add_argument("--trl-checkpointing", choices=("default", "on", "off"), default="default",
                    help="TRL's gradient_checkpointing: its GRPOConfig default (on), or forced on / off (slca never checkpoints)")
+    p.add_argument("--micro-batch-size", type=int, default=0,
+                   help="slca's TrainConfig.micro_batch_size (rows per forward and backward, gradients accumulated; 0: all 32 at once)")
     p.add_argument("--model", choices=("random", "smollm2"), default="random",
                    help="smollm2: the same workloads on SmolLM2-135M-Instruct (pretrained, 134.5M parameters, its tokenizer and "
                         "slca's tool-calling template; the smollm2 extra) instead of the random Qwen2")
@@ -168,7 +171,8 @@ def main(argv: list[str] | None = None) -> None:
     for w in workloads:
         for th in C.parse_threads(a.threads):
             r = run_pair(tok, size, w == "multi", th, a.repeats, a.warmup, plain=not a.no_plain, device=a.device, dtype=a.dtype,
-                         trl_checkpointing={"default": None, "on": True, "off": False}[a.trl_checkpointing], build=build)
+                         trl_checkpointing={"default": None, "on": True, "off": False}[a.trl_checkpointing], build=build,
+                         micro_batch_size=a.micro_batch_size)
             t, s, q = r["trl"], r["slca"], r["plain"]
             print(f"{w:<9}{th:>4}  {C.spread(t.wall):<22}{C.spread(s.wall):<22}{C.med(t.cpu):>10.2f}{C.med(s.cpu):>11.2f}"
                   f"{C.med(q.cpu):>12.2f}{C.med(t.wall) / C.med(s.wall):>13.2f}x{C.med(t.cpu) / C.med(s.cpu):>12.2f}x"

@@ -101,16 +101,17 @@ def test_bench_memory_tiny(bench, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("side", ["slca", "trl"])
-def test_bench_memory_one_side_of_a_step(bench, capsys, side):
-    """--what step runs one side of bench_step's step alone in a child and reports its peak."""
+@pytest.mark.parametrize("side,micro", [("slca", 0), ("slca", 1), ("trl", 0)])
+def test_bench_memory_one_side_of_a_step(bench, capsys, side, micro):
+    """--what step runs one side of bench_step's step alone in a child and reports its peak (slca: also with
+    micro_batch_size)."""
     pytest.importorskip("trl")
-    bench("bench_memory").main(["--what", "step", "--side", side, "--workload", "multi", "--tiny"])
+    bench("bench_memory").main(["--what", "step", "--side", side, "--workload", "multi", "--tiny", "--micro-batch-size", str(micro)])
     out = capsys.readouterr().out
     (r,) = rows(out, "step")
     assert r[1] == "0", out
     assert 0.05 < float(r[2]) < 3.0, out
-    assert f"one {side} step, multi" in out
+    assert f"one {side} step, multi" in out and f"micro_batch_size {micro}" in out
 
 
 def test_scripted_policy_follows_its_script_in_generate(bench):
