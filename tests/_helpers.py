@@ -32,6 +32,18 @@ def toolworld_tasks(split: str = "train", n: int = 400, seed: int = 0) -> list[T
     return toolworld.make_tasks(split, n=n, seed=seed)
 
 
+def task_of(task_type: str) -> Task:
+    """The first of the 400 shared ``train`` tasks (:func:`toolworld_tasks`) of one toolworld task type."""
+    return next(t for t in toolworld_tasks("train", n=400, seed=0) if t.meta["task_type"] == task_type)
+
+
+def approx(x):
+    """``pytest.approx`` to 1e-9: the reward tests' exact figures, free of float rounding."""
+    import pytest
+
+    return pytest.approx(x, abs=1e-9)
+
+
 def tool_turn(calls: Iterable[ToolCall], results: Iterable[Any] | None = None, errors: Iterable[Any] = ()) -> Turn:
     """An assistant turn that made ``calls`` (with parse ``errors``), answered by ``results``."""
     return Turn(text="<calls>", parsed=ParsedTurn(calls=list(calls), errors=list(errors)), results=list(results or []))

@@ -18,18 +18,10 @@ from slca.rewards.values import extract_values
 from slca.types import Task, ToolCall, ToolResult, Trajectory
 
 from _helpers import answer_turn as answer
-from _helpers import reference_summary, tool_turn, toolworld_tasks
+from _helpers import approx, reference_summary, task_of, tool_turn, toolworld_tasks
 from _helpers import run_steps as run
 
 TASKS = toolworld_tasks("train", n=400, seed=0)
-
-
-def task_of(task_type: str) -> Task:
-    return next(t for t in TASKS if t.meta["task_type"] == task_type)
-
-
-def approx(x):
-    return pytest.approx(x, abs=1e-9)
 
 
 # ------------------------------------------------------------ the diagnostic case

@@ -13,17 +13,7 @@ from slca.types import ParseError, Task, ToolCall, ToolResult
 
 from _helpers import answer_turn as answer
 from _helpers import run_steps as run
-from _helpers import tool_turn, toolworld_tasks
-
-TASKS = toolworld_tasks("train", n=400, seed=0)
-
-
-def task_of(task_type: str) -> Task:
-    return next(t for t in TASKS if t.meta["task_type"] == task_type)
-
-
-def approx(x):
-    return pytest.approx(x, abs=1e-9)
+from _helpers import approx, task_of, tool_turn
 
 
 # ------------------------------------------------------------------ execution tiers
