@@ -307,11 +307,11 @@ class Trainer:
         if c.kl_coef > 0:
             kl_tok = kl_penalty(logp, self._ref_logprobs(mb), kind=c.kl_kind)
             per_tok = per_tok + c.kl_coef * kl_tok
-            kl_sum, n = float((kl_tok.detach() * mask).sum()), float(mask.sum())
+            kl_sum = (kl_tok.detach() * mask).sum()
             if kls is None:
-                st.kls.append(kl_sum / max(n, 1.0))
+                st.kls.append(float(kl_sum / mask.sum().clamp_min(1)))
             else:
-                kls += [kl_sum, n]
+                kls += [float(kl_sum), float(mask.sum())]
         return per_tok, sur
 
     def _accumulate(self, mb: RolloutBatch, tm: torch.Tensor, sm: torch.Tensor, adv: torch.Tensor,
