@@ -95,3 +95,16 @@ def check_calls(tools: Iterable[Any], gold: list[list[ToolCall]], *, where: str 
             err = box.argument_error(call.name, call.arguments)
             if err is not None:
                 raise ValueError(f"{where}: gold step {s} call {c} violates its schema: {err}")
+
+
+# secrets the redaction tests plant in URLs, keys and server replies (test_env_llm, test_faults_http)
+SECRET_KEY = "sk-live-0123456789abcdef"
+SECRET_PASS = "hunter2-pass"
+SECRET_QUERY = "q-token-98765"
+
+
+def no_secret(*texts):
+    """None of the planted secrets appears in any of ``texts``."""
+    for t in texts:
+        for s in (SECRET_KEY, SECRET_PASS, SECRET_QUERY, "sk-server-leak-4242"):
+            assert s not in t, (s, t)

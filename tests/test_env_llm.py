@@ -18,16 +18,7 @@ from slca.env.llm import ChatClient, EndpointError, LLMSimulator, parse_json_rep
 
 from _helpers import chat_completion
 from test_env_simulators import HOTEL, LOOKUP
-
-SECRET_KEY = "sk-live-0123456789abcdef"
-SECRET_PASS = "hunter2-pass"
-SECRET_QUERY = "q-token-98765"
-
-
-def _no_secret(*texts):
-    for t in texts:
-        for s in (SECRET_KEY, SECRET_PASS, SECRET_QUERY, "sk-server-leak-4242"):
-            assert s not in t, (s, t)
+from _helpers import SECRET_KEY, SECRET_PASS, SECRET_QUERY, no_secret
 
 
 # ------------------------------------------------------------------ the simulator against a loopback server
@@ -176,7 +167,7 @@ def test_redaction_of_urls_and_bodies():
     assert safe_url(f"https://bob:{SECRET_PASS}@api.example/v1?api_key={SECRET_QUERY}&x=1") == "https://***@api.example/v1?api_key=***&x=***"
     text = f'{{"auth": "Bearer {SECRET_KEY}", "api_key": "abc123xyz", "note": "token={SECRET_QUERY}"}}'
     out = redact(text)
-    _no_secret(out)
+    no_secret(out)
     assert "abc123xyz" not in out and "Bearer ***" in out
     client = ChatClient(f"http://u:{SECRET_PASS}@127.0.0.1:1/v1", api_key="plain-key-42")
     assert SECRET_PASS not in client.shown_url and "plain-key-42" not in client.redact("echo plain-key-42")

@@ -24,6 +24,7 @@ from slca.rewards.execution import Unscorable
 from slca.types import ParsedTurn, Task, ToolCall
 
 from _helpers import chat_completion
+from _helpers import SECRET_KEY, SECRET_PASS, SECRET_QUERY, no_secret
 
 TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "weather in a city",
@@ -31,9 +32,6 @@ TOOL = {"type": "function", "function": {
     "response": {"type": "object", "required": ["temp_c"], "properties": {"temp_c": {"type": "integer"}}},
 }}
 GOOD = json.dumps({"temp_c": 21})
-SECRET_KEY = "sk-live-0123456789abcdef"
-SECRET_PASS = "hunter2-pass"
-SECRET_QUERY = "q-token-98765"
 def _envelope(content) -> bytes:
     return json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}).encode()
 
@@ -139,12 +137,6 @@ def _sim(url, **kw):
     return LLMSimulator([TOOL], base_url=url, model="sim", api_key=SECRET_KEY, **kw)
 
 
-def _no_secret(*texts):
-    for t in texts:
-        for s in (SECRET_KEY, SECRET_PASS, SECRET_QUERY, "sk-server-leak-4242"):
-            assert s not in t, (s, t)
-
-
 SLOW = 1.0  # the deadline where a fault is slowness (drips, stalls); others get 5 s, so a loaded machine cannot turn them into timeouts
 FAULTS = [  # (script entry, metric it is counted under, the request deadline, bound on the call's seconds)
     (("close", None), "connection_errors", 5.0, 3.0),
@@ -177,7 +169,7 @@ def test_every_fault_is_a_structured_error_counted_and_bounded(server, caplog, f
     assert elapsed < bound, elapsed
     # nothing the policy or a report reads carries a credential or the server's body
     _, msgs = answer_turn(ParsedTurn(calls=[ToolCall("get_weather", {"city": "Oslo"})]), sim)
-    _no_secret(r.error, msgs[0]["content"], caplog.text)
+    no_secret(r.error, msgs[0]["content"], caplog.text)
     assert "overloaded" not in r.error
 
 
@@ -258,7 +250,7 @@ def test_judge_faults_are_unscorable_counted_and_bounded(server, caplog, fault, 
         judge.score(TASK, [], "It is 21 C.")
     assert time.perf_counter() - t0 < bound
     assert judge.metrics[metric] == 1 and judge.metrics["requests"] == 1
-    _no_secret(str(e.value), caplog.text)
+    no_secret(str(e.value), caplog.text)
 
 
 def test_judge_recovers_after_transient_faults(server):
