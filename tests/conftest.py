@@ -11,11 +11,16 @@ Session fixtures (built once; treat them as read-only, ``copy.deepcopy`` one to 
   Qwen2.5 chat template.
 * ``train_tasks`` (a fresh list per test, so it may be changed): 50 toolworld ``train``
   tasks, seed 0.
+* ``judge_server`` (per test): a real OpenAI-compatible chat endpoint on loopback that answers
+  the replies a test queues, for the judge tests.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -64,3 +69,38 @@ def train_tasks():
     from slca.env import toolworld
 
     return toolworld.make_tasks("train", n=50, seed=0)
+
+
+@pytest.fixture()
+def judge_server():
+    """A real OpenAI-compatible chat endpoint on loopback for the judge tests: yields ``(base_url, replies, seen)``.
+
+    Each request pops the next of ``replies``: ``("content", text)`` answers with a completion holding
+    ``text``, ``("status", code)`` with that HTTP status; ``seen`` collects the request bodies (JSON).
+    """
+    replies: list = []
+    seen: list = []
+
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append(body)
+            kind, value = replies.pop(0)
+            if kind == "status":
+                self.send_response(value)
+                self.end_headers()
+                return
+            raw = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": value}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", replies, seen
+    httpd.shutdown()
+    httpd.server_close()

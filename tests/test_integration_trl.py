@@ -680,7 +680,8 @@ def test_normalize_then_sum_is_taken_by_grpo_and_refused_with_the_reason_by_tier
 
 # ----------------------------------------------------------------- every registered estimator through the trainer
 
-OPTIONS = {"slca_turn": {"turn_lambda": 0.5}, "slca_cond": {"cond_std": "subgroup"}, "call_count_bonus": {"weight": 0.5}}
+OPTIONS = {"slca_turn": {"turn_lambda": 0.5}, "slca_cond": {"cond_std": "subgroup"}, "call_count_bonus": {"weight": 0.5},
+           "slca_paper": {"lambda_sum": 0.5}, "toolpo_grpo": {"toolpo_lambda": 0.5}}
 
 
 def flaky_weather():
@@ -745,7 +746,13 @@ def hand_inputs(texts):
                 turns[i, k] = 1.0 if ok[k] and not done else 0.0
                 done = done or ok[k]
     signatures = [tuple(sorted(ok)) for ok in oks]  # every call has one key: the multiset of outcomes
-    return r_tool, r_sum, n_calls, signatures, turns
+    called = (n_calls > 0).astype(np.float32)
+    paper = {  # the released estimators' inputs (slca.rewards.paper): gold is one call, every call is that call
+        "should_no_call": 1.0 - called, "toolpo_correct_ratio": called, "rltr_comp": called,
+        "rltr_repeat_penalty": -0.1 * np.maximum(n_calls - 1, 0), "rltr_error_penalty": np.zeros(len(texts)),
+        "rltr_format_valid": np.ones(len(texts)),
+    }
+    return r_tool, r_sum, n_calls, signatures, turns, {k: torch.tensor(v, dtype=torch.float32) for k, v in paper.items()}
 
 
 @pytest.mark.slow
@@ -774,21 +781,27 @@ def test_every_registered_estimator_takes_a_trainer_step_with_its_inputs(tmp_pat
     )
     trainer.train()
     after = params(trainer.model)
-    assert any(not torch.equal(before[n], after[n]) for n in before), "the optimizer step did not move the policy"
+    moved = any(not torch.equal(before[n], after[n]) for n in before)
 
     out = Trainer.recorded[0]
     ids, cm, tm, adv = out["completion_ids"], out["completion_mask"], out["tool_mask"], out["advantages"]
     texts = [tok.decode(r[m.bool()]) for r, m in zip(ids, cm)]
-    r_tool, r_sum, n_calls, signatures, turns = hand_inputs(texts)
+    r_tool, r_sum, n_calls, signatures, turns, paper = hand_inputs(texts)
     assert len(set(signatures)) > 1 and (n_calls == 0).any(), texts  # outcomes differ (seeded)
     model_tok = cm * tm
     tool_seg, sum_seg = segment_masks(model_tok, cm)
     inputs = AdvantageInputs(
         torch.tensor(r_tool), torch.tensor(r_sum), torch.arange(16) // 4, model_tok, tool_seg, sum_seg,
-        tool_signatures=signatures, turn_rewards=torch.tensor(turns), extra={"call_counts": torch.tensor(n_calls)},
+        tool_signatures=signatures, turn_rewards=torch.tensor(turns), extra={"call_counts": torch.tensor(n_calls), **paper},
     )
     host = get_estimator(name).pick({"scale": "group", "eps": EPS})  # empty_tool / empty_summary: the defaults
     expect = compute_advantages(name, inputs, **host, **OPTIONS.get(name, {}))
+    # rltr_planner may leave the policy where it was on this batch: its only groups with two process segments
+    # hold a rollout with one call and an answer and one with the same call repeated and cut, whose first calls
+    # are the same tokens after the same prompt; the positional segments make that first call the whole process
+    # segment of both (the repeat is the second one's "summary", which RLTR leaves at 0), so the two advantages
+    # (+a, -a) on identical tokens cancel in the gradient exactly
+    assert moved or name == "rltr_planner", "the optimizer step did not move the policy"
     assert torch.isfinite(adv).all()
     torch.testing.assert_close(adv, expect, atol=1e-5, rtol=1e-5)
     assert torch.all(adv[(cm * (1 - tm)).bool()] == 0) and torch.all(adv[~cm.bool()] == 0)  # tool responses, padding

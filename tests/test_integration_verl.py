@@ -485,7 +485,11 @@ def test_chain_task_scores_the_same_through_verl_and_slca(tmp_path):
 
 # what each built-in estimator must give on verl's own layout (the score alone at the last valid token, so no
 # execution reward): "grpo" = verl's GRPO on every row; "segments" = SLCA's routing of an all-summary reward
-SCORE_ONLY = {"grpo": "grpo", "gdpo": "grpo", "slca": "segments", "slca_cond": "segments", "slca_turn": "segments"}
+# (slca_paper: no process score and the score on the summary, the positional last run; toolpo_grpo: GRPO plus a
+# tool advantage of a correct-call ratio that is 0 everywhere here; rltr_planner: the planner reward is the rltr_*
+# inputs, all 0 here, and the score is not read: 0 everywhere)
+SCORE_ONLY = {"grpo": "grpo", "gdpo": "grpo", "slca": "segments", "slca_cond": "segments", "slca_turn": "segments",
+              "slca_paper": "segments", "toolpo_grpo": "grpo", "rltr_planner": "zero"}
 
 
 def verls_layouts():
@@ -524,6 +528,11 @@ def _extras(name, B):
         out["tool_signatures"] = np.array([None] * B, dtype=object)
     if "turn_rewards" in needs:
         out["turn_rewards"] = np.full((B, 1), np.nan, dtype=np.float32)
+    for n in ("should_no_call", "toolpo_correct_ratio", "rltr_comp", "rltr_repeat_penalty", "rltr_error_penalty"):
+        if n in needs:
+            out[n] = np.zeros(B, dtype=np.float32)
+    if "rltr_format_valid" in needs:
+        out["rltr_format_valid"] = np.ones(B, dtype=np.float32)
     assert set(out) == set(needs), f"{name} needs {needs}: add them here"
     return out or None
 
@@ -553,6 +562,9 @@ def test_every_estimator_on_verls_layouts_through_verls_registry(monkeypatch, na
     assert torch.equal(t, torch.zeros(len(uids))) and torch.equal(s, score)  # the 1-token rows too
     if SCORE_ONLY[name] == "grpo":
         torch.testing.assert_close(got, expect)
+        return
+    if SCORE_ONLY[name] == "zero":
+        assert torch.equal(got, torch.zeros_like(got))
         return
     assert (got * expect >= 0).all() and (got.abs() <= expect.abs() + 1e-6).all()  # never the opposite sign
     tool_seg, _ = slca.segment_masks(mask)

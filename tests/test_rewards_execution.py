@@ -180,12 +180,13 @@ def test_parallel_split_flags_a_parallel_step_sent_over_several_turns():
 
 def test_eval_scores_names_and_parse_ok():
     par = task_of("weather2")
-    scores = eval_scores(par, run(par, par.gold, par.reference_answer))
+    scores = eval_scores(par, run(par, par.gold, par.reference_answer), final_text=par.reference_answer)
     assert list(scores) == list(EVAL_SCORES) and all(v == 1.0 for k, v in scores.items() if k != "parallel_split")
     assert scores["parallel_split"] == 0.0
     single = task_of("weather")
     (g,) = single.gold[0]
-    assert list(eval_scores(single, run(single, single.gold))) == list(EVAL_SCORES[:-1])  # no parallel step: no split figure
+    # no parallel step: no split figure; no final text: no paper_success
+    assert list(eval_scores(single, run(single, single.gold))) == [k for k in EVAL_SCORES if k not in ("parallel_split", "paper_success")]
     chatty = [tool_turn([g], [ToolResult(ok=True, content={})], errors=[ParseError("text_around_calls", "text outside")])]
     s = eval_scores(single, chatty)
     assert s["parse_ok"] == 0.0 and s["success"] == 1.0  # any parse error, blocking or not

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -22,36 +19,6 @@ def turns_for(task):
     calls = task.gold[0]
     ref = task.reference_answer
     return [Turn("<c>", ParsedTurn(calls=list(calls)), [env.call(c.name, c.arguments) for c in calls]), Turn(ref, ParsedTurn(content=ref))]
-
-
-@pytest.fixture()
-def judge_server():
-    replies: list = []
-    seen: list = []
-
-    class H(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            seen.append(body)
-            kind, value = replies.pop(0)
-            if kind == "status":
-                self.send_response(value)
-                self.end_headers()
-                return
-            raw = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": value}}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", replies, seen
-    httpd.shutdown()
-    httpd.server_close()
 
 
 def test_openai_judge_scores_and_mixes_in(judge_server):

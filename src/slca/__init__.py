@@ -22,6 +22,7 @@ from slca.core.advantages import (
     turn_normalize,
 )
 from slca.core.losses import aggregate, clipped_surrogate, kl_penalty, masked_mean, token_weights
+from slca.core.paper import positional_segments, rltr_planner_advantages, slca_paper_advantages, toolpo_grpo_advantages
 from slca.core.segments import environment_mask, segment_masks, tool_turn_index, turn_index
 from slca.types import (
     ParsedTurn,
@@ -65,13 +66,17 @@ __all__ = [
     "kl_penalty",
     "list_estimators",
     "masked_mean",
+    "positional_segments",
     "register_estimator",
     "resolve_estimator",
+    "rltr_planner_advantages",
     "segment_masks",
     "slca_advantages",
     "slca_cond_advantages",
+    "slca_paper_advantages",
     "slca_turn_advantages",
     "token_weights",
+    "toolpo_grpo_advantages",
     "tool_turn_index",
     "train",
     "turn_index",

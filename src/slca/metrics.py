@@ -127,7 +127,8 @@ LOSS = Metric("loss", "policy loss, mean over the step's minibatches")
 PPO_CLIP_FRAC = Metric("ppo/clip_frac", "share of policy tokens whose ratio was clipped, mean over minibatches", UNIT)
 PPO_KL = Metric("ppo/kl", "KL estimate to the reference model, mean over minibatches (with a reference)")
 LR = Metric("lr", "learning rate of the step's update", NONNEG)
-REWARD_TOOL = Metric("reward/tool", "execution-tier reward, batch mean", UNIT, "higher", smooth=True, title="execution reward (train)")
+REWARD_TOOL = Metric("reward/tool", "execution-tier reward, batch mean (reward=paper: -0.5 for a rollout that makes no needed call)",
+                     (-0.5, 1.0), "higher", smooth=True, title="execution reward (train)")  # -0.5: slca.rewards.paper.NO_CALL_PENALTY
 REWARD_SUMMARY = Metric("reward/summary", "summary-tier reward, batch mean", UNIT, "higher", smooth=True,
                         title="summary reward (train)")
 REWARD_UNSCORED = Metric("reward/unscored", "rewards of the batch that could not be scored (NaN), both tiers", NONNEG, "lower",
@@ -150,6 +151,8 @@ ROLLOUT_MIXED = Metric("rollout/mixed_call_groups", "share of groups where some 
 # ------------------------------------------------------------------ evaluation (Trainer.evaluate), per set
 
 EVAL_SUCCESS = Metric("{set}/success", "normalised calls equal the gold calls and all executed", UNIT, "higher")
+EVAL_PAPER_SUCCESS = Metric("{set}/paper_success", "the authors' Success@0.9: (process + summary) / 2 >= 0.9 by their reward, "
+                            "slca's rule summary tier standing in for their judge", UNIT, "higher", column="paper success")
 EVAL_NAME_F1 = Metric("{set}/name_f1", "F1 of called vs gold tool names", UNIT, "higher")
 EVAL_ARG_MATCH = Metric("{set}/arg_match", "agreement of matched calls' arguments with the gold ones", UNIT, "higher")
 EVAL_PROCESS = Metric("{set}/process", "share of gold steps whose calls appear in order", UNIT, "higher")
@@ -164,7 +167,7 @@ EVAL_REWARD_TOOL = Metric("{set}/reward_tool", "execution-tier reward of the gre
 EVAL_REWARD_SUMMARY = Metric("{set}/reward_summary", "summary-tier reward of the greedy rollouts", UNIT, "higher",
                              column="summary reward")
 EVAL_IN_DOMAIN = {"name_f1": EVAL_NAME_F1, "arg_match": EVAL_ARG_MATCH, "process": EVAL_PROCESS, "success": EVAL_SUCCESS,
-                  "parse_ok": EVAL_PARSE_OK, "parallel_split": EVAL_PARALLEL_SPLIT}
+                  "parse_ok": EVAL_PARSE_OK, "parallel_split": EVAL_PARALLEL_SPLIT, "paper_success": EVAL_PAPER_SUCCESS}
 """The metrics of :func:`slca.rewards.eval_scores` (one evaluation rollout's scores), by the name it returns them under."""
 PROBE_LOGP_PARALLEL = Metric("probe/logp_parallel", "log p(the first parallel step in one turn), held-out mean", (-_INF, 0.0))
 PROBE_LOGP_SEQUENTIAL = Metric("probe/logp_sequential", "log p(its first call alone), held-out mean", (-_INF, 0.0))
@@ -236,7 +239,7 @@ RUN_PLOTS = (
     Panel(GRAD_COSINE.name), Panel(GRAD_VOLATILITY.name), Panel(ADV_CONTAMINATION.name), Panel(GRAD_NORM.name),
 )
 """The run report's panels (``curves.png``, :func:`slca.reporting.report.write_report`), one line per run."""
-RUN_FINAL = (EVAL_SUCCESS, EVAL_TOOL_TASKS, EVAL_NAME_F1, EVAL_ARG_MATCH, EVAL_PROCESS, EVAL_PARALLEL_SPLIT, EVAL_REWARD_TOOL,
+RUN_FINAL = (EVAL_SUCCESS, EVAL_PAPER_SUCCESS, EVAL_TOOL_TASKS, EVAL_NAME_F1, EVAL_ARG_MATCH, EVAL_PROCESS, EVAL_PARALLEL_SPLIT, EVAL_REWARD_TOOL,
              EVAL_REWARD_SUMMARY, EVAL_PARSE_OK)
 """The run report's final-metrics columns, per evaluation set."""
 RUN_DIAGNOSTICS = (GRAD_COSINE, GRAD_VOLATILITY, ADV_CONTAMINATION, PERF_GEN, PERF_TRAIN)

@@ -14,7 +14,10 @@ for any other tool (loaded rows). Every rollout is scored by
 * ``arg_match``: agreement of the arguments of matched calls with the gold ones;
 * ``process``: the fraction of gold steps whose calls all appear, in step order,
   in the rollout's call sequence (1 for a no-tool task answered without a call);
-* ``success``: 1 when the normalised calls equal the gold calls and all executed.
+* ``success``: 1 when the normalised calls equal the gold calls and all executed;
+* ``paper_success``: the authors' Success@0.9 (:func:`slca.rewards.paper.paper_success`: their
+  process and summary scores average at least 0.9), slca's rule summary tier standing in for
+  their LLM judge.
 
 Each record also holds ``parse_ok`` (no turn had a parse error) and, for a
 task with a parallel step, ``parallel_split`` (1 when its calls were spread over
@@ -41,7 +44,7 @@ from slca.types import Task
 
 __all__ = ["GROUPINGS", "METRICS", "group_of", "run_in_domain"]
 
-METRICS = ("name_f1", "arg_match", "process", "success")
+METRICS = ("name_f1", "arg_match", "process", "success", "paper_success")
 GROUPINGS = ("kind", "subset")
 
 log = logging.getLogger("slca.eval")
@@ -99,7 +102,7 @@ def run_in_domain(
             agent.generated_tokens += res.gen_tokens
             for i, traj in enumerate(res.trajectories):
                 task = chunk[traj.group_id]
-                scores = eval_scores(task, traj.turns)
+                scores = eval_scores(task, traj.turns, final_text=traj.final_text)
                 records.append(Record(task.id, group_of(task, group_by), i % samples, scores, None,
                                       {"stop_reason": traj.stop_reason, "final_text": traj.final_text, "kind": task.kind}))
             bar.advance(bid, len(chunk))

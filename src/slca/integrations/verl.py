@@ -67,6 +67,7 @@ from slca.core.advantages import (
     EstimatorSpec,
     SLCAOptions,
     check_options,
+    get_input,
     parse_options,
     resolve_estimator,
     split_assignments,
@@ -538,6 +539,31 @@ def compute_score(
     out = {"score": float(ex.total + su.total), TOOL_KEY: float(ex.total), SUMMARY_KEY: float(su.total)}
     out.update({f"exec/{k}": float(v) for k, v in ex.components.items()})
     out.update({f"summary/{k}": float(v) for k, v in su.components.items()})
+    out.update(_scalar_inputs(task, turns, final_text))
+    return out
+
+
+def _scalar_inputs(task: Any, turns: list[Turn], final_text: str) -> dict[str, float]:
+    """The per-rollout inputs the selected estimator needs (``SLCA_ESTIMATOR``'s spec ``needs``), under their own
+    names, for verl's ``reward_extra_info``: those slca computes from a trajectory as one number per rollout
+    (``should_no_call``, ``toolpo_correct_ratio``, the ``rltr_*`` terms). Others (``tool_signatures``,
+    ``turn_rewards``) are not numbers and stay the user's reward function's to add."""
+    from slca.types import Trajectory
+
+    try:
+        needs = selected_estimator().needs
+    except ValueError:
+        return {}  # the estimator raises this itself, where verl runs it
+    traj = Trajectory(task=task, prompt_ids=[], response_ids=[], model_mask=[], logprobs=[], turns=turns,
+                      final_text=final_text, stop_reason="final_answer" if final_text else "max_turns")
+    out: dict[str, float] = {}
+    for n in needs:
+        spec = get_input(n)
+        if spec.compute is None:
+            continue
+        value = spec.from_trajectories([traj])
+        if isinstance(value, torch.Tensor) and value.shape == (1,):
+            out[n] = float(value[0])
     return out
 
 

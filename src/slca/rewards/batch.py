@@ -11,7 +11,13 @@ import torch
 from slca import metrics as M
 from slca.types import RewardBreakdown, Trajectory
 
-__all__ = ["RewardComponents", "ScoredBatch", "score_batch"]
+__all__ = ["REWARD_PRESETS", "RewardComponents", "ScoredBatch", "score_batch"]
+
+REWARD_PRESETS = ("slca", "paper")
+"""The rewards :func:`score_batch` gives: ``"slca"``, slca's hierarchical tiers
+(:func:`slca.rewards.hierarchical_rewards`); ``"paper"``, the authors' released reward
+(:func:`slca.rewards.paper.paper_rewards`: their process score on the tool tier, their summary
+score on the summary tier; docs/environment.md)."""
 
 
 @dataclass(frozen=True)
@@ -58,13 +64,22 @@ class ScoredBatch:
     reasons: list[str] = field(default_factory=list)
 
 
-def score_batch(trajs: list[Trajectory]) -> ScoredBatch:
-    """:func:`~slca.rewards.hierarchical_rewards` of every rollout (NaN + reason when unscorable)."""
-    from slca.rewards import hierarchical_rewards
+def score_batch(trajs: list[Trajectory], *, reward: str = "slca") -> ScoredBatch:
+    """The two reward tiers of every rollout (NaN + reason when unscorable).
 
+    ``reward`` names the preset (:data:`REWARD_PRESETS`): ``"slca"`` (default),
+    :func:`~slca.rewards.hierarchical_rewards`; ``"paper"``, :func:`~slca.rewards.paper.paper_rewards`
+    (no judge is served here: slca's rule summary tier stands in for the authors' judge).
+    """
+    from slca.rewards import hierarchical_rewards
+    from slca.rewards.paper import paper_rewards
+
+    if reward not in REWARD_PRESETS:
+        raise ValueError(f"reward must be one of {REWARD_PRESETS}, got {reward!r}")
+    tiers = hierarchical_rewards if reward == "slca" else paper_rewards
     tool, summ, comps, reasons = [], [], RewardComponents(), []
     for t in trajs:
-        e, s = hierarchical_rewards(t)
+        e, s = tiers(t)
         tool.append(e.total)
         summ.append(s.total)
         comps.add(e, s)

@@ -26,7 +26,8 @@ tier below it holds. Tasks with no gold calls (no tool needed, unservable) score
 
 Also the paper's in-domain metrics (arXiv 2609.29050, Sec. 5): Name F1,
 ArgMatch, Process (fraction of gold steps completed in order) and Success
-(the rollout made exactly the gold calls, all executed).
+(the rollout made exactly the gold calls, all executed); :func:`eval_scores` reports the
+authors' Success@0.9 (:mod:`slca.rewards.paper`) beside them.
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ __all__ = ["EVAL_SCORES", "EXECUTION_WEIGHTS", "eval_scores", "execution_reward"
 log = logging.getLogger("slca.rewards")
 
 #: The names :func:`eval_scores` returns, in order: the paper's in-domain metrics, then the parse and split checks
-#: (``parallel_split`` only for a task with a parallel step).
-EVAL_SCORES = ("name_f1", "arg_match", "process", "success", "parse_ok", "parallel_split")
+#: (``parallel_split`` only for a task with a parallel step), then the authors' Success@0.9 (``paper_success``,
+#: only when the final text is given).
+EVAL_SCORES = ("name_f1", "arg_match", "process", "success", "parse_ok", "parallel_split", "paper_success")
 
 #: Cascade weights (format, name_f1, arg_match, success, efficiency).
 EXECUTION_WEIGHTS: dict[str, float] = {"format": 0.1, "name_f1": 0.2, "arg_match": 0.3, "success": 0.2, "efficiency": 0.2}
@@ -205,7 +207,7 @@ def parallel_split(task: Task, turns: list[Turn]) -> float:
     return float(sum(t.parsed.is_tool_turn for t in turns) > len(task.gold))
 
 
-def eval_scores(task: Task, turns: list[Turn]) -> dict[str, float]:
+def eval_scores(task: Task, turns: list[Turn], final_text: str | None = None) -> dict[str, float]:
     """Every score of one evaluation rollout (:data:`EVAL_SCORES`): the one scoring that
     ``slca eval``'s in-domain suites (:func:`slca.eval.in_domain.run_in_domain`, per record)
     and the trainer's held-out sets (:meth:`slca.training.trainer.Trainer.evaluate_on`, ``eval*/*``) share.
@@ -213,10 +215,17 @@ def eval_scores(task: Task, turns: list[Turn]) -> dict[str, float]:
     :func:`in_domain_metrics` (``name_f1``, ``arg_match``, ``process``, ``success``; NaN when
     unscorable), ``parse_ok`` (1.0 when no turn had a parse error) and, only for a task with a
     parallel step, :func:`parallel_split` (a set without one has no such figure). Averaged over the
-    rollouts of one task kind, ``success`` is that kind's success.
+    rollouts of one task kind, ``success`` is that kind's success. Given the rollout's
+    ``final_text``, also ``paper_success``: the authors' Success@0.9
+    (:func:`slca.rewards.paper.paper_success`, with slca's rule summary tier standing in for their
+    LLM judge), reported beside slca's ``success``, which it does not change.
     """
     scores = {**in_domain_metrics(task, turns), "parse_ok": float(all(not t.parsed.errors for t in turns))}
     split = parallel_split(task, turns)
     if not math.isnan(split):
         scores["parallel_split"] = split
+    if final_text is not None:
+        from slca.rewards.paper import paper_success  # paper.py builds on this module
+
+        scores["paper_success"] = paper_success(task, turns, final_text)
     return scores

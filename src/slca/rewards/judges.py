@@ -113,6 +113,8 @@ class OpenAIJudge:
     never the server's body). ``metrics`` counts ``requests``, each fault kind
     (``timeouts``, ``connection_errors``, ``incomplete_responses``,
     ``http_errors``, ``bad_responses``), ``http_retries`` and ``invalid_output``.
+    A subclass with another rubric overrides :meth:`messages` (what is sent) and :meth:`read_reply`
+    (how a reply gives a score), as :class:`slca.rewards.paper.PaperJudge` does.
     """
 
     def __init__(self, base_url: str, model: str, *, max_retries: int = 1, temperature: float = 0.0, max_tokens: int | None = None,
@@ -132,8 +134,27 @@ class OpenAIJudge:
         if self.logit_bias is not None:
             self._params["logit_bias"] = {str(k): v for k, v in self.logit_bias.items()}  # JSON keys are strings
 
+    def messages(self, task: Task, turns: list[Turn], final_text: str) -> list[dict[str, str]]:
+        """The chat messages sent for one score (:func:`judge_messages`); a subclass with another rubric overrides it."""
+        return judge_messages(task, turns, final_text)
+
+    def read_reply(self, text: str) -> float:
+        """The score in [0, 1] a reply gives: ``{"score": s}`` or a bare ``s`` in 0-10, over 10.
+
+        Raises:
+            ValueError: the reply gives no score in range (the message says why; it counts as invalid output).
+        """
+        try:
+            value = parse_json_reply(text)
+            s = float(value["score"] if isinstance(value, dict) else value)
+        except (ValueError, KeyError, TypeError, OverflowError):
+            raise ValueError(f"judge reply is not a score: {self.client.redact(text[:100])!r}") from None
+        if not 0.0 <= s <= 10.0:
+            raise ValueError(f"judge score {s} outside 0-10")
+        return s / 10.0
+
     def score(self, task: Task, turns: list[Turn], final_text: str) -> float:
-        msgs = judge_messages(task, turns, final_text)
+        msgs = self.messages(task, turns, final_text)
         last = ""
         for _ in range(self.max_retries + 1):
             try:
@@ -141,16 +162,10 @@ class OpenAIJudge:
             except EndpointError as e:
                 raise Unscorable(f"judge endpoint failed: {e}") from None
             try:
-                value = parse_json_reply(text)
-                s = float(value["score"] if isinstance(value, dict) else value)
-            except (ValueError, KeyError, TypeError, OverflowError):
+                return self.read_reply(text)
+            except ValueError as e:
                 self.metrics["invalid_output"] += 1
-                last = f"judge reply is not a score: {self.client.redact(text[:100])!r}"
-                continue
-            if 0.0 <= s <= 10.0:
-                return s / 10.0
-            self.metrics["invalid_output"] += 1
-            last = f"judge score {s} outside 0-10"
+                last = str(e)
         raise Unscorable(last)
 
 

@@ -48,6 +48,7 @@ from slca.core.advantages import (
 from slca.core.losses import AGG_MODES, KL_KINDS
 from slca.generation.rollout import MAX_NEW_TOKENS_FIELD, TEMPERATURE_FIELD, TOP_P_FIELD
 from slca.models.named import NAMED_MODELS, named_model_problem
+from slca.rewards.batch import REWARD_PRESETS
 from slca.training.policy import CHAT_TEMPLATE_FIELD, DEVICE_FIELD, DTYPE_FIELD, hub_model_problem, lora_base, looks_like_path
 from slca.training.tracking import parse_report_to
 
@@ -179,6 +180,11 @@ class TrainConfig:
     summary_noise: Annotated[float, ge(0)] = _field(
         0.0,
         'Std of Gaussian noise added to summary rewards (sensitivity studies; 0 = off).')
+    reward: Literal[REWARD_PRESETS] = _field(
+        "slca",
+        "Reward the rollouts are trained on: 'slca' (slca's hierarchical tiers) or 'paper' (the authors' released reward: "
+        'their process score on the tool tier, -0.5 when a needed call is missing, their summary score with slca\'s rule '
+        'tier standing in for their LLM judge; docs/environment.md). Evaluation scores every run the same way.')
 
     # ---- optimisation: the policy update
     lr: Annotated[float, gt(0)] = _field(2e-4, 'AdamW learning rate (peak, after warmup).')

@@ -53,6 +53,33 @@ RESUME_MAY_CHANGE = ("steps",)
 # --------------------------------------------------------------------------- files
 
 
+MODEL_FILE = "model.json"
+"""The run's model record: ``{"model": cfg.model, "fingerprint": ...}`` (:func:`slca.models.named.model_fingerprint`)."""
+
+
+def read_model_record(run_dir: str | Path) -> dict[str, Any] | None:
+    """The run folder's ``model.json``, or None when it has none (records written before it existed) or it is unreadable."""
+    try:
+        rec = json.loads((Path(run_dir) / MODEL_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def model_record_problem(run_dir: str | Path, model: str, fingerprint: str) -> str | None:
+    """Why the records in ``run_dir`` do not belong to ``model`` with ``fingerprint`` (one line), or None if they do."""
+    rec = read_model_record(run_dir)
+    if rec is None:
+        return f"{MODEL_FILE} missing: the records do not say which model they were trained from (now {fingerprint})"
+    if rec.get("fingerprint") != fingerprint:
+        return f"model fingerprint: {rec.get('fingerprint')!r} in the records, {fingerprint!r} now ({model})"
+    return None
+
+
+def write_model_record(run_dir: str | Path, model: str, fingerprint: str) -> None:
+    write_atomic(Path(run_dir) / MODEL_FILE, json.dumps({"model": model, "fingerprint": fingerprint}, indent=2) + "\n")
+
+
 def _fsync_dir(d: Path) -> None:
     try:
         fd = os.open(d, os.O_RDONLY)

@@ -7,7 +7,7 @@ reads as five named phases, the first four each returning a typed record:
    ``group_size`` samples of each against the simulator (:mod:`slca.generation.rollout`),
    stacked into a :class:`~slca.generation.batching.RolloutBatch`;
 2. :meth:`Trainer.score` -- hierarchical rewards of every rollout
-   (:func:`slca.rewards.score_batch`), plus optional summary noise;
+   (:func:`slca.rewards.score_batch`, the config's ``reward`` preset), plus optional summary noise;
 3. :meth:`Trainer.credit` -- tool / summary segments from the environment mask
    (:func:`slca.core.segments.segment_masks`) and advantages from the estimator named
    in the config (registry dispatch, :mod:`slca.core.advantages`);
@@ -49,18 +49,22 @@ from slca.generation.rollout import RolloutConfig, generate_rollouts
 from slca.rewards.batch import ScoredBatch, score_batch
 from slca.rewards.execution import eval_scores
 from slca.rewards.turns import subgroup_fraction
-from slca.training.config import TrainConfig, config_diff, estimator_options, to_dict, validate
+from slca.models.named import model_fingerprint
+from slca.training.config import ConfigError, TrainConfig, config_diff, estimator_options, to_dict, validate
 from slca.training.policy import load_policy, policy_options, prepare_policy
 from slca.training.runs import (
     RESUME_MAY_CHANGE,
     RunFolder,
     load_checkpoint,
+    model_record_problem,
     newest_intact_checkpoint,
+    read_model_record,
     read_jsonl,
     rng_state,
     save_checkpoint,
     set_rng_state,
     write_atomic,
+    write_model_record,
 )
 from slca.training.samples import SampleGroup, SampleRollout, samples_from_json, samples_to_json
 from slca.training.stats import CreditStats, GradSplit, RewardStats, RolloutStats, UpdateStats, mixed_fraction, nanmean, step_metrics
@@ -228,9 +232,10 @@ class Trainer:
         return Rollouts(res.trajectories, batch, res.gen_tokens / max(res.gen_seconds, 1e-9))
 
     def score(self, trajs: list[Trajectory], step: int) -> ScoredBatch:
-        """Phase 2: hierarchical rewards; ``summary_noise`` adds a seeded Gaussian to the summary tier."""
+        """Phase 2: the two reward tiers of the config's ``reward`` preset (slca's, or the authors');
+        ``summary_noise`` adds a seeded Gaussian to the summary tier."""
         c = self.cfg
-        sb = score_batch(trajs)
+        sb = score_batch(trajs, reward=c.reward)
         if c.summary_noise > 0:  # sensitivity studies: a noisier summary judge
             g = torch.Generator().manual_seed(c.seed * 7919 + step)
             sb = replace(sb, summary=sb.summary + c.summary_noise * torch.randn(sb.summary.shape, generator=g))
@@ -427,13 +432,15 @@ class Trainer:
     def evaluate_on(self, tasks: list[Task], prefix: str) -> dict[str, float]:
         """One greedy rollout per task, scored as ``slca eval`` scores its in-domain suites
         (:func:`slca.rewards.eval_scores`: in-domain metrics, parse rate, parallel steps split over
-        turns), averaged overall, per task kind and over the tasks that need a call; both reward tiers."""
+        turns, the authors' Success@0.9), averaged overall, per task kind and over the tasks that need a call;
+        both of slca's reward tiers, whatever the run's ``reward`` preset, so that runs of either preset compare
+        on one scale."""
         self.model.eval()
         res = generate_rollouts(self.model, self.tok, tasks, self.make_env, self.rollout_config(self.step, eval_mode=True))
         sb = score_batch(res.trajectories)
         out: dict[str, list[float]] = {}  # metric key -> one value per rollout that has it
         for t, rs in zip(res.trajectories, sb.summary.tolist()):
-            scores = eval_scores(t.task, t.turns)
+            scores = eval_scores(t.task, t.turns, final_text=t.final_text)
             row = {M.EVAL_IN_DOMAIN[k].key(set=prefix): v for k, v in scores.items()}
             row[M.EVAL_KIND_SUCCESS.key(set=prefix, kind=t.task.kind)] = scores["success"]
             row[M.EVAL_KIND_SUMMARY.key(set=prefix, kind=t.task.kind)] = rs
@@ -597,9 +604,14 @@ def train(
         for note in run.notes:
             print(f"[slca] {note}")
         tr = Trainer(cfg, log=on_step, **trainer_kwargs)
+        fingerprint = model_fingerprint(cfg.model)  # every run's records name the weights they started from
         if run.checkpoint is not None:
+            problem = model_record_problem(tr.run_dir, cfg.model, fingerprint)
+            if problem is not None and read_model_record(tr.run_dir) is not None:
+                raise ConfigError("--resume", f"{problem}; pass --overwrite to start over")
             tr.resume(run.checkpoint)
         run.commit()
+        write_model_record(tr.run_dir, cfg.model, fingerprint)
         if run.checkpoint is not None:
             print(f"[slca] resumed from step {tr.step} ({run.checkpoint})")
         _truncate_metrics(tr.run_dir / "metrics.jsonl", tr.step)
