@@ -1,7 +1,7 @@
 """examples/trl/paper_recipe.py: the SLCA-GRPO authors' recipe as an ``SLCAGRPOConfig`` (integrations/trl.py).
 
 The values are those of their ``rl/slca_grpo/train_slca_grpo.sh`` at commit 68539c5
-(docs/released_facts.md), mapped to TRL's names; this checks the config object TRL builds from them.
+(docs/released.md), mapped to TRL's names; this checks the config object TRL builds from them.
 """
 
 from __future__ import annotations

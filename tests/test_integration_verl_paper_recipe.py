@@ -2,7 +2,7 @@
 
 As test_integration_verl.py checks run_slca.sh: every override names a key of verl 0.9.1's own
 ``ppo_trainer`` config, and here also that the keys carry the recipe's values (their
-``rl/slca_grpo/train_slca_grpo.sh`` at commit 68539c5; docs/released_facts.md) and that the
+``rl/slca_grpo/train_slca_grpo.sh`` at commit 68539c5; docs/released.md) and that the
 script's estimator environment selects ``slca_paper`` with their options.
 
 Runs in the verl environment (``make test`` runs tests/test_integration_verl*.py with .venv-verl's Python).

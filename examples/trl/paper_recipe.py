@@ -2,7 +2,7 @@
 
 Source: ``SLCA-GRPO/SLCA-GRPO`` at commit 68539c5, ``rl/slca_grpo/train_slca_grpo.sh`` (its verl
 overrides win) over ``rl/slca_grpo/config/toucan_grpo.yaml`` and verl 0.7.0.dev's defaults for what
-neither sets; docs/released_facts.md gives the file and line of every value. The verl version of the
+neither sets; docs/released.md (appendix A) gives the file and line of every value. The verl version of the
 same recipe, on slca's verl integration, is ``examples/verl/run_paper_recipe.sh``.
 
 Their run: 4 nodes x 8 GPUs (32 processes), actor and vLLM rollout colocated. Run this file as

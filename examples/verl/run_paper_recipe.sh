@@ -2,7 +2,7 @@
 # The SLCA-GRPO authors' training recipe on slca's verl integration (verl 0.9.1, adv_estimator=slca,
 # SLCA_ESTIMATOR=slca_paper: their compute_slca_grpo_advantage). The values are those of
 # SLCA-GRPO/SLCA-GRPO@68539c5 rl/slca_grpo/train_slca_grpo.sh (its overrides win) over
-# rl/slca_grpo/config/toucan_grpo.yaml; docs/released_facts.md has the line of each. Their run:
+# rl/slca_grpo/config/toucan_grpo.yaml; docs/released.md (appendix A) has the line of each. Their run:
 # 4 nodes x 8 GPUs, Qwen2.5-7B-Instruct after their split SFT. Run on the head node after
 # `ray start` on every node, with SLCA_ESTIMATOR / SLCA_ESTIMATOR_OPTIONS set where Ray starts
 # (docs/integrations.md). Extra arguments are appended as verl overrides (the last value wins).
@@ -10,7 +10,7 @@
 # Needs: pip install 'slca[verl]' "verl[vllm]==0.9.1" on every node (verl 0.9.1's vllm extra pins
 # vllm==0.24.0; with TRL in the same environment keep "vllm>=0.22,<0.32", what TRL 1.16 supports).
 #
-# Not theirs, by design or for want of a setting (each is in docs/released_facts.md):
+# Not theirs, by design or for want of a setting (each is in docs/released.md):
 # * data: slca's prepared rows (examples/verl/prepare_data.py; toolworld by default, DATA=folder for
 #   another prepared set); their RL parquet is not all readable by slca (tests/test_loaders_release.py);
 # * reward: slca.integrations.verl.compute_score (slca's execution and summary tiers), not their HierR
