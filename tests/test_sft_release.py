@@ -1,23 +1,32 @@
-"""The paper authors' SFT preview rows and slca's SFT reader (env/sft.py): they do not load unchanged.
+"""The paper authors' SFT preview rows through slca's SFT reader, unchanged (env/sft.py, format ``llamafactory``).
 
 The rows: ``tests/fixtures/slca_grpo_release/toucan_toolcall_sft.preview.jsonl``, every row of
 ``data/samples/toucan_toolcall_sft.preview.jsonl`` of ``SLCA-GRPO/SLCA-GRPO`` at commit 68539c5
 (Apache-2.0; the fixture's README.md). Their data/README.md: "same schema as the materialised
 JSON" that LLaMA-Factory reads (``data/convert_sft_parquet_to_json.py`` writes it from the HF
-parquet's ShareGPT ``conversations``, which slca reads: test_env_sft.py).
+parquet's ShareGPT ``conversations``, which slca reads too: test_env_sft.py).
 
-Finding, pinned here: slca reads neither this shape nor its roles. A row is ``uuid``,
-``subset_name``, ``question``, ``target_tools``, ``tools`` (a JSON string) and ``messages`` (a
-JSON string) whose roles are ``user`` / ``assistant`` / ``tool_call`` / ``tool_response``; a
-``tool_call``'s content is a Python-literal dict (``{'name': ..., 'arguments': '<JSON>'}``,
-``str(dict)`` in their converter, not JSON); parallel calls are consecutive ``tool_call``
-messages, each answered by one ``tool_response`` in order. The row's keys make
-:func:`~slca.env.sft.detect_sft_format` (and the task loader's ``detect_format``) pick
-``toucan``, whose roles are system / user / assistant / function / tool, so every row is refused
-at ``messages[2].role``. Reading it needs a third SFT format (the two roles, ``ast.literal_eval``
-for the call, consecutive calls as one assistant turn); that is a new reader, not a local fix, so
-the loader is unchanged. What such a reader must produce is asserted below from the rows
-themselves (:func:`demonstration`), so the content is pinned either way.
+The shape: a row is ``uuid``, ``subset_name``, ``question``, ``target_tools``, ``tools`` (a JSON
+string) and ``messages`` (a JSON string) whose roles are ``user`` / ``assistant`` / ``tool_call`` /
+``tool_response`` (``data/dataset_info.json``: ``function_tag`` ``tool_call``, ``observation_tag``
+``tool_response``). A ``tool_call``'s content is a Python-literal dict (``{'name': ..., 'arguments':
+'<JSON>'}``, ``str(dict)`` in their converter, not JSON); parallel calls are consecutive
+``tool_call`` messages, each answered by one ``tool_response`` in order; the text of the turn that
+makes calls is an ``assistant`` message right before them. slca's ``llamafactory`` reader
+(picked by ``format="auto"`` from the two roles) turns each row into TRL's ``{"messages", "tools"}``:
+one assistant message per call turn (its text as content, its calls as OpenAI ``tool_calls``) and a
+``tool`` message per response with the ``name`` and ``tool_call_id`` of the call it answers.
+
+:func:`demonstration` reads the rows independently of slca (``ast.literal_eval`` on each call, as
+their converter's ``_parse_json_or_pyliteral`` would), so the reader's output is checked against
+the rows themselves.
+
+Two things the rows do not share with their tools: their published converter writes no
+``assistant`` message for a ``gpt`` turn that makes calls (it keeps only the first ``<tool_call>``
+block's calls and drops the turn's text), while every preview row has that text as an ``assistant``
+message right before the calls; and LLaMA-Factory's ``sharegpt`` converter wants user / observation
+and assistant / function tags to alternate, which ``assistant`` then ``tool_call`` does not ("Invalid
+role tag"). slca reads the rows as they are: that text is the content of the call turn.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ import pytest
 
 from slca.env import ToolBox, load_sft_examples, load_tasks
 from slca.env.loaders import RowError, detect_format, parse_target_tools
-from slca.env.sft import detect_sft_format, sft_example_from_row
+from slca.env.sft import SFT_FORMATS, detect_sft_format, sft_example_from_row
 
 SFT = Path(__file__).parent / "fixtures" / "slca_grpo_release" / "toucan_toolcall_sft.preview.jsonl"
 
@@ -64,7 +73,16 @@ def demonstration(row: dict) -> tuple[list[list[tuple[str, dict]]], list[str], l
     return turns, responses, texts
 
 
-# ---------------------------------------------------------------- the rows are refused (finding)
+def calls_of(example: dict) -> list[list[tuple[str, dict]]]:
+    return [[(c["function"]["name"], c["function"]["arguments"]) for c in m["tool_calls"]]
+            for m in example["messages"] if m.get("tool_calls")]
+
+
+def tool_messages(example: dict) -> list[dict]:
+    return [m for m in example["messages"] if m["role"] == "tool"]
+
+
+# ---------------------------------------------------------------- the rows as released
 
 
 def test_the_fixture_is_the_released_file():
@@ -76,28 +94,27 @@ def test_the_fixture_is_the_released_file():
     assert [r["uuid"][:8] for r in rs] == ["05f7077a", "c86ca26c", "47cc971d", "b503f410", "a1a233ff"]
 
 
-def test_slcas_sft_reader_refuses_every_row_at_the_tool_call_role():
+def test_every_row_loads_unchanged_and_auto_picks_llamafactory():
+    assert SFT_FORMATS == ("sharegpt", "toucan", "llamafactory")
     rs = rows()
-    assert [detect_sft_format(r) for r in rs] == ["toucan"] * 5
-    for i, r in enumerate(rs):
-        with pytest.raises(RowError, match="got 'tool_call'") as e:
-            sft_example_from_row(r, where=SFT.name, index=i)
-        assert e.value.field == "messages[2].role" and e.value.row == i
-        assert f"(id {r['uuid']})" in str(e.value)
-    with pytest.raises(ValueError, match="none of its 5 rows is valid"):
-        load_sft_examples(SFT, errors="skip")
-    with pytest.raises(RowError, match="messages\\[2\\]\\.role"):
-        load_sft_examples(SFT)
+    assert [detect_sft_format(r) for r in rs] == ["llamafactory"] * 5  # the keys say toucan; the roles say otherwise
+    ex = load_sft_examples(SFT)  # errors="raise": no row is refused
+    assert len(ex) == 5 and ex == load_sft_examples(SFT, format="llamafactory")
+    assert [sft_example_from_row(r) for r in rs] == ex
+    for e, r in zip(ex, rs):
+        assert sorted(e) == ["messages", "tools"] and e["tools"] == json.loads(r["tools"])
+        ToolBox(e["tools"])  # the tools column passes slca's schema checks as it is
 
 
-def test_the_task_loader_refuses_them_the_same_way():
+def test_the_task_loader_refuses_them_naming_the_sft_reader():
     rs = rows()
     assert [detect_format(r) for r in rs] == ["toucan"] * 5  # messages + subset_name / target_tools
     with pytest.raises(ValueError, match="none of its 5 rows is valid"):
         load_tasks(SFT, errors="skip")
-    with pytest.raises(RowError) as e:
+    with pytest.raises(RowError, match="got 'tool_call': .* a demonstration rather than a task; .*load_sft_examples "
+                                       "\\(format 'llamafactory'\\)") as e:
         load_tasks(SFT)
-    assert e.value.field == "messages[2].role"
+    assert e.value.field == "messages[2].role" and e.value.row == 0
 
 
 # ---------------------------------------------------------------- what the rows demonstrate
@@ -123,6 +140,22 @@ def test_the_parallel_weather_then_calculator_demonstration():
     # target_tools names the add call but not the div call the demonstration also makes
     assert parse_target_tools(r["target_tools"]) == ["get_current_weather", "add"]
 
+    ex = sft_example_from_row(r)
+    msgs = ex["messages"]
+    assert [m["role"] for m in msgs] == ["user", "assistant", "tool", "tool", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert msgs[0] == {"role": "user", "content": r["question"]}
+    assert calls_of(ex) == turns
+    # the text before the calls is the content of the turn that makes them; a call turn without text has none
+    assert [m["content"] for m in msgs if m.get("tool_calls")] == [texts[0], texts[1], ""]
+    assert msgs[-1] == {"role": "assistant", "content": texts[2]}
+    weather = msgs[1]["tool_calls"]
+    assert [c["id"] for c in weather] == ["call_2_0", "call_3_0"] and all(c["type"] == "function" for c in weather)
+    assert [(m["content"], m["name"], m["tool_call_id"]) for m in tool_messages(ex)] == [
+        (responses[0], "united-states-weather-get_current_weather", "call_2_0"),
+        (responses[1], "united-states-weather-get_current_weather", "call_3_0"),
+        ("142", "advanced-calculator-server-add", "call_7_0"),
+        ("71.0", "advanced-calculator-server-div", "call_9_0")]
+
 
 def test_the_other_demonstrations_calls_and_results():
     rs = rows()
@@ -143,15 +176,109 @@ def test_the_other_demonstrations_calls_and_results():
     assert got[3][0] == [[("context7-resolve-library-id", {"libraryName": "OpenCV"})]]
     assert "- Context7-compatible library ID: /opencv/opencv" in got[3][1][0]
 
+    ex = [sft_example_from_row(r) for r in rs[1:]]
+    assert [[m["role"] for m in e["messages"]] for e in ex] == [
+        ["user", "assistant", "tool", "assistant", "tool", "assistant"],
+        ["user", "assistant", "tool", "assistant", "tool", "assistant"],
+        ["user", "assistant", "tool", "assistant"],
+        ["user", "assistant", "tool", "assistant"]]
+    for e, (turns, responses, texts) in zip(ex, got):
+        assert calls_of(e) == turns
+        assert [m["content"] for m in tool_messages(e)] == responses
+        assert [m["name"] for m in tool_messages(e)] == [name for t in turns for name, _ in t]
+        assert [m["tool_call_id"] for m in tool_messages(e)] == [c["id"] for m in e["messages"] for c in m.get("tool_calls", [])]
+    # the stage row's second call turn has no text before it; the whitelist row's has
+    assert [m["content"] for m in ex[0]["messages"] if m.get("tool_calls")][1] == ""
+    assert [m["content"] for m in ex[1]["messages"] if m.get("tool_calls")] == got[1][2][:2]
+    assert ex[1]["messages"][3]["content"].startswith("`blastn` is **not** currently whitelisted.")
+    assert ex[3]["messages"][-1]["content"].startswith("## **Selected Library ID: `/opencv/opencv`**")
+
 
 def test_every_demonstrated_call_fits_its_rows_tool_schemas_and_targets():
-    for r in rows():
-        tools = json.loads(r["tools"])
-        box = ToolBox(tools)  # the tools column passes slca's schema checks as it is
-        turns, responses, _ = demonstration(r)
-        calls = [c for t in turns for c in t]
-        assert len(calls) == len(responses)  # one result per call
+    for r, e in zip(rows(), load_sft_examples(SFT)):
+        box = ToolBox(e["tools"])
+        calls = [c for t in calls_of(e) for c in t]
+        assert len(calls) == len(tool_messages(e))  # one result per call
         assert all(box.argument_error(name, args) is None for name, args in calls), r["uuid"]
-        offered = [t["function"]["name"] for t in tools]
+        offered = [t["function"]["name"] for t in e["tools"]]
         # every bare target name is the suffix of exactly one offered server-prefixed tool
         assert all(sum(n.endswith("-" + t) for n in offered) == 1 for t in parse_target_tools(r["target_tools"]))
+
+
+def test_reasoning_in_an_assistant_text_is_placed_as_asked():
+    row = {"messages": [{"role": "user", "content": "Time?"},
+                        {"role": "assistant", "content": "<think>\nuse the clock\n</think>\n\nChecking."},
+                        {"role": "tool_call", "content": "{'name': 'now', 'arguments': '{}'}"},
+                        {"role": "tool_response", "content": "08:07"}, {"role": "assistant", "content": "It is 08:07."}]}
+    assert sft_example_from_row(row)["messages"][1]["content"] == "<think>\nuse the clock\n</think>\n\nChecking."
+    field = sft_example_from_row(row, reasoning="field")["messages"][1]
+    assert field["content"] == "Checking." and field["reasoning_content"] == "use the clock" and field["tool_calls"]
+    assert "reasoning_content" not in sft_example_from_row(row, reasoning="drop")["messages"][1]
+
+
+# ---------------------------------------------------------------- hand-made rows: what is read, what is refused
+
+
+def _row(*messages: dict, **cols) -> dict:
+    return {"messages": json.dumps(list(messages)), **cols}
+
+
+USER = {"role": "user", "content": "Weather in Rome and Oslo?"}
+RESULT = {"role": "tool_response", "content": "{\"temp\": 21}"}
+DONE = {"role": "assistant", "content": "Rome 21, Oslo 12."}
+
+
+def test_json_calls_a_list_of_calls_and_a_system_message_are_read_too():
+    ex = sft_example_from_row(_row(
+        {"role": "system", "content": "Be brief."}, USER,
+        {"role": "tool_call", "content": '{"name": "get_weather", "arguments": {"city": "Rome"}}'},
+        {"role": "tool_call", "content": "[{'name': 'get_weather', 'arguments': {'city': 'Oslo'}}]"},
+        RESULT, {"role": "tool_response", "content": "12"}, DONE))
+    assert [m["role"] for m in ex["messages"]] == ["system", "user", "assistant", "tool", "tool", "assistant"]
+    assert calls_of(ex) == [[("get_weather", {"city": "Rome"}), ("get_weather", {"city": "Oslo"})]]
+    assert [m["tool_call_id"] for m in tool_messages(ex)] == ["call_2_0", "call_3_0"] and ex["tools"] == []
+
+
+@pytest.mark.parametrize("bad,field,match", [
+    ("{'name': 'get_weather', 'arguments': '{\"city\": \"Rome\"}'", "messages[1].content",
+     "must be a call .* as JSON or as a Python literal; it is neither \\(SyntaxError"),
+    ("__import__('os').system('echo unsafe')", "messages[1].content", "it is neither \\(ValueError: malformed node"),
+    ("get_weather(city='Rome')", "messages[1].content", "it is neither"),
+    ("{'a': " * 500 + "1" + "}" * 500, "messages[1].content", "it is neither \\("),
+    ("{'name': 'get_weather', 'arguments': " + "{'a': " * 150 + "1" + "}" * 151, "messages[1].content", "nested deeper than 100"),
+    ("{'arguments': '{}'}", "messages[1].content.name", "a call needs a tool name"),
+    ("{'name': 'get_weather', 'arguments': '{city: Rome}'}", "messages[1].content.arguments", "not valid JSON"),
+    ("{'name': 'get_weather', 'arguments': {'city', 'Rome'}}", "messages[1].content", "not a JSON value"),
+    ("{'name': 'get_weather', 'arguments': '[1]'}", "messages[1].content.arguments", "must be an object, got list"),
+])
+def test_a_malformed_call_names_the_row_and_field(bad, field, match):
+    rows_ = [_row(USER, {"role": "tool_call", "content": bad}, RESULT, DONE, uuid="edge-1")]
+    with pytest.raises(RowError, match=match) as e:
+        load_sft_examples(rows_)
+    assert e.value.field == field and e.value.row == 0 and e.value.source == "rows"
+    assert "(id edge-1)" in str(e.value)
+
+
+@pytest.mark.parametrize("messages,field,match", [
+    ([USER, {"role": "assistant", "content": "Let me see."}, RESULT, DONE], "messages[2].role", "a tool_response with no call"),
+    ([USER, RESULT, DONE], "messages[1].role", "a tool_response with no call"),
+    ([USER, {"role": "tool_call", "content": "{'name': 'get_weather', 'arguments': '{}'}"}, RESULT, RESULT, DONE],
+     "messages[3].role", "a tool_response with no call"),  # two answers to one call
+    ([USER, {"role": "tool_call", "content": "{'name': 'a', 'arguments': '{}'}"}, {"role": "user", "content": "never mind"},
+      RESULT, DONE], "messages[3].role", "a tool_response with no call"),  # a user turn in between: nothing to answer
+    ([USER, {"role": "observation", "content": "x"}, DONE], "messages[1].role", "must be one of .*'tool_call', 'tool_response'"),
+    ([USER, {"role": "system", "content": "late"}, DONE], "messages[1].role", "a system message must come first"),
+    ([USER, {"role": "tool_call", "content": None}, DONE], "messages[1].content", "must be a string"),
+    ([USER, {"role": "tool_call", "content": "{'name': 'a', 'arguments': '{}'}"}, RESULT], "messages",
+     "must end with an assistant or tool_call message"),
+])
+def test_a_broken_conversation_names_the_row_and_field(messages, field, match):
+    with pytest.raises(RowError, match=match) as e:
+        sft_example_from_row(_row(*messages), format="llamafactory", where="edge.jsonl", index=7)
+    assert e.value.field == field and e.value.row == 7 and e.value.source == "edge.jsonl"
+
+
+def test_errors_skip_leaves_a_bad_row_out():
+    good = rows()[3]
+    bad = _row(USER, RESULT, DONE)
+    assert load_sft_examples([good, bad], errors="skip") == [sft_example_from_row(good)]

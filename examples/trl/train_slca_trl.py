@@ -27,6 +27,8 @@ run by the tests with every registered estimator, is in docs/integrations.md ("T
 One GPU:    python examples/trl/train_slca_trl.py --model Qwen/Qwen2.5-0.5B-Instruct --output_dir runs/trl
 Many GPUs:  accelerate launch --num_processes 8 examples/trl/train_slca_trl.py --model ... --use_vllm true \\
                 --vllm_mode colocate
+            (pin vLLM: TRL 1.16 supports 0.22-0.31 only, the registry serves newer:
+             pip install 'slca[trl]' "vllm>=0.22,<0.32")
 (add ``--config_file`` with a DeepSpeed ZeRO-3 accelerate config for large models).
 
 TRL runs its own tool loop against slca's simulator (one per rollout, so stateful

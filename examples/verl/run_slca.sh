@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SLCA-GRPO with verl 0.9.1 on N nodes x 8 GPUs (Ray). Run on the head node after
 # `ray start` on every node (see docs/integrations.md). Needs: pip install 'slca[verl]'
-# plus vllm (or sglang) on every node. Extra arguments are appended as verl overrides
+# plus vllm (verl 0.9.1's vllm extra pins "vllm==0.24.0") or sglang on every node. Extra arguments are appended as verl overrides
 # (the last value of a key wins); docs/integrations.md shows the CPU test command.
 set -euo pipefail
 MODEL=${MODEL:-Qwen/Qwen2.5-7B-Instruct}

@@ -243,17 +243,44 @@ def _logged_steps(run_dir: Path, since: float) -> int:
         return 0
 
 
-def _demo_runs(cfgs: dict[str, Any], out: Path, jobs: int, baseline) -> list[float]:
+class _Cancelled(Exception):
+    """The demo stopped: the frozen-baseline replay ends at its next step."""
+
+
+def _log_tail(log: Path, n: int = 15) -> list[str]:
+    try:
+        return log.read_text(errors="replace").splitlines()[-n:]
+    except OSError:
+        return []
+
+
+def _exit_status(rc: int) -> str:
+    """``exit 2``, or ``killed by SIGKILL`` for a process a signal ended (a negative return code)."""
+    if rc >= 0:
+        return f"exit {rc}"
+    import signal
+
+    try:
+        return f"killed by {signal.Signals(-rc).name}"
+    except ValueError:
+        return f"killed by signal {-rc}"
+
+
+def _demo_runs(cfgs: dict[str, Any], out: Path, jobs: int, baseline, *, poll: float = 0.3) -> list[float]:
     """Train each config of ``cfgs`` (label -> TrainConfig) as its own ``slca train`` process, ``jobs`` at a
-    time, while this process computes ``baseline(on_step)`` (the frozen warm start); one progress bar each.
-    Returns the baseline's values; a run that fails stops the demo with the end of its log."""
+    time, while a thread of this process computes ``baseline(on_step)`` (the frozen warm start); one progress
+    bar each. Returns the baseline's values.
+
+    This thread only watches: a run that fails (an error, or killed, as the kernel does on out-of-memory)
+    stops the other runs and the baseline at once and the demo with the end of its log; whatever else ends
+    the demo (a signal, an error) stops the runs (:class:`slca._procs.Children`)."""
     import os
-    import subprocess
-    from concurrent.futures import ThreadPoolExecutor
+    import threading
 
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from slca._procs import Children
     from slca.reporting.compare import train_process
     from slca.training.config import to_dict
 
@@ -262,40 +289,65 @@ def _demo_runs(cfgs: dict[str, Any], out: Path, jobs: int, baseline) -> list[flo
     cpus = os.cpu_count() or 1
     threads = max(1, cpus // (jobs + 1))  # the runs' torch threads; this process keeps the rest
     torch.set_num_threads(max(1, cpus - jobs * threads))
-    procs: dict[str, subprocess.Popen] = {}
-
-    def run(label: str) -> int:
-        (logs / f"{label}.config.json").write_text(json.dumps(to_dict(cfgs[label]), indent=2))
-        with open(logs / f"{label}.log", "w") as f:
-            procs[label] = train_process(["-c", str(logs / f"{label}.config.json"), "--overwrite"], f, threads=threads)
-            return procs[label].wait()
 
     prog = Progress(TextColumn("[bold]{task.description}[/bold]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console)
     bars = {label: prog.add_task(label, total=cfg.steps) for label, cfg in cfgs.items()}
     frozen_bar = prog.add_task("warm start, no update", total=next(iter(cfgs.values())).steps)
     t0 = time.time()
+    stop = threading.Event()
+    result: dict[str, Any] = {}
 
-    def poll(*_: Any) -> None:
-        for label, bar in bars.items():
-            prog.update(bar, completed=_logged_steps(Path(cfgs[label].run_dir), t0))
+    def on_step(k: int) -> None:
+        if stop.is_set():
+            raise _Cancelled()
+        prog.update(frozen_bar, completed=k)
 
+    def replay() -> None:
+        try:
+            result["frozen"] = baseline(on_step)
+        except _Cancelled:
+            pass
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread, which raises it
+            result["error"] = e
+
+    replayer = threading.Thread(target=replay, name="slca-demo-baseline", daemon=True)
+    pending, running, files = list(cfgs), {}, []
     try:
-        with prog, ThreadPoolExecutor(max_workers=jobs) as ex:
-            futures = {label: ex.submit(run, label) for label in cfgs}
-            frozen = baseline(lambda k: (prog.update(frozen_bar, completed=k), poll()))
-            while not all(f.done() for f in futures.values()):
-                poll()
-                time.sleep(0.5)
-            poll()
-    except KeyboardInterrupt:
-        for p in procs.values():
-            p.terminate()
-        raise
-    for label, f in futures.items():
-        if f.result() != 0:
-            tail = (logs / f"{label}.log").read_text(errors="replace").splitlines()[-15:]
-            _fail(f"the {label} run failed (exit {f.result()}); the end of {logs / (label + '.log')}:\n" + "\n".join(tail))
-    return frozen
+        with prog, Children() as kids:
+            replayer.start()
+            while pending or running or replayer.is_alive():
+                while pending and len(running) < jobs:
+                    label = pending.pop(0)
+                    (logs / f"{label}.config.json").write_text(json.dumps(to_dict(cfgs[label]), indent=2))
+                    f = open(logs / f"{label}.log", "w")
+                    files.append(f)
+                    running[label] = train_process(["-c", str(logs / f"{label}.config.json"), "--overwrite"], f, threads=threads,
+                                                   children=kids, label=label)
+                for label, p in list(running.items()):
+                    rc = p.poll()
+                    if rc is None:
+                        continue
+                    del running[label]
+                    if rc != 0:
+                        stop.set()
+                        kids.stop()
+                        log = logs / f"{label}.log"
+                        _fail(f"the {label} run failed ({_exit_status(rc)}); the other runs were stopped; the end of {log}:\n"
+                              + "\n".join(_log_tail(log)))
+                for label, bar in bars.items():
+                    prog.update(bar, completed=_logged_steps(Path(cfgs[label].run_dir), t0))
+                if "error" in result:
+                    raise result["error"]
+                time.sleep(poll)
+    finally:
+        stop.set()
+        for f in files:
+            f.close()
+        if replayer.is_alive():
+            replayer.join(timeout=5.0)  # the replay stops at its next step; a daemon thread, it never holds the exit up
+    if "error" in result:
+        raise result["error"]
+    return result["frozen"]
 
 
 def demo_verdict(runs: dict[str, Path], k: int = 4, frozen: list[float] | None = None) -> list[str]:
@@ -375,6 +427,27 @@ def _out_of_distribution_line(ood_base: float, ood: dict[str, float]) -> list[st
             f"before training and {each} after{': ' + how if how else ''}.{low}"]
 
 
+def _this_command() -> str:
+    """The command line this process runs, as ``slca ...`` (what to type to run it again)."""
+    import shlex
+    import sys
+
+    return "slca " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def _check_demo_out(out: Path) -> None:
+    """Refuse a demo ``--out`` that holds something other than an earlier demo (its ``logs/GRPO.config.json``)."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ValueError(f"--out: {out} exists and is not a folder")
+    entries = sorted(p.name for p in out.iterdir())
+    if entries and not any((out / "logs" / f"{label}.config.json").is_file() for label in ("GRPO", "SLCA")):
+        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+        raise ValueError(f"--out: {str(out)!r} holds files that are not a demo's ({shown}); slca demo writes into a new or empty "
+                         "folder, or one an earlier slca demo wrote (and replaces that demo): choose another --out")
+
+
 @app.command()
 def demo(
     quick: bool = typer.Option(False, "--quick", help="A run of a few minutes that still trains and compares."),
@@ -408,18 +481,25 @@ def demo(
 
     if jobs < 1:
         _fail(f"--jobs: {jobs} (at least 1)")
+    _refuse_value_errors(lambda: _check_demo_out(out))
     cfgs = {est.upper(): _refuse_value_errors(lambda est=est: demo_cfg(est)) for est in ("grpo", "slca")}
     cfg = cfgs["GRPO"]
     what = "embedded tiny model" if model_spec == "default" else f"model {model_spec}"
     console.print(f"[bold]slca demo[/bold]: {what}, toolworld, GRPO vs SLCA ({min(jobs, 2)} run(s) at a time; logs in {out / 'logs'})")
     model, tok = _refuse_value_errors(lambda: load_policy(model_spec, **policy_options(cfg)))  # refused here, before any run starts
     # each run loads the same weights in its own process; this one replays the warm start meanwhile (the verdict's baseline)
+    from slca._procs import interrupted_by, signals_raise
+
     try:
-        frozen = _demo_runs(cfgs, out, jobs, lambda on_step: frozen_tool_rewards(
-            replace(cfg, run_dir=str(out / "frozen"), report_to=[]), model, tok, on_step))
-    except KeyboardInterrupt:
-        typer.echo(f"interrupted (Ctrl-C): the runs were stopped; run slca demo again to start over (logs in {out / 'logs'})", err=True)
-        raise typer.Exit(130) from None
+        with signals_raise():
+            frozen = _demo_runs(cfgs, out, jobs, lambda on_step: frozen_tool_rewards(
+                replace(cfg, run_dir=str(out / "frozen"), report_to=[]), model, tok, on_step))
+    except KeyboardInterrupt as e:
+        what, code = interrupted_by(e)
+        typer.echo(f"interrupted ({what}): the GRPO and SLCA runs were stopped (their logs: {out / 'logs'}); a demo saves no "
+                   "checkpoints, so running it again starts its runs over", err=True)
+        typer.echo(f"continue: {_this_command()}", err=True)
+        raise typer.Exit(code) from None
     runs = {label: Path(c.run_dir) for label, c in cfgs.items()}
     for label, d in runs.items():
         write_token_html(read_samples(d / "samples.json"), d / "tokens.html", title=f"{label} run: token-level advantages")

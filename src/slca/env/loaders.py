@@ -38,6 +38,28 @@ Row formats:
   ``split_position`` (all kept, typed, in ``meta``; ``source`` also as
   ``meta["subset"]``). The id is ``<data_source>-<original_idx>`` (plus
   ``-t<turn_index>`` / ``-s<split_position>``).
+
+  The rows the authors' converters write (``data/convert_toucan_to_verl.py``
+  and ``_v2.py`` of ``SLCA-GRPO/SLCA-GRPO``; ``data_source`` in
+  :data:`CONVERTER_SOURCES`, e.g. their ``data/samples`` RL preview) are
+  ``paper`` rows too: ``ground_truth.subset_name`` (``tool_call`` /
+  ``irrelevant``) is kept as ``meta["subset_name"]`` (and as ``meta["subset"]``
+  when ``extra_info.source`` is absent), ``extra_info.original_turn_index`` as
+  ``meta["original_turn_index"]``. A system message that is only the
+  converter's tool declaration (v1: ``You have access to the following
+  tools: ... <tools>...</tools> ...``, exactly as it writes it for the row's
+  tools) is dropped, and a trailing ``# Tool Definitions <tools>...</tools>``
+  (v2) is cut from the system text (``meta["tool_declare_dropped"]``): the chat
+  template declares the tools, and would otherwise declare them twice.
+
+  Gold, as the authors' reward reads it (``rl/slca_grpo/reward_fn.py``,
+  ``_normalize_gold_tool_calls_nested``): a list whose first item is a list is
+  a list of steps; any other list is ONE step of parallel calls (v1 wrote a
+  flat list of bare tool names: ``["a", "b"]`` is one step of two calls). An
+  item is a ``{name, arguments}`` object or a bare tool name. (Their reward
+  drops an item or step of another type, and an empty step; slca refuses the row,
+  naming it.)
+
 * ``slca`` -- :func:`save_tasks` output: ``id``, ``messages``, ``tools``, ``gold``
   and optional ``kind``, ``answer_facts``, ``meta``.
 
@@ -45,6 +67,24 @@ In ``slca`` rows and in a verl row's ``extra_info.meta`` the meta object also
 holds the task's ``reference_answer`` and ``refusal`` flag (where files have
 always kept them): loading lifts them into the :class:`Task` fields of those
 names, writing (:func:`row_meta`) puts them back.
+
+Name-only gold calls. A bare tool name is a call whose arguments the row does
+not give. It becomes ``ToolCall(name, {})``, its name is checked (an offered
+tool; for ``paper`` rows one of ``allowed_tools``) but not its arguments against
+the schema (they are unknown, not empty), and its ``[step, call]`` index is
+listed in ``meta["name_only_gold"]``. Scoring: the authors' reward
+(``reward="paper"``, :mod:`slca.rewards.paper`) scores such a call by name only
+(tool-name F1 and the first step's size; its key / value match skips gold calls
+without arguments, their ``gold_with_args`` filter), exactly as theirs does.
+slca's own tiers (:mod:`slca.rewards.execution`) cannot tell unknown arguments
+from none: the execution tier's ``arg_match`` and the in-domain ``arg_match``,
+``process`` and ``success`` compare the rollout's call with ``{}``, so a call
+that passes any argument loses there (its name still counts in ``name_f1``);
+score name-only tasks with ``reward="paper"``.
+:func:`task_to_row` writes such a call back as its bare name. In ``verl`` and
+``slca`` rows a bare name is read inside a step list (``[["a", "b"]]``); a bare
+name where a step is expected is refused (a flat list of names is one step to
+the authors' reward, a chain to slca's bare-call rule: the row must say which).
 
 Every row is checked at load time; a bad row raises :class:`RowError` (a
 ``ValueError``) naming the source, the row, the field and the problem. Nothing
@@ -65,6 +105,7 @@ from slca.env.schema import MAX_DEPTH, ToolBox, check_tool, nesting_depth
 from slca.types import Task, ToolCall
 
 __all__ = [
+    "CONVERTER_SOURCES",
     "FORMATS",
     "PAPER_SOURCES",
     "RowError",
@@ -88,6 +129,9 @@ T = TypeVar("T")
 FORMATS = ("toucan", "verl", "paper", "slca")
 PAPER_SOURCES = ("toucan_toolcall_v4_rl", "toucan_eval_v4")
 """``data_source`` values of the paper's released ``rl`` / ``eval`` rows: ``format="auto"`` reads them as ``paper``."""
+CONVERTER_SOURCES = ("toucan_toolcall",)
+"""``data_source`` of the rows the authors' converters write (``data/convert_toucan_to_verl.py`` / ``_v2.py`` of
+``SLCA-GRPO/SLCA-GRPO``, and their RL preview): ``format="auto"`` reads them as ``paper`` too."""
 TOUCAN_SUBSETS = ("single-turn-original", "single-turn-diversify", "irrelevant", "multi-turn")
 _TOOL_DECLARE = "<|im_system|>tool_declare<|im_middle|>"
 _ROLES = ("system", "user", "assistant", "function", "tool")
@@ -244,6 +288,10 @@ def _messages(value: Any, field: str) -> list[dict[str, Any]]:
         f = f"{field}[{i}]"
         m = _as_dict(m, f)
         role = m.get("role")
+        if role in ("tool_call", "tool_response"):
+            raise _Bad(f"{f}.role", f"must be one of {list(_ROLES)}, got {role!r}: roles tool_call / tool_response are the "
+                                    "LLaMA-Factory SFT shape, a demonstration rather than a task; read it with "
+                                    "slca.env.load_sft_examples (format 'llamafactory')")
         if role not in _ROLES:
             raise _Bad(f"{f}.role", f"must be one of {list(_ROLES)}, got {role!r:.40}")
         content = m.get("content")
@@ -272,21 +320,87 @@ def _call(value: Any, field: str) -> ToolCall:
     return ToolCall(name, args)
 
 
-def _steps(value: Any, field: str) -> tuple[list[list[ToolCall]], list[list[str]]]:
-    """Gold as steps (and each call's field path); a bare call where a step is expected is a one-call step."""
-    steps, paths = [], []
+Gold = tuple[list[list[ToolCall]], list[list[str]], list[list[int]]]
+"""Gold steps, each call's field path, and the ``[step, call]`` indices of the name-only calls."""
+
+_EMPTY_STEP = "an empty step: a step holds one call or more (a task without calls has gold [])"
+
+
+def _bare_name(value: Any) -> bool:
+    """A string that is a tool name, not JSON text of a call or a step."""
+    return isinstance(value, str) and not value.lstrip().startswith(("{", "["))
+
+
+def _gold_call(value: Any, field: str) -> tuple[ToolCall, bool]:
+    """A gold call and whether it is name-only: a bare tool name is a call whose arguments are not given."""
+    if _bare_name(value):
+        if not value:
+            raise _Bad(field, "a call needs a tool name, got ''")
+        return ToolCall(value, {}), True
+    return _call(value, field), False
+
+
+def _gold_step(step: list[Any], f: str, s: int, out: Gold) -> None:
+    if not step:
+        raise _Bad(f, _EMPTY_STEP)
+    calls, paths = [], []
+    for c_i, c in enumerate(step):
+        call, name_only = _gold_call(c, f"{f}[{c_i}]")
+        calls.append(call)
+        paths.append(f"{f}[{c_i}]")
+        if name_only:
+            out[2].append([s, c_i])
+    out[0].append(calls)
+    out[1].append(paths)
+
+
+def _steps(value: Any, field: str) -> Gold:
+    """Gold as steps (``verl`` / ``slca``); a bare call where a step is expected is a one-call step, a bare name
+    inside a step a name-only call (module docstring)."""
+    out: Gold = ([], [], [])
     for s, step in enumerate(_as_list(_decoded(value, field), field)):
         f = f"{field}[{s}]"
+        if _bare_name(step):
+            raise _Bad(f, f"a bare tool name {step!r:.60} where a step is expected: slca cannot tell whether a flat list "
+                          "of names is one step of parallel calls (the authors' reading: format 'paper') or a chain; "
+                          "write a step as a list, [[\"name\", ...]] (a bare name in a step is a call whose arguments are not given)")
         step = _decoded(step, f)
         if isinstance(step, (list, tuple)):
-            if not step:
-                raise _Bad(f, "an empty step: a step holds one call or more (a task without calls has gold [])")
-            steps.append([_call(c, f"{f}[{c_i}]") for c_i, c in enumerate(step)])
-            paths.append([f"{f}[{c_i}]" for c_i in range(len(step))])
+            _gold_step(list(step), f, s, out)
         else:
-            steps.append([_call(step, f)])
-            paths.append([f])
-    return steps, paths
+            out[0].append([_call(step, f)])
+            out[1].append([f])
+    return out
+
+
+def _paper_steps(value: Any, field: str) -> Gold:
+    """Gold as the authors' reward reads it: nested if the first item is a list, else ONE step of parallel calls;
+    an item is a ``{name, arguments}`` object or a bare tool name (module docstring)."""
+    gold = _as_list(_decoded(value, field), field)
+    out: Gold = ([], [], [])
+    if not gold:
+        return out
+    for i, item in enumerate(gold):
+        if not isinstance(item, (str, dict, list, tuple)):
+            raise _Bad(f"{field}[{i}]", f"must be a call object, a tool name or a step (a list of them), got {type(item).__name__}")
+    if isinstance(gold[0], (list, tuple)):
+        for s, step in enumerate(gold):
+            f = f"{field}[{s}]"
+            if not isinstance(step, (list, tuple)):
+                raise _Bad(f, f"must be a step (a list of calls) like step 0, got {type(step).__name__}: the authors' reward "
+                              "would skip it, slca does not drop a gold step")
+            _check_items(step, f)
+            _gold_step(list(step), f, s, out)
+    else:
+        _check_items(gold, field)
+        _gold_step(gold, field, 0, out)  # one step: its calls' paths are gold_tool_calls[i]
+    return out
+
+
+def _check_items(step: Any, f: str) -> None:
+    for c_i, c in enumerate(step):
+        if not isinstance(c, (str, dict)):
+            raise _Bad(f"{f}[{c_i}]", f"must be a call object or a tool name, got {type(c).__name__}")
 
 
 def _kind_of(gold: list[list[ToolCall]]) -> str:
@@ -297,9 +411,16 @@ def _kind_of(gold: list[list[ToolCall]]) -> str:
     return "chain"
 
 
-def _check_gold(box: ToolBox, steps: list[list[ToolCall]], paths: list[list[str]]) -> None:
-    for step, ps in zip(steps, paths):
-        for call, p in zip(step, ps):
+def _check_gold(box: ToolBox, steps: list[list[ToolCall]], paths: list[list[str]], name_only: list[list[int]] = ()) -> None:
+    """Each gold call against the tools: a name-only call by its name, any other by its schema."""
+    names_only = {(s, c) for s, c in name_only}
+    for s, (step, ps) in enumerate(zip(steps, paths)):
+        for c, (call, p) in enumerate(zip(step, ps)):
+            if (s, c) in names_only:
+                if call.name not in box.specs:
+                    raise _Bad(p, f"gold call (a bare tool name, its arguments not given) to a tool not offered: "
+                                  f"{box.argument_error(call.name, {})}")
+                continue
             err = box.argument_error(call.name, call.arguments)
             if err is not None:
                 raise _Bad(p, f"gold call violates its schema: {err}")
@@ -492,16 +613,24 @@ def _verl_id(row: dict[str, Any], extra: dict[str, Any]) -> str | None:
     return tid
 
 
+def _with_name_only(meta: dict[str, Any], name_only: list[list[int]]) -> dict[str, Any]:
+    """``meta`` with ``name_only_gold`` as the gold has it (a stale value from a file is replaced, or dropped)."""
+    meta = {k: v for k, v in meta.items() if k != "name_only_gold"}
+    if name_only:
+        meta["name_only_gold"] = name_only
+    return meta
+
+
 def _from_verl(row: dict[str, Any], index: int) -> Task:
     prompt = _messages(_field(row, "prompt"), "prompt")
     tools = _tools(_field(row, "tools"), "tools")
     gt = _ground_truth(row)
-    gold, paths = _steps(_field(gt, "gold_tool_calls", f"{_GT}.gold_tool_calls"), f"{_GT}.gold_tool_calls")
-    _check_gold(_toolbox(tools, "tools"), gold, paths)
+    gold, paths, name_only = _steps(_field(gt, "gold_tool_calls", f"{_GT}.gold_tool_calls"), f"{_GT}.gold_tool_calls")
+    _check_gold(_toolbox(tools, "tools"), gold, paths, name_only)
     extra = _as_dict(_decoded(row.get("extra_info") or {}, "extra_info"), "extra_info")
     extra_meta = _as_dict(_decoded(extra.get("meta") or {}, "extra_info.meta"), "extra_info.meta")  # the task's own meta, if the row carries it
     extra_meta, fields = _lift_fields(extra_meta, "extra_info.meta")
-    meta = {**extra_meta, "source": "verl", "data_source": row.get("data_source"), "extra_info": extra}
+    meta = _with_name_only({**extra_meta, "source": "verl", "data_source": row.get("data_source"), "extra_info": extra}, name_only)
     return Task(id=_verl_id(row, extra) or f"verl-{index}", messages=prompt, tools=tools, gold=gold,
                 kind=_kind(extra.get("kind"), "extra_info.kind", _kind_of(gold)),
                 answer_facts=_facts(gt.get("answer_facts"), f"{_GT}.answer_facts"), meta=meta, **fields)
@@ -557,6 +686,42 @@ def _paper_id(data_source: str, extra: dict[str, Any], index: int) -> str:
     return tid
 
 
+_V1_HEAD = "You have access to the following tools:\n\n"
+_V1_TAIL = "\n\nUse them when appropriate to help answer the user's questions."
+_QWEN_TOOLS = ("\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+               "You are provided with function signatures within <tools></tools> XML tags:\n<tools>{}\n</tools>\n\n"
+               "For each function call, return a json object with function name and arguments within <tool_call></tool_call> "
+               "XML tags:\n<tool_call>\n{{\"name\": <function-name>, \"arguments\": <args-json-object>}}\n</tool_call>")
+
+
+def _declared(raw_tools: Any) -> str | None:
+    """The ``<tools>`` body the authors' converters write for these tools (one JSON object a line), or None."""
+    if not isinstance(raw_tools, list) or not all(isinstance(t, dict) for t in raw_tools):
+        return None
+    try:
+        return "".join("\n" + json.dumps(t if t.get("type") == "function" else {"type": "function", "function": t},
+                                          ensure_ascii=False) for t in raw_tools)
+    except (TypeError, ValueError):
+        return None
+
+
+def _drop_declaration(prompt: list[dict[str, Any]], raw_tools: Any) -> tuple[list[dict[str, Any]], bool]:
+    """The prompt without the converters' own tool declaration (module docstring), and whether one was there.
+
+    Only their exact text for the row's own tools is recognised: v1's system message that is nothing but the
+    declaration is dropped; v2's trailing ``# Tool Definitions`` block is cut. Any other system text is kept."""
+    body = _declared(raw_tools)
+    if body is None or not prompt or prompt[0]["role"] != "system":
+        return prompt, False
+    system = prompt[0]["content"]
+    if system == _V1_HEAD + _QWEN_TOOLS.format(body) + _V1_TAIL and len(prompt) > 1:
+        return prompt[1:], True
+    v2 = f"\n\n# Tool Definitions\n<tools>{body}\n</tools>"
+    if system.endswith(v2) and system[:-len(v2)].strip():
+        return [{**prompt[0], "content": system[:-len(v2)]}] + prompt[1:], True
+    return prompt, False
+
+
 def _from_paper(row: dict[str, Any], index: int) -> Task:
     prompt = _messages(_field(row, "prompt"), "prompt")
     source = _kind(row.get("data_source"), "data_source", "paper")
@@ -564,8 +729,8 @@ def _from_paper(row: dict[str, Any], index: int) -> Task:
     tools = _paper_tools(row, gt)
     offered = [t["function"]["name"] for t in tools]
     allowed = _names(_field(gt, "allowed_tools", f"{_GT}.allowed_tools"), f"{_GT}.allowed_tools", offered)
-    gold, paths = _steps(_field(gt, "gold_tool_calls", f"{_GT}.gold_tool_calls"), f"{_GT}.gold_tool_calls")
-    _check_gold(_toolbox(tools, "tools"), gold, paths)
+    gold, paths, name_only = _paper_steps(_field(gt, "gold_tool_calls", f"{_GT}.gold_tool_calls"), f"{_GT}.gold_tool_calls")
+    _check_gold(_toolbox(tools, "tools"), gold, paths, name_only)
     for step, ps in zip(gold, paths):
         for call, p in zip(step, ps):
             if call.name not in allowed:
@@ -574,24 +739,37 @@ def _from_paper(row: dict[str, Any], index: int) -> Task:
     if question is not None and not isinstance(question, str):
         raise _Bad(f"{_GT}.question_content", f"must be a string, got {type(question).__name__}")
     extra = _as_dict(_decoded(row.get("extra_info") or {}, "extra_info"), "extra_info")
+    subset_name = gt.get("subset_name")
+    if subset_name is not None and not isinstance(subset_name, str):
+        raise _Bad(f"{_GT}.subset_name", f"must be a string, got {type(subset_name).__name__}")
     meta: dict[str, Any] = {
         "source": "paper", "data_source": source, "question": question, "allowed_tools": allowed,
         "parallel_type": _typed(extra, "parallel_type", (str,), "a string"),
         "has_history": _typed(extra, "has_history", (bool,), "true / false"),
         "turn_index": _typed(extra, "turn_index", (int,), "an integer"),
         "split_position": _typed(extra, "split_position", (int, str), "an integer or a string"),
-        "subset": _typed(extra, "source", (str,), "a string"),  # e.g. native_single_turn: the eval's group_by="subset"
+        # e.g. native_single_turn: the eval's group_by="subset"; the converters' rows have only subset_name
+        "subset": _typed(extra, "source", (str,), "a string") or subset_name,
         "extra_info": extra,
     }
+    if subset_name is not None:  # the converters' rows: tool_call / irrelevant
+        meta["subset_name"] = subset_name
+    if "original_turn_index" in extra:
+        meta["original_turn_index"] = _typed(extra, "original_turn_index", (int,), "an integer")
+    raw_tools = row["tools"] if row.get("tools") is not None else gt.get("tool_schemas")
+    prompt, dropped = _drop_declaration(prompt, _decoded(raw_tools, "tools"))
+    if dropped:
+        meta["tool_declare_dropped"] = True
     return Task(id=_paper_id(source, extra, index), messages=prompt, tools=tools, gold=gold, kind=_kind_of(gold),
-                answer_facts=_facts(gt.get("answer_facts"), f"{_GT}.answer_facts"), meta=meta)
+                answer_facts=_facts(gt.get("answer_facts"), f"{_GT}.answer_facts"), meta=_with_name_only(meta, name_only))
 
 
 def _from_slca(row: dict[str, Any], index: int) -> Task:
     tools = _tools(_field(row, "tools"), "tools")
-    gold, paths = _steps(_field(row, "gold"), "gold")
-    _check_gold(_toolbox(tools, "tools"), gold, paths)
+    gold, paths, name_only = _steps(_field(row, "gold"), "gold")
+    _check_gold(_toolbox(tools, "tools"), gold, paths, name_only)
     meta, fields = _lift_fields(_as_dict(_decoded(row.get("meta") or {}, "meta"), "meta"), "meta")
+    meta = _with_name_only(meta, name_only)
     return Task(
         id=_row_id(_field(row, "id"), "id") or f"slca-{index}",
         messages=_messages(_field(row, "messages"), "messages"),
@@ -634,7 +812,7 @@ _BUILDERS = {"toucan": _from_toucan, "verl": _from_verl, "paper": _from_paper, "
 def detect_format(row: dict[str, Any]) -> str:
     """Which of :data:`FORMATS` a row is, from its keys."""
     if "reward_model" in row and "prompt" in row:
-        return "paper" if row.get("data_source") in PAPER_SOURCES else "verl"
+        return "paper" if row.get("data_source") in PAPER_SOURCES + CONVERTER_SOURCES else "verl"
     if "gold" in row and "messages" in row:
         return "slca"
     if "messages" in row and any(k in row for k in ("available_tools", "target_tools", "subset_name")):
@@ -867,8 +1045,13 @@ def fit_prompts(tasks: list[Task], tokenizer: Any, max_total_tokens: int, *, cha
 
 
 def task_to_row(task: Task, format: str = "slca") -> dict[str, Any]:
-    """A Task as a row of ``format`` (``slca`` or ``verl``); nested values are JSON strings (Parquet-friendly)."""
-    gold = [[{"name": c.name, "arguments": c.arguments} for c in step] for step in task.gold]
+    """A Task as a row of ``format`` (``slca`` or ``verl``); nested values are JSON strings (Parquet-friendly).
+
+    A name-only gold call (``meta["name_only_gold"]``, its arguments ``{}``) is written as its bare name, so that
+    reading the row back does not check unknown arguments against the schema."""
+    name_only = {tuple(p) for p in task.meta.get("name_only_gold") or () if isinstance(p, (list, tuple))}
+    gold = [[c.name if (s, i) in name_only and not c.arguments else {"name": c.name, "arguments": c.arguments}
+             for i, c in enumerate(step)] for s, step in enumerate(task.gold)]
     if format == "slca":
         return {"id": task.id, "messages": json.dumps(task.messages), "tools": json.dumps(task.tools), "gold": json.dumps(gold),
                 "kind": task.kind, "answer_facts": json.dumps(task.answer_facts), "meta": json.dumps(row_meta(task), default=str)}

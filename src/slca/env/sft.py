@@ -25,6 +25,27 @@ Row formats:
   :mod:`slca.env.loaders`): a call is an assistant message with
   ``function_call`` (or ``tool_calls``), consecutive calls with no result
   between them are one parallel turn, results are ``function`` messages.
+* ``llamafactory`` -- LLaMA-Factory's ``sharegpt`` formatting with role tags
+  ``role`` / ``content`` and the tool roles ``tool_call`` (its
+  ``function_tag``) and ``tool_response`` (its ``observation_tag``): the shape
+  the paper authors' ``data/convert_sft_parquet_to_json.py`` writes and
+  ``data/dataset_info.json`` registers (``SLCA-GRPO/SLCA-GRPO``; their
+  ``data/samples/toucan_toolcall_sft.preview.jsonl``). ``messages`` (a list, or
+  a JSON string of one) of ``system`` (first only) / ``user`` / ``assistant``
+  / ``tool_call`` / ``tool_response`` messages and ``tools`` (OpenAI schemas,
+  a JSON string). A ``tool_call``'s content is one call ``{name, arguments}``
+  (or a list of calls) written as JSON or as a Python literal (their converter
+  writes ``str(dict)``, single-quoted; read with :func:`ast.literal_eval`, never
+  ``eval``), its ``arguments`` an object or a JSON string of one. Consecutive
+  ``tool_call`` messages are one assistant turn of parallel calls; an
+  ``assistant`` message right before them is that turn's content, as a ShareGPT
+  ``gpt`` turn holds its text and its ``<tool_call>`` block together (the
+  preview writes the text as its own message before the calls; the published
+  converter drops it), otherwise the turn's content is empty. ``<think>``
+  blocks in an assistant text are placed as ``reasoning`` says. Each ``tool_response``
+  answers the next unanswered call of the latest call turn, in order; a
+  ``tool_response`` with no such call is refused. Other columns (``uuid``,
+  ``subset_name``, ``question``, ``target_tools``) are not read.
 
 Conversion rules (one place; docs/environment.md, "SFT rows for TRL"):
 
@@ -53,6 +74,7 @@ logs and leaves it out, as :func:`~slca.env.loaders.load_tasks` does.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from typing import Any
@@ -75,11 +97,13 @@ from slca.env.loaders import (
 
 __all__ = ["SFT_FORMATS", "REASONING", "detect_sft_format", "sft_example_from_row", "load_sft_examples", "sft_dataset"]
 
-SFT_FORMATS = ("sharegpt", "toucan")
+SFT_FORMATS = ("sharegpt", "toucan", "llamafactory")
 REASONING = ("content", "field", "drop")
 _ROLES = {"system": "system", "human": "user", "gpt": "assistant"}
 _BLOCK = re.compile(r"<think>(.*?)</think>|<tool_call>(.*?)</tool_call>", re.S)
 _RESPONSE = re.compile(r"<tool_response>(.*?)</tool_response>", re.S)
+_THINK = re.compile(r"<think>(.*?)</think>", re.S)
+_LF_ROLES = ("system", "user", "assistant", "tool_call", "tool_response")
 _TOOLS_BLOCK = re.compile(r"(?:^#+[ \t]*Tools[ \t]*\n\s*)?<tools>(.*?)</tools>", re.S | re.M | re.I)
 
 Message = dict[str, Any]
@@ -270,17 +294,110 @@ def _from_toucan(row: dict[str, Any], reasoning: str) -> dict[str, Any]:
     return {"messages": out, "tools": tools}
 
 
+# ---------------------------------------------------------------- LLaMA-Factory (the authors' materialised SFT JSON)
+
+
+def _lf_messages(row: dict[str, Any]) -> list[Message]:
+    if row.get("messages") is None:
+        raise _Bad("messages", f"missing (the row has {sorted(row)})")
+    msgs = _as_list(_decoded(row["messages"], "messages"), "messages")
+    for i, m in enumerate(msgs):
+        f = f"messages[{i}]"
+        m = _as_dict(m, f)
+        if m.get("role") not in _LF_ROLES:
+            raise _Bad(f"{f}.role", f"must be one of {list(_LF_ROLES)}, got {m.get('role')!r:.40}")
+        if m["role"] == "system" and i:
+            raise _Bad(f"{f}.role", "a system message must come first")
+        if not isinstance(m.get("content"), str):
+            raise _Bad(f"{f}.content", f"must be a string, got {type(m.get('content')).__name__}")
+    return msgs
+
+
+def _lf_calls(text: str, field: str) -> list[Any]:
+    """A ``tool_call`` message's content: a call (or a list of calls) as JSON or as a Python literal."""
+    try:
+        value = _json(text)
+    except ValueError:
+        try:
+            value = ast.literal_eval(text.strip())
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as e:
+            why = re.sub(r" at 0x[0-9a-fA-F]+", "", f"{type(e).__name__}: {e}".splitlines()[0])[:160]
+            raise _Bad(field, "a tool_call's content must be a call {'name': ..., 'arguments': ...} written as JSON or as a "
+                              f"Python literal; it is neither ({why})") from None
+    return [_call(c, f"{field}[{k}]") for k, c in enumerate(value)] if isinstance(value, list) else [_call(value, field)]
+
+
+def _lf_text(text: str, field: str, reasoning: str) -> Message:
+    """An assistant message's text: ``<think>`` blocks placed as ``reasoning`` says, the rest the content."""
+    _unclosed(text, "think", field)
+    thoughts = [t.strip("\n") for t in _THINK.findall(text)]
+    return _with_reasoning({"role": "assistant", "content": _THINK.sub("", text).strip()}, thoughts, reasoning)
+
+
+def _from_llamafactory(row: dict[str, Any], reasoning: str) -> dict[str, Any]:
+    msgs = _lf_messages(row)
+    tools = _tools(row["tools"], "tools") if row.get("tools") is not None else []
+    out: list[Message] = []
+    pending: list[dict[str, Any]] = []  # the latest call turn's calls not answered yet
+    prev = None
+    for i, m in enumerate(msgs):
+        f = f"messages[{i}]"
+        role, text = m["role"], m["content"]
+        if role == "tool_call":
+            calls = [_openai_call(c.name, c.arguments, f"call_{i}_{k}") for k, c in enumerate(_lf_calls(text, f"{f}.content"))]
+            if prev == "tool_call":
+                out[-1]["tool_calls"] += calls  # a parallel call: consecutive tool_call messages
+                pending += calls
+            else:
+                if prev == "assistant":  # the text of the turn that makes the calls
+                    out[-1]["tool_calls"] = calls
+                else:
+                    out.append({"role": "assistant", "content": "", "tool_calls": calls})
+                pending = list(calls)
+        elif role == "tool_response":
+            if not pending:
+                raise _Bad(f"{f}.role", "a tool_response with no call to answer: each tool_response answers the next "
+                                        "unanswered call of the tool_call messages before it, in order, and none is left")
+            call = pending.pop(0)
+            out.append({"role": "tool", "content": text, "name": call["function"]["name"], "tool_call_id": call["id"]})
+        elif role == "assistant":
+            out.append(_lf_text(text, f"{f}.content", reasoning))
+        else:
+            if role == "user":
+                pending = []
+            out.append({"role": role, "content": text})
+        prev = role
+    if not out or out[-1]["role"] != "assistant":
+        raise _Bad("messages", "must end with an assistant or tool_call message (there is nothing to learn after the last one)")
+    return {"messages": out, "tools": tools}
+
+
 # ---------------------------------------------------------------- rows, sources, a datasets.Dataset
 
 
+def _has_lf_roles(messages: Any) -> bool:
+    """Whether a ``messages`` value (a list or JSON text of one) holds a ``tool_call`` / ``tool_response`` message."""
+    if isinstance(messages, str):
+        try:
+            messages = _json(messages)
+        except ValueError:
+            return False  # the reader names the problem
+    return isinstance(messages, list) and any(isinstance(m, dict) and m.get("role") in ("tool_call", "tool_response")
+                                              for m in messages)
+
+
 def detect_sft_format(row: dict[str, Any]) -> str:
-    """Which of :data:`SFT_FORMATS` a row is, from its keys."""
+    """Which of :data:`SFT_FORMATS` a row is: from its keys, and for ``messages`` rows from the roles (a
+    ``tool_call`` or ``tool_response`` message: ``llamafactory``; otherwise ``toucan``)."""
     if "conversations" in row:
         return "sharegpt"
     if "messages" in row:
-        return "toucan"
+        return "llamafactory" if _has_lf_roles(row["messages"]) else "toucan"
     raise ValueError(f"cannot tell the SFT row's format from its keys {sorted(row)}: a ShareGPT row has 'conversations', "
-                     "a Toucan row 'messages'")
+                     "a Toucan or LLaMA-Factory row 'messages'")
+
+
+_READERS = {"sharegpt": _from_sharegpt, "toucan": _from_toucan, "llamafactory": _from_llamafactory}
 
 
 def sft_example_from_row(row: Any, format: str = "auto", *, reasoning: str = "content", where: str = "input",
@@ -297,7 +414,7 @@ def sft_example_from_row(row: Any, format: str = "auto", *, reasoning: str = "co
     rid = checked_row_id(row, where, index)
     try:
         fmt = detect_sft_format(row) if format == "auto" else format
-        return (_from_sharegpt if fmt == "sharegpt" else _from_toucan)(row, reasoning)
+        return _READERS[fmt](row, reasoning)
     except _Bad as e:
         raise RowError(where, index, e.field, e.problem, rid) from None
     except ValueError as e:  # detect_sft_format

@@ -16,20 +16,20 @@ import os
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from slca import metrics as M
+from slca._procs import Children
 from slca.core.advantages import _entry_points, resolve_estimator
 from slca.reporting.report import final_eval, md_header, md_row, mean_of, metric_range, read_metrics
 from slca.training.config import config_diff, load_config
 from slca.models.named import model_fingerprint
-from slca.training.runs import RunFolder, checkpoint_step, model_record_problem, newest_intact_checkpoint, write_atomic
+from slca.training.runs import RESUME_MAY_CHANGE, RunFolder, checkpoint_step, model_record_problem, newest_intact_checkpoint, write_atomic
 from slca.training.samples import SampleGroup, SampleRollout, is_finite_number, read_samples
 
-__all__ = ["RunSpec", "run_compare", "train_process", "run_status", "check_runs", "summarize", "write_compare_report", "t_interval", "band"]
+__all__ = ["RunSpec", "run_compare", "train_process", "train_command", "train_env", "check_out", "run_status", "check_runs", "summarize", "write_compare_report", "t_interval", "band"]
 
 
 def t_interval(xs: list[float], level: float = 0.95) -> tuple[float, float]:
@@ -79,7 +79,7 @@ def run_status(spec: RunSpec, overrides: list[str]) -> tuple[str, list[str]]:
             raise ValueError("not a mapping")
     except (OSError, ValueError) as e:
         return "differs", [f"config.json unreadable ({e})"]
-    diff = config_diff(stored, cfg, ignore=("run_dir", "steps"))
+    diff = config_diff(stored, cfg, ignore=("run_dir", *RESUME_MAY_CHANGE))  # steps: below; the others leave the results as they are
     if stored.get("steps", cfg.steps) > cfg.steps:
         diff.append(f"steps: {stored.get('steps')!r} -> {cfg.steps!r}")
     problem = model_record_problem(spec.run_dir, cfg.model, model_fingerprint(cfg.model))
@@ -186,63 +186,121 @@ def _import_roots(estimators: list[str]) -> list[str]:
     return roots
 
 
-def train_process(args: list[str], log, roots: list[str] = (), threads: int = 1) -> subprocess.Popen:
-    """``slca train *args`` started in its own process (the interpreter running now), its output to the
-    open file ``log``, with ``threads`` torch threads; ``roots`` are appended to its PYTHONPATH."""
+def train_env(roots: list[str] = (), threads: int = 1) -> dict[str, str]:
+    """The environment of a ``slca train`` process: ``threads`` torch threads, unbuffered output, ``roots``
+    appended to its PYTHONPATH."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
     if roots:  # appended: the run's own path (its slca, its packages) comes first
         env["PYTHONPATH"] = os.pathsep.join([p for p in (env.get("PYTHONPATH") or "").split(os.pathsep) if p] + list(roots))
-    return subprocess.Popen([sys.executable, "-m", "slca.cli", "train", *args], stdout=log, stderr=subprocess.STDOUT, env=env)
+    return env
 
 
-def _run_one(spec: RunSpec, overrides: list[str], log_dir: Path, flag: str | None, roots: list[str] = ()) -> tuple[RunSpec, int, float]:
+def train_command(args: list[str]) -> list[str]:
+    """``slca train *args`` with the interpreter running now."""
+    return [sys.executable, "-m", "slca.cli", "train", *args]
+
+
+def train_process(args: list[str], log, roots: list[str] = (), threads: int = 1, *, children: Children | None = None,
+                  label: str = "") -> subprocess.Popen:
+    """``slca train *args`` started in its own process (the interpreter running now), its output to the
+    open file ``log``, with ``threads`` torch threads; ``roots`` are appended to its PYTHONPATH. Given
+    ``children``, it is started as one of them (``label``), so that it is stopped with them."""
+    kids = children if children is not None else Children()
+    return kids.start(label or " ".join(args), train_command(args), log=log, env=train_env(roots, threads))
+
+
+def _run_args(spec: RunSpec, overrides: list[str], flag: str | None) -> list[str]:
     args = ["--set", f"estimator={spec.estimator}", "--set", f"seed={spec.seed}", "--set", f"run_dir={spec.run_dir}"]
     for o in overrides:
         args += ["--set", o]
-    if flag:
-        args.append(flag)
-    t0 = time.time()
-    with open(log_dir / f"{spec.run_dir.name}.log", "w") as f:
-        rc = train_process(args, f, roots).wait()
-    return spec, rc, time.time() - t0
+    return args + ([flag] if flag else [])
 
 
 _FLAGS = {"new": None, "resume": "--resume", "differs": "--overwrite"}
+COMPARE_FILE = "compare.json"
+"""The comparison's record in ``--out`` (estimators, seeds, overrides, training wall time); written when a comparison
+starts, so that a folder holding one is known as a comparison's (:func:`check_out`)."""
+
+
+def check_out(out: Path) -> None:
+    """Refuse an ``--out`` that holds something other than a comparison: a comparison writes into a new or empty
+    folder or one a comparison wrote (its ``compare.json``, or the ``logs/*-seed*.log`` of an interrupted one)."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ValueError(f"--out: {out} exists and is not a folder")
+    entries = sorted(p.name for p in out.iterdir())
+    if not entries or COMPARE_FILE in entries or any((out / "logs").glob("*-seed*.log")):
+        return
+    shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+    raise ValueError(f"--out: {str(out)!r} holds files that are not a comparison's ({shown}); slca compare writes into a new "
+                     "or empty folder, or one an earlier slca compare wrote: choose another --out")
+
+
+def _write_meta(out: Path, estimators: list[str], seeds: list[int], overrides: list[str], wall: float) -> None:
+    write_atomic(out / COMPARE_FILE, json.dumps({"estimators": estimators, "seeds": seeds, "overrides": overrides, "train_wall_s": wall}, indent=2))
 
 
 def run_compare(estimators: list[str], seeds: list[int], out: Path, overrides: list[str], jobs: int = 2, progress=None,
-                *, overwrite: bool = False) -> list[RunSpec]:
+                *, overwrite: bool = False, poll: float = 0.5) -> list[RunSpec]:
     """Train every (estimator, seed) pair; returns the specs. Raises if a run failed.
 
     A run folder already in ``out`` is reused if it finished with the same
     config, resumed if it was interrupted, and refused (retrained with
-    ``overwrite``) if its config differs: see :func:`run_status`.
+    ``overwrite``) if its config differs: see :func:`run_status`. The runs are
+    ``slca train`` processes, ``jobs`` at a time, started and watched from this
+    thread; whatever ends this call (a signal, an error) stops those still running
+    (:class:`slca._procs.Children`). A run that fails does not stop the others: the
+    failures are raised together at the end.
     """
+    check_out(out)
     check_runs(estimators, seeds, out, overrides, overwrite=overwrite)
     out.mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
+    meta = out / COMPARE_FILE
+    try:
+        prev = float(json.loads(meta.read_text()).get("train_wall_s", 0.0)) if meta.exists() else 0.0
+    except (OSError, ValueError, TypeError, AttributeError):
+        prev = 0.0
+    _write_meta(out, estimators, seeds, overrides, prev)  # the folder is a comparison's from now on
     specs = _specs(estimators, seeds, out)
     todo = []
     for sp in specs:
         status = run_status(sp, overrides)[0]
         if status != "done":
             todo.append((sp, _FLAGS[status]))
-    t0 = time.time()
+    t0, trained = time.time(), bool(todo)
     failed = []
     roots = _import_roots(estimators)
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
-        for spec, rc, secs in ex.map(lambda item: _run_one(item[0], overrides, out / "logs", item[1], roots), todo):
-            if progress:
-                progress(spec, rc, secs)
-            if rc != 0:
-                failed.append(f"{spec.estimator} seed {spec.seed} (see {out / 'logs'})")
+    running: dict[str, tuple[RunSpec, Any, Any, float]] = {}  # label -> (spec, process, log file, start)
+    with Children() as kids:
+        try:
+            while todo or running:
+                while todo and len(running) < max(1, jobs):
+                    spec, flag = todo.pop(0)
+                    log = open(out / "logs" / f"{spec.run_dir.name}.log", "w")
+                    p = train_process(_run_args(spec, overrides, flag), log, roots, children=kids, label=spec.run_dir.name)
+                    running[spec.run_dir.name] = (spec, p, log, time.time())
+                for label, (spec, p, log, started) in list(running.items()):
+                    rc = p.poll()
+                    if rc is None:
+                        continue
+                    log.close()
+                    del running[label]
+                    if progress:
+                        progress(spec, rc, time.time() - started)
+                    if rc != 0:
+                        failed.append(f"{spec.estimator} seed {spec.seed} (see {out / 'logs' / (label + '.log')})")
+                if running:
+                    time.sleep(poll)
+        finally:
+            kids.stop()
+            for _, _, log, _ in running.values():
+                log.close()
     if failed:
         raise RuntimeError("runs failed: " + ", ".join(failed))
     # training wall time, summed over invocations (a re-run with every run finished only rewrites the report)
-    meta = out / "compare.json"
-    prev = json.loads(meta.read_text()).get("train_wall_s", 0.0) if meta.exists() else 0.0
-    wall = prev + (time.time() - t0 if todo else 0.0)
-    write_atomic(meta, json.dumps({"estimators": estimators, "seeds": seeds, "overrides": overrides, "train_wall_s": wall}, indent=2))
+    _write_meta(out, estimators, seeds, overrides, prev + (time.time() - t0 if trained else 0.0))
     return specs
 
 
