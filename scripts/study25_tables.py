@@ -95,6 +95,11 @@ def run_numbers(run: Path) -> dict[str, float] | None:
             v = at.get(k)
             out[f"step{s}/{k}"] = float(v) if isinstance(v, (int, float)) else math.nan
     out["step0/tool_tasks/success"] = out["step0/eval/tool_tasks/success"]
+    # the first update, where two runs of one seed still share their rollouts (same weights, same tasks)
+    first = next((r for r in train if r.get("step") == 1), {})
+    for k in ("adv/summary_std", "rollout/mixed_call_groups", "rollout/no_summary_segment"):
+        v = first.get(k)
+        out[f"step1/{k}"] = float(v) if isinstance(v, (int, float)) else math.nan
     return out
 
 
@@ -152,6 +157,13 @@ def figures(root: Path = DEFAULT_ROOT) -> dict[str, list[float]]:
         for k in A_s[seeds[0]]:
             out[f"interaction: {k}"] = [(B_s[s][k] - A_s[s][k]) - (B_g[s][k] - A_g[s][k]) for s in seeds]
     return out
+
+
+def empty_tool_only(a: dict[int, dict[str, float]], d: dict[int, dict[str, float]]) -> list[int]:
+    """Seeds whose step-1 summary advantages differ between stage A's and D's SLCA (same rollouts at step 1) with no mixed
+    group and no rollout without an answer at that step: there ``empty_tool`` alone made the difference."""
+    return [s for s in sorted(set(a) & set(d)) if d[s]["step1/adv/summary_std"] != a[s]["step1/adv/summary_std"]
+            and d[s]["step1/rollout/mixed_call_groups"] == 0 and d[s]["step1/rollout/no_summary_segment"] == 0]
 
 
 def ahead(xs: list[float]) -> str:
@@ -254,6 +266,10 @@ def main() -> None:
         print("How often the options acted (D, mean over training steps and seeds): "
               + ", ".join(f"{k[len('rollout/'):]} {fmt(F[f'D/slca: train/{k}'])}" for k in ACTED)
               + f"; steps with a rollout that ended without an answer {fmt(F['D/slca: steps_without_answer'])}")
+        A_s, D_s = by_arm["A/slca"], by_arm["D/slca"]
+        print("Step 1 (A and D share their rollouts): seeds whose summary advantages differ (adv/summary_std) although no group "
+              "mixed callers with non-callers and every rollout answered, so that only empty_tool=both on whole-group "
+              "abstentions can have changed them: " + ", ".join(str(s) for s in empty_tool_only(A_s, D_s)))
 
 
 if __name__ == "__main__":

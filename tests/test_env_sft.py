@@ -155,7 +155,7 @@ TURNS = ("Weather in Oslo?", CALL, '<tool_response>\n{"t": 3}\n</tool_response>'
 
 
 def test_detect_sft_format_reads_the_keys():
-    assert SFT_FORMATS == ("sharegpt", "toucan") and REASONING == ("content", "field", "drop")
+    assert SFT_FORMATS == ("sharegpt", "toucan", "llamafactory") and REASONING == ("content", "field", "drop")
     assert detect_sft_format({"conversations": []}) == "sharegpt"
     assert detect_sft_format({"messages": []}) == "toucan"
     with pytest.raises(ValueError, match=r"cannot tell the SFT row's format from its keys \['text'\]"):

@@ -411,7 +411,7 @@ BAD_ROWS = {
         "messages[2].function_call", "unknown tool 'exa-search-radar'"),
     "a verl gold step of a bare string": (
         lambda: {**_verl(), "reward_model": {"ground_truth": {"gold_tool_calls": [["oops"]]}}},
-        "reward_model.ground_truth.gold_tool_calls[0][0]", "not valid JSON"),
+        "reward_model.ground_truth.gold_tool_calls[0][0]", "unknown tool 'oops'"),
     "a verl gold step that is empty": (
         lambda: {**_verl(), "reward_model": {"ground_truth": {"gold_tool_calls": [[]]}}},
         "reward_model.ground_truth.gold_tool_calls[0]", "an empty step"),

@@ -378,6 +378,8 @@ def _from_llamafactory(row: dict[str, Any], reasoning: str) -> dict[str, Any]:
 def _has_lf_roles(messages: Any) -> bool:
     """Whether a ``messages`` value (a list or JSON text of one) holds a ``tool_call`` / ``tool_response`` message."""
     if isinstance(messages, str):
+        if "tool_call" not in messages and "tool_response" not in messages:
+            return False  # a Toucan row's messages are not decoded twice
         try:
             messages = _json(messages)
         except ValueError:
