@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The pre-registered study of issue 25 (plan: docs/results.md, "Study 25"), as run for the docs.
-# Background and resumable: `slca compare` skips finished runs whose stored config matches,
-# so re-running this script continues where it stopped. Stages in order of priority:
+# Background and resumable: `slca compare` skips finished runs whose stored config and model
+# fingerprint (model.json) match, so re-running this script continues where it stopped. The
+# records were made on build J (default:802a004aea881d79); on another shipped build (PF3 since
+# issue 27) compare refuses to reuse them and would retrain every run. Stages in order of priority:
 #   A  grpo, slca                      (the primary endpoint)
 #   B  grpo, slca with summary_noise    (the paper's mechanism; paired with A by seed)
 #   C  gdpo, slca_cond, slca_turn       (the other estimators; paired with A's grpo by seed)
