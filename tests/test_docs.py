@@ -59,7 +59,7 @@ EXCEPTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("docs/evaluation.md", "pip install --no-deps"): ("skip", "installs packages; the Makefile's setup-test target runs this install (`make -n test` is checked)"),
     ("docs/evaluation.md", "pip install -c eval-constraints.txt"): ("skip", "installs packages (see above)"),
     ("docs/integrations.md", "pip install 'slca[trl]'"): ("skip", "installs packages"),
-    ("docs/integrations.md", "pip install 'slca[verl]' vllm"): ("skip", "installs packages (CUDA torch, vLLM)"),
+    ("docs/integrations.md", "pip install 'slca[verl]' \"vllm==0.24.0\""): ("skip", "installs packages (CUDA torch, vLLM)"),
     ("docs/integrations.md", "from datasets import Dataset"): (
         "compile", "trains Qwen2.5-0.5B from the Hugging Face hub (no hub here); tests/test_integration_trl.py runs SLCAGRPOTrainer on a local model"),
     ("docs/integrations.md", "import numpy as np, torch"): (

