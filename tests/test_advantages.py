@@ -390,6 +390,12 @@ def _batch(B: int = 6, T: int = 7, K: int = 2, seed: int = 0) -> dict:
         tool_rewards=torch.rand(B, generator=g), summary_rewards=torch.rand(B, generator=g),
         group_ids=[i // 3 for i in range(B)], model_mask=model, tool_mask=tm, summary_mask=sm,
         tool_signatures=[i % 2 for i in range(B)], turn_rewards=torch.rand(B, K, generator=g),
+        extra={  # the released estimators' inputs (slca.core.paper)
+            "should_no_call": torch.tensor([float(i % 3 == 1) for i in range(B)]),
+            "toolpo_correct_ratio": torch.rand(B, generator=g),
+            "rltr_comp": torch.tensor([float(i % 4 == 0) for i in range(B)]),
+            "rltr_repeat_penalty": torch.zeros(B), "rltr_error_penalty": torch.zeros(B), "rltr_format_valid": torch.ones(B),
+        },
     )
 
 

@@ -1,11 +1,15 @@
-"""`slca compare` end to end on a tiny budget, and its statistics."""
+"""`slca compare` end to end on a tiny budget, and its statistics; a signal stops it and every run it started, and
+the command it prints continues them; it writes only into a folder of its own."""
 
 import json
 import math
+import signal
 import subprocess
 import sys
 
 import pytest
+
+from _slca_procs import ENV, HAS_PROC, SLCA, Started, alive, sets, sigint_default, wait_until
 
 from slca.reporting.compare import t_interval
 
@@ -84,3 +88,76 @@ def test_compare_refuses_bad_input(tmp_path):
     r = subprocess.run([sys.executable, "-m", "slca.cli", "compare", "--seeds", "0", "--set", "steps=zero", "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr == "error: steps: must be an integer, got 'zero'\n"
+
+
+def test_compare_refuses_an_out_folder_that_is_not_a_comparisons(tmp_path):
+    from typer.testing import CliRunner
+
+    from slca.cli import app
+
+    out = tmp_path / "project"
+    (out / "src").mkdir(parents=True)
+    (out / "report.md").write_text("my own report")
+    r = CliRunner().invoke(app, ["compare", "--estimators", "grpo", "--seeds", "0", "--out", str(out)])
+    assert r.exit_code == 2 and r.stderr.startswith(f"error: --out: '{out}' holds files that are not a comparison's (report.md, src)")
+    assert (out / "report.md").read_text() == "my own report" and sorted(p.name for p in out.iterdir()) == ["report.md", "src"]
+
+
+# ------------------------------------------------------------------ the comparison's processes: signals, a parent killed outright
+
+CMP_SETS = ["tasks_per_step=2", "group_size=2", "max_turns=2", "max_new_tokens=8", "eval_every=0", "eval_tasks=2", "minibatches=1",
+            "report_to=none", "ood_splits=none", "save_every=1", "keep_checkpoints=1", "sample_html_every=1"]
+
+
+def _compare_args(out, model, steps: int) -> list[str]:
+    return ["compare", "--estimators", "grpo,slca", "--seeds", "0", "--jobs", "2", "--out", str(out),
+            *sets(f"model={model}", f"steps={steps}", *CMP_SETS)]
+
+
+def _both_saved(out, run: Started) -> list[int]:
+    """Wait until both runs have a checkpoint; their processes."""
+    kids = run.wait_for_kids(2, timeout=180)
+    for name in ("grpo-seed0", "slca-seed0"):
+        wait_until(lambda: any((out / name / "checkpoints").glob("step-*")), 180, f"{name}'s first checkpoint", run.p)
+    return kids
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_PROC, reason="reads child processes from /proc (Linux)")
+def test_ctrl_c_stops_every_run_and_the_command_it_prints_continues_them(tmp_path, tiny_model_dir):
+    import shlex
+
+    out = tmp_path / "cmp"
+    with Started([*SLCA, *_compare_args(out, tiny_model_dir, 20)], tmp_path / "proc", preexec_fn=sigint_default) as run:
+        kids = _both_saved(out, run)
+        run.p.send_signal(signal.SIGINT)
+        assert run.wait(timeout=60) == 130, run.stderr[-3000:]
+        assert wait_until(lambda: not [k for k in kids if alive(k)], 30, "both runs stopped") < 15
+        err = [x for x in run.stderr.splitlines() if x.strip()]
+        assert err[-2].startswith("interrupted (Ctrl-C): the runs still training were stopped; each keeps its newest checkpoint"), err
+        assert err[-1].startswith("continue: slca compare --estimators grpo,slca"), err
+    # the printed command, as a user pastes it: the stopped runs resume from their checkpoints and the comparison ends
+    cmd = shlex.split(err[-1].removeprefix("continue: ").split("   (")[0])
+    r = subprocess.run([*SLCA, *cmd[1:]], capture_output=True, text=True, timeout=600, env=ENV)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    for name in ("grpo-seed0", "slca-seed0"):
+        assert "resumed from step" in (out / "logs" / f"{name}.log").read_text()
+        assert [json.loads(x)["step"] for x in (out / name / "metrics.jsonl").read_text().splitlines()] == list(range(1, 21))
+    assert (out / "report.md").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_PROC, reason="reads child processes from /proc (Linux)")
+@pytest.mark.parametrize("how", ["SIGHUP", "SIGKILL"])
+def test_closing_the_terminal_or_killing_compare_outright_stops_every_run(tmp_path, tiny_model_dir, how):
+    """SIGHUP (the terminal closed): compare stops its runs itself. SIGKILL (nothing to catch): the runs see their
+    parent gone and stop themselves, each saying how to resume in its log."""
+    out = tmp_path / "cmp"
+    with Started([*SLCA, *_compare_args(out, tiny_model_dir, 500)], tmp_path / "proc") as run:
+        kids = _both_saved(out, run)
+        run.p.send_signal(getattr(signal, how))
+        assert run.wait(timeout=60) == (129 if how == "SIGHUP" else -signal.SIGKILL), run.stderr[-3000:]
+        assert wait_until(lambda: not [k for k in kids if alive(k)], 30, "both runs stopped") < 15
+    for name in ("grpo-seed0", "slca-seed0"):
+        log = (out / "logs" / f"{name}.log").read_text()
+        assert "interrupted (SIGTERM): " in log and f"resume: slca train --resume {out / name}" in log, log[-2000:]

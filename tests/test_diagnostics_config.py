@@ -62,7 +62,7 @@ def test_config_defaults_valid_and_every_field_documented():
 @pytest.mark.parametrize(
     "override, match",
     [
-        ("estimator=ppo", "estimator: unknown estimator 'ppo'; registered: \\['gdpo', 'grpo', 'slca'"),
+        ("estimator=ppo", "estimator: unknown estimator 'ppo'; registered: \\['gdpo', 'grpo', 'rltr_planner', 'slca'"),
         ("group_size=1", "group_size: must be >= 2"),
         ("steps=0", "steps: must be > 0"),
         ("loss_agg=sum", "loss_agg: must be one of"),

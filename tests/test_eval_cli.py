@@ -46,7 +46,7 @@ def _eval(args: list[str], out: pathlib.Path) -> dict:
 @pytest.mark.slow
 def test_eval_toolworld(tiny_model, tmp_path):
     rep = _eval(["--model", tiny_model, "--suite", "toolworld", "--limit", "6", "--samples", "2"], tmp_path)
-    assert set(rep["metrics"]) == {"name_f1", "arg_match", "process", "success", "pass^2"}
+    assert set(rep["metrics"]) == {"name_f1", "arg_match", "process", "success", "paper_success", "pass^2"}
     assert len(rep["records"]) == 12 and rep["samples"] == 2
     assert sum(rep["counts"].values()) == 6  # per task kind
     assert all(0 <= v <= 1 for v in rep["metrics"].values())
@@ -62,7 +62,7 @@ def test_eval_toucan_rows(tiny_model, tmp_path, source):
         data = tmp_path / "rows"
     rep = _eval(["--model", tiny_model, "--suite", "toucan", "--data", str(data), "--limit", "3"], tmp_path)
     assert len(rep["records"]) == 3
-    assert set(rep["metrics"]) == {"name_f1", "arg_match", "process", "success"}
+    assert set(rep["metrics"]) == {"name_f1", "arg_match", "process", "success", "paper_success"}
 
 
 @pytest.mark.slow
@@ -110,3 +110,14 @@ def test_eval_bad_arguments(args, message, tiny_model, tmp_path):
 def test_eval_folder_without_config(tmp_path):
     res = runner.invoke(app, ["eval", "--model", str(tmp_path), "--suite", "toolworld"])
     assert res.exit_code == 2 and "no config.json" in res.output
+
+
+def test_eval_never_replaces_a_file_it_did_not_write(tmp_path):
+    (tmp_path / "toolworld.json").write_text('{"mine": true}')
+    (tmp_path / "bfcl.md").write_text("# my notes on BFCL")
+    for suite, name in (("toolworld", "toolworld.json"), ("bfcl", "bfcl.md")):
+        res = runner.invoke(app, ["eval", "--model", "default", "--suite", suite, "--out", str(tmp_path)])
+        assert res.exit_code == 2, res.output
+        assert res.stderr == (f"error: --out: '{tmp_path / name}' is not a report of slca eval; slca eval would replace it: "
+                              "choose another --out\n")
+    assert (tmp_path / "toolworld.json").read_text() == '{"mine": true}' and (tmp_path / "bfcl.md").read_text() == "# my notes on BFCL"

@@ -13,7 +13,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # bottom layer first; a module may import its own layer and the ones before it
 LAYERS = [
-    ("types", ["slca.types", "slca.metrics", "slca._checks", "slca._fields", "slca._fs", "slca._limits"]),
+    ("types", ["slca.types", "slca.metrics", "slca._checks", "slca._fields", "slca._fs", "slca._limits", "slca._procs"]),
     ("core math", ["slca.core"]),
     ("chat", ["slca.chat"]),
     ("environment", ["slca.env"]),
@@ -112,7 +112,7 @@ def test_every_module_is_in_a_layer_and_the_layers_are_folders():
         for p in prefixes:
             assert (SRC / p.replace(".", "/") / "__init__.py").is_file(), f"{p} is not a folder"
     top = sorted(p.name for p in (SRC / "slca").glob("*.py"))
-    assert top == ["__init__.py", "_checks.py", "_fields.py", "_fs.py", "_limits.py", "cli.py", "metrics.py", "types.py"], top
+    assert top == ["__init__.py", "_checks.py", "_fields.py", "_fs.py", "_limits.py", "_procs.py", "cli.py", "metrics.py", "types.py"], top
 
 
 def test_imports_point_down_the_layers():

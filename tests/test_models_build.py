@@ -196,3 +196,46 @@ def test_build_model_refuses_a_negative_checkpoint_interval(tmp_path):
 
     r = CliRunner().invoke(app, ["build-model", "--out", str(tmp_path / "m"), "--checkpoint-every", "-1"])
     assert r.exit_code == 2 and "--checkpoint-every" in r.output
+
+
+def test_build_model_refuses_a_folder_that_is_not_a_model_it_built(tmp_path):
+    from typer.testing import CliRunner
+
+    from slca.cli import app
+
+    models = tmp_path / "models"
+    (models / "other-model").mkdir(parents=True)
+    (models / "other-model" / "model.safetensors").write_bytes(b"weights")
+    (models / "notes.txt").write_text("mine")
+    r = CliRunner().invoke(app, ["build-model", "--out", str(models)])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith(f"error: --out: '{models}' holds no model slca built (no slca_build.json): notes.txt, other-model/; "), r.stderr
+    assert sorted(p.name for p in models.iterdir()) == ["notes.txt", "other-model"]  # nothing deleted
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models"]  # nothing built beside it either
+
+
+def test_build_model_replaces_an_earlier_build_and_leaves_nothing_beside_it(tmp_path, monkeypatch):
+    """The 40-minute build itself is stood in for (it writes a small model folder); what is checked is the replacement."""
+    import types
+
+    from typer.testing import CliRunner
+
+    import recipes.warmstart as warmstart
+    from slca.cli import app
+
+    def fake_build(out, cfg, **kw):
+        out.mkdir()
+        (out / "slca_build.json").write_text('{"fingerprint": "new"}')
+        (out / "model.safetensors").write_bytes(b"new weights")
+        return types.SimpleNamespace(n_params=1e6, total_seconds=1.0, total_cpu_seconds=1.0, resumed_from=0)
+
+    monkeypatch.setattr(warmstart, "build_default", fake_build)
+    out = tmp_path / "default"
+    out.mkdir()
+    (out / "slca_build.json").write_text('{"fingerprint": "old"}')
+    (out / "config.json").write_text("{}")
+    r = CliRunner().invoke(app, ["build-model", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in out.iterdir()) == ["model.safetensors", "slca_build.json"]
+    assert json.loads((out / "slca_build.json").read_text()) == {"fingerprint": "new"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["default"]  # no .default.build, .default.old-*, .default.build-state

@@ -194,3 +194,25 @@ def test_token_html_renders_in_headless_browser(tmp_path):
     dom = subprocess.run([exe, *flags, "--dump-dom", p.as_uri()], check=True, capture_output=True, text=True, timeout=120).stdout
     assert dom.count("data-estimator=\"slca\"") == 2
     assert dom.count('class="adv"') == 8 and "A=+1.000" in dom  # the numbers are on the page, not only in tooltips
+
+
+def test_report_writes_only_into_a_run_a_report_or_a_new_folder(tmp_path):
+    from typer.testing import CliRunner
+
+    from slca.cli import app
+
+    runs = []
+    for name in ("a", "b"):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/tool": 0.5}) + "\n")
+        runs.append(str(d))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "report.md").write_text("my own report")
+    r = CliRunner().invoke(app, ["report", *runs, "--out", str(mine)])
+    assert r.exit_code == 2 and r.stderr.startswith(f"error: --out: '{mine}' is neither a run folder nor a report slca wrote"), r.output
+    assert (mine / "report.md").read_text() == "my own report"
+    out = tmp_path / "cmp"
+    assert CliRunner().invoke(app, ["report", *runs, "--out", str(out)]).exit_code == 0
+    assert CliRunner().invoke(app, ["report", *runs, "--out", str(out)]).exit_code == 0  # its own report: written again

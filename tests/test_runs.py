@@ -8,6 +8,10 @@ import json
 import os
 import pickle
 import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -111,16 +115,32 @@ def test_damaged_newest_checkpoint_is_skipped(tmp_path):
 
 
 def test_a_failed_write_leaves_no_checkpoint(tmp_path):
-    class Broken(_Weights):
-        def save_pretrained(self, d, safe_serialization=True):
-            super().save_pretrained(d)
-            raise OSError("disk full")
-
+    """A real failed write: past a file-size limit (RLIMIT_FSIZE, SIGXFSZ ignored) in a child process, the real safetensors
+    writer raises its own SafetensorError; save_checkpoint names the file and leaves the earlier checkpoint alone."""
+    script = textwrap.dedent(f"""
+        import resource, signal, sys, torch
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_runs import _Weights
+        from slca._fs import WriteError
+        from slca.training.runs import save_checkpoint
+        root = {str(tmp_path / "ck")!r}
+        save_checkpoint(root, 1, model=_Weights(), tokenizer=None, state={{"step": 1}}, keep=2)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        big = _Weights()
+        big.w = torch.nn.Parameter(torch.zeros(4096))
+        try:
+            save_checkpoint(root, 2, model=big, tokenizer=None, state={{"step": 2}}, keep=2)
+        except WriteError as e:
+            print("WriteError", e.errno, e, type(e.__cause__).__name__)
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
     root = tmp_path / "ck"
-    _save(root, 1)
-    with pytest.raises(OSError, match="disk full"):
-        save_checkpoint(root, 2, model=Broken(), tokenizer=None, state={}, keep=2)
+    assert r.stdout.strip() == (f"WriteError 27 {root / 'step-000002' / 'model.safetensors'}: could not write the checkpoint of step 2 "
+                                "(File too large, EFBIG); nothing of it was kept, the earlier checkpoints are intact SafetensorError")
     assert [s for s, _ in list_checkpoints(root)] == [1] and not list(root.glob(".tmp-*"))
+    assert verify_checkpoint(root / "step-000001") is None
 
 
 def test_pickled_state_is_never_loaded(tmp_path):
@@ -245,6 +265,9 @@ def test_overwrite_never_empties_the_working_folder(tmp_path, monkeypatch):
 
 
 def test_compare_reuses_only_matching_runs(tmp_path):
+    from slca.models.named import model_fingerprint
+    from slca.training.runs import write_model_record
+
     out = tmp_path / "cmp"
     sets = ["steps=2", "tasks_per_step=2"]
     sp = RunSpec("grpo", 0, out / "grpo-seed0")
@@ -252,11 +275,15 @@ def test_compare_reuses_only_matching_runs(tmp_path):
     cfg = validate(TrainConfig(run_dir=str(sp.run_dir), estimator="grpo", seed=0, steps=2, tasks_per_step=2))
     with RunFolder(cfg):
         pass
+    write_model_record(sp.run_dir, "default", model_fingerprint("default"))
     _save(sp.run_dir / "checkpoints", 1)
     assert run_status(sp, sets) == ("resume", [])  # interrupted: continued with --resume
     _save(sp.run_dir / "checkpoints", 2)
     (sp.run_dir / "samples.json").write_text("[]")
     assert run_status(sp, sets) == ("done", [])
+    write_model_record(sp.run_dir, "default", "default:another-build")  # records of another build are not reused
+    assert run_status(sp, sets)[0] == "differs" and "model fingerprint" in run_status(sp, sets)[1][0]
+    write_model_record(sp.run_dir, "default", model_fingerprint("default"))
     assert run_status(sp, [*sets[:1], "tasks_per_step=2", "steps=3"]) == ("resume", [])  # more steps: extended
     status, diff = run_status(sp, [*sets, "lr=0.001"])
     assert status == "differs" and diff == ["lr: 0.0002 -> 0.001"]
@@ -266,3 +293,65 @@ def test_compare_reuses_only_matching_runs(tmp_path):
     os.remove(sp.run_dir / "config.json")
     (sp.run_dir / "config.json").write_text("{not json")
     assert run_status(sp, sets)[0] == "differs"
+
+
+# ---------------------------------------------------------------- what resume may change, what a run may replace
+
+
+def test_resume_may_change_what_leaves_the_result_as_it_is(tmp_path):
+    cfg = _cfg(tmp_path, steps=5)
+    _fake_run(tmp_path, cfg, (1, 2))
+    light = dataclasses.replace(cfg, micro_batch_size=2, eval_every=3, diag_every=0, volatility_window=4, sample_html_every=0,
+                                save_every=1, keep_checkpoints=1, report_to=["none"], project="other")
+    with RunFolder(light, resume=True) as run:
+        assert run.checkpoint.name == "step-000002"
+        assert "micro_batch_size: 0 -> 2" in run.notes and "keep_checkpoints: 2 -> 1" in run.notes and "project: 'slca' -> 'other'" in run.notes
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["micro_batch_size"] == 2  # the run goes on with it
+    for field, value in (("fast_paths", False), ("minibatches", 1), ("eval_tasks", 8), ("dtype", "bfloat16")):  # these change it
+        with pytest.raises(ConfigError, match=rf"--resume: the config differs from the run's config.json: {field}: "):
+            RunFolder(dataclasses.replace(light, **{field: value}), resume=True).open()
+
+
+def test_overwrite_deletes_the_runs_files_and_nothing_else(tmp_path):
+    cfg = _cfg(tmp_path, steps=5)
+    _fake_run(tmp_path, cfg, (1,))
+    run_dir = tmp_path / "run"
+    (run_dir / "notes.md").write_text("mine")
+    (run_dir / "data").mkdir()
+    (run_dir / ".config.json.abc123.tmp").write_text("{")  # an interrupted write of the run's own
+    (run_dir / "report.md").write_text("# slca run report")
+    with RunFolder(cfg, overwrite=True):
+        pass
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.json", "data", "notes.md"]
+
+
+def test_a_folder_with_a_file_a_run_would_replace_is_refused(tmp_path):
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "README.md").write_text("mine")
+    cfg = validate(TrainConfig(run_dir=str(proj)))
+    with RunFolder(cfg):  # files of other names: the run's files go beside them
+        pass
+    (proj / "config.json").unlink()
+    (proj / "config.json").write_text('{"name": "my project"}')
+    for kw in ({}, {"resume": True}, {"overwrite": True}):
+        with pytest.raises(ConfigError, match=r"run_dir: .* holds config.json, which a run writes, but no run"):
+            RunFolder(cfg, **kw).open()
+    assert (proj / "config.json").read_text() == '{"name": "my project"}'
+
+
+def test_compare_reuses_a_run_that_differs_only_where_its_records_do_not(tmp_path):
+    from slca.training.runs import write_model_record
+    from slca.models.named import model_fingerprint
+
+    out = tmp_path / "cmp"
+    sets = ["steps=2", "tasks_per_step=2"]
+    sp = RunSpec("grpo", 0, out / "grpo-seed0")
+    cfg = validate(TrainConfig(run_dir=str(sp.run_dir), estimator="grpo", seed=0, steps=2, tasks_per_step=2))
+    with RunFolder(cfg):
+        pass
+    write_model_record(sp.run_dir, cfg.model, model_fingerprint(cfg.model))
+    _save(sp.run_dir / "checkpoints", 1)
+    assert run_status(sp, sets) == ("resume", [])
+    assert run_status(sp, [*sets, "micro_batch_size=2", "save_every=1", "keep_checkpoints=1", "report_to=none"]) == ("resume", [])
+    assert run_status(sp, [*sets, "eval_every=1"]) == ("differs", ["eval_every: 10 -> 1"])  # the report's curve would change

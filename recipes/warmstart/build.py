@@ -42,7 +42,7 @@ from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForC
 
 from slca.models.default import INFO_FILE, add_response_template
 from slca.models.tokenizer import chat_template
-from slca._fs import temp_dir, umask_modes
+from slca._fs import replaceable_model_folder, temp_dir, umask_modes
 
 from .config import LATER_FIELDS, RECIPE_VERSION, BuildConfig, DemoMix, ModelSize
 from .demos import Demonstration, make_demonstrations, render_texts
@@ -382,5 +382,9 @@ def _save(out: Path, model, tokenizer, info: dict) -> None:
     if (out / INFO_FILE).exists():
         shutil.rmtree(tmp)  # another process finished the same build first
     else:
-        shutil.rmtree(out, ignore_errors=True)  # a half-written entry from an older layout
+        problem = replaceable_model_folder(out, partial=True)
+        if problem is not None:  # never delete what a build did not write
+            shutil.rmtree(tmp)
+            raise ValueError(f"model folder {problem}")
+        shutil.rmtree(out, ignore_errors=True)  # a half-written entry from an older layout (model files only)
         os.replace(tmp, out)

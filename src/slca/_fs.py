@@ -1,5 +1,8 @@
 """Files and folders with the modes a plain ``open`` / ``mkdir`` gives: the umask read, a temporary folder
-that can be renamed into place, modes put right after writers that use 0600 / 0700 (safetensors, mkdtemp).
+that can be renamed into place, modes put right after writers that use 0600 / 0700 (safetensors, mkdtemp);
+failed writes as one :class:`WriteError` naming the file (whichever writer failed: Python's ``open``, the
+safetensors writer, the tokenizers library); weight files checked before they load (:func:`check_weights`);
+which folders a command may replace (:func:`replaceable_model_folder`).
 
 The lowest layer: run folders (:mod:`slca.training.runs`), model folders (:mod:`slca.models`) and the warm-start
 recipe's build all write through it.
@@ -7,11 +10,18 @@ recipe's build all write through it.
 
 from __future__ import annotations
 
+import contextlib
+import errno as _errno
 import os
+import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["umask", "temp_dir", "umask_modes"]
+from safetensors import safe_open
+
+__all__ = ["umask", "temp_dir", "umask_modes", "WriteError", "write_error", "writing", "check_weights", "replaceable_model_folder",
+           "MODEL_INFO_FILE"]
 
 
 def umask() -> int:
@@ -44,3 +54,120 @@ def umask_modes(root: str | Path) -> None:
     for p in [root, *root.rglob("*")]:
         if not p.is_symlink():
             os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~mask)
+
+
+# --------------------------------------------------------------------------- failed writes
+
+
+class WriteError(OSError):
+    """A write that failed (disk full, a file too large, a folder not writable): ``str()`` is one line that names the
+    file and what the system said; ``errno`` is the system's."""
+
+    def __init__(self, code: int | None, message: str) -> None:
+        super().__init__(code, message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+_OS_ERROR = re.compile(r"os error (\d+)")
+
+
+def _reason(e: BaseException) -> tuple[int | None, str] | None:
+    """``(errno, what the system said)`` of a failed write, whichever library raised it; None for an error that is
+    not one (a bug keeps its traceback)."""
+    if isinstance(e, WriteError):
+        return e.errno, e.message
+    if isinstance(e, OSError):
+        return e.errno, e.strerror or str(e)
+    # the safetensors writer raises SafetensorError ("Error while serializing: I/O error: File too large (os error 27)"),
+    # the tokenizers library a bare Exception ("File too large (os error 27)"): the system's error is in the text
+    if type(e).__name__ == "SafetensorError" or type(e) is Exception:
+        m = _OS_ERROR.search(str(e))
+        if m:
+            code = int(m.group(1))
+            return code, os.strerror(code)
+        if type(e).__name__ == "SafetensorError" and "serializ" in str(e).lower():
+            return None, " ".join(str(e).split())
+    return None
+
+
+def write_error(path: str | Path, e: BaseException, what: str = "", *, after: str = "", named: bool = True) -> WriteError | None:
+    """The :class:`WriteError` of ``e`` raised while writing ``path``, or None when ``e`` is not a failed write:
+    ``<path>: could not write <what> (<reason>, <ERRNO>)<; after>``. With ``named``, the file the system named (an
+    ``OSError``'s ``filename``) wins over ``path``; without, ``path`` is named (the system's file is a temporary one)."""
+    if isinstance(e, WriteError):
+        return e
+    why = _reason(e)
+    if why is None:
+        return None
+    code, text = why
+    where = (getattr(e, "filename", None) if named else None) or path
+    name = _errno.errorcode.get(code, "") if code else ""
+    return WriteError(code, f"{where}: could not write{' ' + what if what else ''} ({text}{', ' + name if name else ''})"
+                            + (f"; {after}" if after else ""))
+
+
+@contextlib.contextmanager
+def writing(path: str | Path, what: str = "", *, after: str = "", named: bool = True) -> Iterator[None]:
+    """Within the block, a failed write becomes a :class:`WriteError` naming ``path`` (see :func:`write_error`)."""
+    try:
+        yield
+    except Exception as e:
+        err = write_error(path, e, what, after=after, named=named)
+        if err is None:
+            raise
+        raise err from e
+
+
+# --------------------------------------------------------------------------- weights that load
+
+
+def check_weights(folder: str | Path) -> None:
+    """Refuse, naming the file, a ``*.safetensors`` file of ``folder`` that is cut short or not a safetensors file (an
+    interrupted copy or download): its header is read and checked against the file's size, no tensor is loaded.
+
+    Raises:
+        ValueError: ``<file>: cut short or corrupt (<what safetensors says>)``.
+    """
+    for f in sorted(Path(folder).glob("*.safetensors")):
+        try:
+            with safe_open(str(f), framework="pt") as st:
+                st.keys()
+        except Exception as e:  # SafetensorError for a short or garbled header; OSError for an unreadable file
+            if isinstance(e, OSError):
+                raise ValueError(f"{f}: could not read ({e.strerror or e})") from None
+            raise ValueError(f"{f}: cut short or corrupt, not a whole safetensors file ({' '.join(str(e).split())}); "
+                             "copy or download it again") from None
+
+
+# --------------------------------------------------------------------------- folders a command may replace
+
+
+MODEL_INFO_FILE = "slca_build.json"
+"""The record a built model folder holds (the recipe's ``INFO_FILE``): a folder with it is a model slca built."""
+
+_MODEL_SUFFIXES = (".json", ".safetensors", ".jinja", ".txt", ".model")
+
+
+def replaceable_model_folder(out: str | Path, *, partial: bool = False) -> str | None:
+    """None if a model build may replace ``out``: it does not exist, is empty, or is a model folder slca built (its
+    ``slca_build.json`` and the files of a ``save_pretrained`` folder, nothing else; with ``partial``, the record may be
+    missing: a build interrupted while writing); otherwise why not, in one line."""
+    out = Path(out)
+    if not out.exists():
+        return None
+    if not out.is_dir():
+        return f"{str(out)!r} exists and is not a folder"
+    entries = sorted(out.iterdir())
+    if not entries:
+        return None
+    other = [p.name + ("/" if p.is_dir() else "") for p in entries if p.is_dir() or not p.name.endswith(_MODEL_SUFFIXES)]
+    if ((out / MODEL_INFO_FILE).is_file() or partial) and not other:
+        return None
+    shown = other or [p.name for p in entries]
+    listed = ", ".join(shown[:5]) + (", ..." if len(shown) > 5 else "")
+    why = "files that are not a model's" if (out / MODEL_INFO_FILE).is_file() else "no model slca built (no slca_build.json)"
+    return (f"{str(out)!r} holds {why}: {listed}; a build replaces only an empty folder or a model folder slca built: "
+            f"choose a new folder, e.g. {str(out / 'default')!r}")

@@ -332,8 +332,9 @@ def _demo_runs(cfgs: dict[str, Any], out: Path, jobs: int, baseline, *, poll: fl
                         stop.set()
                         kids.stop()
                         log = logs / f"{label}.log"
-                        _fail(f"the {label} run failed ({_exit_status(rc)}); the other runs were stopped; the end of {log}:\n"
-                              + "\n".join(_log_tail(log)))
+                        tail = _log_tail(log)
+                        _fail(f"the {label} run failed ({_exit_status(rc)}); the other runs were stopped; "
+                              + (f"the end of {log}:\n" + "\n".join(tail) if tail else f"its log {log} is empty"))
                 for label, bar in bars.items():
                     prog.update(bar, completed=_logged_steps(Path(cfgs[label].run_dir), t0))
                 if "error" in result:
@@ -344,7 +345,7 @@ def _demo_runs(cfgs: dict[str, Any], out: Path, jobs: int, baseline, *, poll: fl
         for f in files:
             f.close()
         if replayer.is_alive():
-            replayer.join(timeout=5.0)  # the replay stops at its next step; a daemon thread, it never holds the exit up
+            replayer.join(timeout=1.0)  # the replay stops at its next step; a daemon thread, it never holds the exit up
     if "error" in result:
         raise result["error"]
     return result["frozen"]
@@ -520,7 +521,8 @@ def train(
                                          help="With --resume: the run folder to continue, with the config.json stored there."),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML/JSON file of config fields."),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a field: --set estimator=grpo (repeatable)."),
-    resume: bool = typer.Option(False, help="Continue a run from its newest intact checkpoint, with its stored config (only steps may change): "
+    resume: bool = typer.Option(False, help="Continue a run from its newest intact checkpoint, with its stored config (only steps and settings that "
+                                "leave the result as it is may change: micro_batch_size, eval_every, save_every, report_to, ...; docs/runs.md): "
                                 "slca train --resume RUN_DIR, or run_dir from -c / --set."),
     overwrite: bool = typer.Option(False, help="Replace the run in run_dir (its metrics, checkpoints and reports are deleted)."),
     help_config: bool = typer.Option(False, "--help-config", help="List every config field with its doc and default."),
@@ -530,9 +532,14 @@ def train(
     An existing run folder needs --resume or --overwrite; see docs/runs.md.
     slca train --resume RUN_DIR continues a run with the config stored in it.
     """
+    import os
+    import shlex
+
+    from slca._procs import watch_parent_from_env
     from slca.training.config import GROUPS, TrainConfig, field_docs
     from slca.reporting.report import write_report, write_token_html
 
+    watch_parent_from_env()  # a run started by slca demo / compare stops when that process is gone, however it ended
     if help_config:
         d = TrainConfig()
         for k, doc in field_docs().items():
@@ -550,14 +557,36 @@ def train(
         cfg = _refuse_value_errors(lambda: resume_config(run, config, set_))
     else:
         cfg = _load_cfg(config, set_)
+    from slca._fs import WriteError, writing
+    from slca._procs import interrupted_by, signals_raise
+
     try:
-        tr = _refuse_value_errors(lambda: _run_with_progress(cfg, cfg.estimator.upper(), resume=resume, overwrite=overwrite))
-    except KeyboardInterrupt:
-        for line in interrupted_lines(cfg):
+        with signals_raise():  # Ctrl-C, kill PID, a closed terminal: the same lines
+            tr = _run_with_progress(cfg, cfg.estimator.upper(), resume=resume, overwrite=overwrite)
+    except KeyboardInterrupt as e:
+        what, code = interrupted_by(e)
+        for line in interrupted_lines(cfg, what):
             typer.echo(line, err=True)
-        raise typer.Exit(130) from None  # 128 + SIGINT, as a shell reports a process Ctrl-C stopped
-    write_token_html(tr.samples, Path(cfg.run_dir) / "tokens.html")
-    md = write_report({cfg.estimator: cfg.run_dir}, cfg.run_dir)
+        raise typer.Exit(code) from None  # 128 + the signal, as a shell reports a process the signal stopped (130: Ctrl-C)
+    except WriteError as e:  # the disk is full, a file too large, a folder read-only: what is saved stays intact
+        if os.environ.get("SLCA_DEBUG"):
+            raise
+        held = (Path(cfg.run_dir) / "config.json").is_file()
+        _fail(f"{e}" + (f"; once it can write there: {resume_command(cfg.run_dir)}" if held else ""))
+    except (ValueError, OSError) as e:
+        if os.environ.get("SLCA_DEBUG"):
+            raise
+        _fail(str(e))
+    after = f"the run is complete: slca report {shlex.quote(str(cfg.run_dir))} writes it again"
+    try:
+        with writing(Path(cfg.run_dir) / "tokens.html", "the token page", after=after):
+            write_token_html(tr.samples, Path(cfg.run_dir) / "tokens.html")
+        with writing(Path(cfg.run_dir) / "report.md", "the report", after=after):
+            md = write_report({cfg.estimator: cfg.run_dir}, cfg.run_dir)
+    except WriteError as e:
+        if os.environ.get("SLCA_DEBUG"):
+            raise
+        _fail(str(e))
     console.print(f"run: {cfg.run_dir}  report: {md}")
 
 
@@ -568,20 +597,21 @@ def resume_command(run_dir: str | Path) -> str:
     return f"slca train --resume {shlex.quote(str(run_dir))}"
 
 
-def interrupted_lines(cfg) -> list[str]:
-    """What a user needs after Ctrl-C stopped ``slca train``: the steps done, what is saved, how to resume."""
+def interrupted_lines(cfg, what: str = "Ctrl-C") -> list[str]:
+    """What a user needs after ``what`` (Ctrl-C, SIGTERM, SIGHUP) stopped ``slca train``: the steps done, what is
+    saved, how to resume."""
     from slca.training.runs import checkpoint_step, newest_intact_checkpoint, read_jsonl
 
     d = Path(cfg.run_dir)
     if not (d / "config.json").is_file():
-        return ["interrupted (Ctrl-C) before training started; nothing was written"]
+        return [f"interrupted ({what}) before training started; nothing was written"]
     try:
         rows = read_jsonl(d / "metrics.jsonl") if (d / "metrics.jsonl").is_file() else []
     except ValueError:
         rows = []
     done = max((int(r["step"]) for r in rows if isinstance(r.get("step"), int)), default=0)
     ckpt = newest_intact_checkpoint(d / "checkpoints")[0]
-    out = [f"interrupted (Ctrl-C): {done} of {cfg.steps} steps done (the last logged in {d / 'metrics.jsonl'})"]
+    out = [f"interrupted ({what}): {done} of {cfg.steps} steps done (the last logged in {d / 'metrics.jsonl'})"]
     if ckpt is None:
         out.append(f"saved: no checkpoint yet (save_every={cfg.save_every}); resuming starts again from step 0")
     else:
@@ -591,6 +621,17 @@ def interrupted_lines(cfg) -> list[str]:
         out.append(f"saved: the checkpoint of step {step} ({ckpt}){later}")
     out.append(f"resume: {resume_command(d)}")
     return out
+
+
+def _holds_report(d: Path) -> bool:
+    """Whether ``d`` is a run folder (``metrics.jsonl``) or holds a report slca wrote (its ``report.md``)."""
+    if (d / "metrics.jsonl").is_file():
+        return True
+    try:
+        head = (d / "report.md").read_text(errors="replace")[:2000]
+    except OSError:
+        return False
+    return "Written by slca " in head or "Command: `slca " in head
 
 
 def _new_report_folder(base: Path = Path("slca-report")) -> Path:
@@ -625,6 +666,9 @@ def report(
             _fail(f"{d / 'metrics.jsonl'}: holds no complete record")
     if out is not None and out.exists() and not out.is_dir():
         _fail(f"--out: {out} exists and is not a folder")
+    if out is not None and out.is_dir() and any(out.iterdir()) and not _holds_report(out):
+        _fail(f"--out: {str(out)!r} is neither a run folder nor a report slca wrote; slca report writes report.md, curves.png "
+              "and token pages into a new or empty folder, a run folder or an earlier report's folder: choose another --out")
     runs = run_labels(run_dirs)  # unique even when two folders share a name
     if out is None:
         out = run_dirs[0] if len(run_dirs) == 1 else _new_report_folder()
@@ -653,9 +697,6 @@ def compare(
     overwrite: bool = typer.Option(False, help="Retrain runs in --out whose stored config differs (default: refuse)."),
 ) -> None:
     """Train several estimators over several seeds on the same budget and report honestly."""
-    import shlex
-    import sys
-
     from slca.reporting.compare import run_compare, write_compare_report
 
     from slca.core.advantages import list_estimators
@@ -675,9 +716,9 @@ def compare(
         _fail(f"--jobs: must be >= 1, got {jobs}")
     if not math.isfinite(level):
         _fail(f"--level: must be a finite number, got {level}")
-    if out.exists() and not out.is_dir():
-        _fail(f"--out: {out} exists and is not a folder")
-    from slca.reporting.compare import check_runs
+    from slca.reporting.compare import check_out, check_runs
+
+    _refuse_value_errors(lambda: check_out(out))
     from slca.training.config import file_overrides
 
     shared, dropped = _refuse_value_errors(lambda: file_overrides(config, drop=("estimator", "seed", "run_dir"))) if config else ([], [])
@@ -695,17 +736,42 @@ def compare(
 
     def progress(spec, rc, secs):
         done[0] += 1
-        status = "[green]ok[/green]" if rc == 0 else f"[red]failed ({rc})[/red]"
+        status = "[green]ok[/green]" if rc == 0 else f"[red]failed ({_exit_status(rc)})[/red]"
         console.print(f"[{done[0]}/{n}] {spec.estimator} seed {spec.seed}: {status} in {secs / 60:.1f} min")
 
+    from slca._procs import interrupted_by, signals_raise
+
+    command = _this_command()
     try:
-        specs = run_compare(est, sds, out, list(set_), jobs=jobs, progress=progress, overwrite=overwrite)
+        with signals_raise():  # Ctrl-C, kill PID, a closed terminal: every run this starts is stopped
+            specs = run_compare(est, sds, out, list(set_), jobs=jobs, progress=progress, overwrite=overwrite)
+    except KeyboardInterrupt as e:
+        what, code = interrupted_by(e)
+        typer.echo(f"interrupted ({what}): the runs still training were stopped; each keeps its newest checkpoint (logs in "
+                   f"{out / 'logs'})", err=True)
+        typer.echo(f"continue: {command}   (the same command: finished runs are reused, the stopped ones resumed)", err=True)
+        raise typer.Exit(code) from None
     except (ValueError, RuntimeError) as e:
         _fail(str(e))
-    command = "slca " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     wall = json.loads((out / "compare.json").read_text()).get("train_wall_s", time.time() - t0)
     md = write_compare_report(specs, out, level=level, command=command, wall_s=wall, title=title)
     console.print(f"report: [bold]{md}[/bold]")
+
+
+def _check_eval_out(out: Path, suite: str) -> None:
+    """Refuse to replace an ``<suite>.json`` / ``<suite>.md`` in ``out`` that is not an earlier ``slca eval``'s report."""
+    j, m = out / f"{suite}.json", out / f"{suite}.md"
+    ours = False
+    if j.is_file():
+        try:
+            d = json.loads(j.read_text())
+            ours = isinstance(d, dict) and d.get("suite") == suite and "metrics" in d
+        except (OSError, ValueError):
+            ours = False
+        if not ours:
+            raise ValueError(f"--out: {str(j)!r} is not a report of slca eval; slca eval would replace it: choose another --out")
+    if m.exists() and not (ours and m.read_text(errors="replace").startswith("# slca eval:")):
+        raise ValueError(f"--out: {str(m)!r} is not a report of slca eval; slca eval would replace it: choose another --out")
 
 
 @app.command("eval")
@@ -753,6 +819,7 @@ def eval_(
     for name, value, ok, want in checks:
         if not ok:
             _fail(f"{name}: must be {want}, got {str(value)!r}")
+    _refuse_value_errors(lambda: _check_eval_out(out, suite))
     try:
         gen = GenerationConfig(
             max_new_tokens=max_new_tokens, temperature=temperature if temperature is not None else (0.0 if samples == 1 else 0.7), batch_size=batch_size, seed=seed
@@ -791,21 +858,40 @@ def build_model(
         warmstart = import_recipe(recipe)
     except ImportError as e:  # no recipe there (a pip install), or another 'recipes' package
         _fail(str(e))
+    from slca._fs import replaceable_model_folder
+    from slca._procs import interrupted_by, signals_raise
+
+    problem = replaceable_model_folder(out)
+    if problem is not None:  # before ~40 minutes of building, not after
+        _fail(f"--out: {problem}")
     cfg = warmstart.BuildConfig()
     name = warmstart.fingerprint(cfg)
-    tmp, state = out.parent / f".{out.name}.build", out.parent / f".{out.name}.build-state"
+    tmp, state = out.parent / f".{out.name}.build", out.parent / f".{out.name}.build-state"  # build-model's own folders
     if fresh:
         shutil.rmtree(state, ignore_errors=True)
     shutil.rmtree(tmp, ignore_errors=True)
     try:  # records the fingerprint, which load_default reads
-        rep = _refuse_value_errors(lambda: warmstart.build_default(tmp, cfg, progress=True, state_dir=state, checkpoint_every=checkpoint_every))
-    except KeyboardInterrupt:
+        with signals_raise():
+            rep = _refuse_value_errors(lambda: warmstart.build_default(tmp, cfg, progress=True, state_dir=state, checkpoint_every=checkpoint_every))
+    except KeyboardInterrupt as e:
+        what, code = interrupted_by(e)
         saved = warmstart.read_build_state(state, cfg) if (state / warmstart.STATE_FILE).is_file() else None
-        typer.echo("interrupted (Ctrl-C): " + (f"the build's state of SFT step {saved['step']} is saved in {state}; run the same "
+        typer.echo(f"interrupted ({what}): " + (f"the build's state of SFT step {saved['step']} is saved in {state}; run the same "
                    "command to continue" if saved else "no state saved yet; the build starts over when run again"), err=True)
-        raise typer.Exit(130) from None
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+        typer.echo(f"continue: {_this_command()}", err=True)
+        raise typer.Exit(code) from None
+    problem = replaceable_model_folder(out)  # again: files may have arrived there while it built
+    if problem is not None:
+        _fail(f"--out: {problem}; the new build is kept in {tmp}")
+    if out.exists():  # an earlier build: moved aside, the new one renamed into place, then the old one removed
+        import os
+
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(out)
     again = f", resumed at SFT step {rep.resumed_from}" if rep.resumed_from else ""
     console.print(f"built {rep.n_params / 1e6:.2f}M parameters in {rep.total_seconds / 60:.1f} min "
                   f"({rep.total_cpu_seconds / 60:.1f} min CPU{again}), fingerprint {name}: {out}")

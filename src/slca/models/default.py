@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from slca._fs import check_weights, replaceable_model_folder
 from slca.models.recipe import import_recipe
 from slca.models.tokenizer import chat_template
 
@@ -156,12 +157,16 @@ def load_default(cache_dir: str | Path | None = None, *, rebuild: bool = False, 
         recipe = import_recipe()
         config = config if config is not None else recipe.BuildConfig()
         path = default_model_dir(cache_dir, config)
+        problem = replaceable_model_folder(path, partial=True)
+        if problem is not None:  # a cache entry holds a model and nothing else: never delete what a build did not write
+            raise ValueError(f"rebuild: {problem}")
         shutil.rmtree(path, ignore_errors=True)
         recipe.build_default(path, config, progress=progress)
     else:
         path, missing = resolve_default_dir(cache_dir, config)
         if missing:
             import_recipe().build_default(path, config, progress=progress)
+    check_weights(path)  # a weights file cut short: one ValueError naming it, not safetensors' traceback
     tokenizer = add_response_template(AutoTokenizer.from_pretrained(path))
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.eval()

@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
-from slca._fs import temp_dir, umask_modes
+from slca._fs import replaceable_model_folder, temp_dir, umask_modes
 from slca.models.default import RESPONSE_TEMPLATE, default_cache_root
 
 __all__ = [
@@ -174,7 +174,11 @@ def _convert(gguf: Path, out: Path, *, progress: bool) -> None:
             if (out / _INFO).is_file():
                 shutil.rmtree(tmp)  # another process converted it first
             else:
-                shutil.rmtree(out, ignore_errors=True)  # a half-written entry
+                problem = replaceable_model_folder(out, partial=True)
+                if problem is not None:  # never delete what a conversion did not write
+                    shutil.rmtree(tmp)
+                    raise ValueError(f"smollm2 cache: {problem}")
+                shutil.rmtree(out, ignore_errors=True)  # a half-written entry (model files only)
                 os.replace(tmp, out)
     finally:
         if bars and not progress:

@@ -61,6 +61,12 @@ def run_config(spec: RunSpec, overrides: list[str]) -> Any:
     return load_config(None, [*overrides, f"estimator={spec.estimator}", f"seed={spec.seed}", f"run_dir={spec.run_dir}"])
 
 
+REUSE_MAY_DIFFER = tuple(f for f in RESUME_MAY_CHANGE if f in ("micro_batch_size", "save_every", "keep_checkpoints", "report_to", "project"))
+"""Fields in which a run folder may differ from the comparison's config and still be reused or resumed: those of
+:data:`slca.training.runs.RESUME_MAY_CHANGE` that change neither the updates nor the records the report reads (when a
+run evaluates, ``eval_every``, shapes its curve's area; the diagnostics' cadence, their means)."""
+
+
 def run_status(spec: RunSpec, overrides: list[str]) -> tuple[str, list[str]]:
     """What a comparison does with a run folder, and why.
 
@@ -79,7 +85,7 @@ def run_status(spec: RunSpec, overrides: list[str]) -> tuple[str, list[str]]:
             raise ValueError("not a mapping")
     except (OSError, ValueError) as e:
         return "differs", [f"config.json unreadable ({e})"]
-    diff = config_diff(stored, cfg, ignore=("run_dir", *RESUME_MAY_CHANGE))  # steps: below; the others leave the results as they are
+    diff = config_diff(stored, cfg, ignore=("run_dir", "steps", *REUSE_MAY_DIFFER))  # steps: below
     if stored.get("steps", cfg.steps) > cfg.steps:
         diff.append(f"steps: {stored.get('steps')!r} -> {cfg.steps!r}")
     problem = model_record_problem(spec.run_dir, cfg.model, model_fingerprint(cfg.model))

@@ -574,7 +574,8 @@ def resume_config(run_dir: str | Path | None, path: str | Path | None = None, ov
     (a folder that holds no run yet starts with those). Given, it must hold a
     ``config.json``, and a ``run_dir`` set otherwise must name the same folder. A value
     given that differs from the stored one is left in, so that resuming refuses it and
-    prints the difference (:class:`slca.training.runs.RunFolder`); only ``steps`` may change.
+    prints the difference (:class:`slca.training.runs.RunFolder`); only ``steps`` and the fields that leave the
+    result as it is (:data:`slca.training.runs.RESUME_MAY_CHANGE`) may change.
     """
     explicit: dict[str, Any] = dict(read_config_file(path)) if path is not None else {}
     for k, v in (_split(o) for o in overrides or []):

@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import torch
+from safetensors import SafetensorError
 
 from slca._fields import ConfigError, check_value
+from slca._fs import check_weights
 from slca.models.named import NAMED_MODELS, load_named, named_model_problem
 
 __all__ = ["DTYPES", "DTYPE_NAMES", "DTYPE_FIELD", "DEVICE_FIELD", "CHAT_TEMPLATE_FIELD", "device_problem", "chat_template_problem", "looks_like_path", "hub_model_problem", "lora_base", "check_device", "check_dtype", "resolve_chat_template", "load_pretrained", "apply_lora", "prepare_policy", "load_policy", "policy_options"]
@@ -158,6 +160,7 @@ def load_pretrained(spec: str, dtype: torch.dtype = torch.float32) -> tuple[torc
     if local:
         if not (p / "config.json").is_file() and not (p / "adapter_config.json").is_file():
             raise ValueError(f"model {spec!r}: not a Hugging Face model folder (no config.json or adapter_config.json)")
+        _check_weights(p, spec)  # a weights file cut short (an interrupted copy or download): one line naming it
         if (p / "adapter_config.json").is_file() and not (p / "config.json").is_file():
             return _load_lora_checkpoint(p, spec, dtype)
         src = str(p.resolve())  # absolute: a LoRA checkpoint of this model records where its base is, from any folder
@@ -171,7 +174,7 @@ def load_pretrained(spec: str, dtype: torch.dtype = torch.float32) -> tuple[torc
     try:
         tok = AutoTokenizer.from_pretrained(src)
         model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype)
-    except (OSError, ValueError) as e:  # huggingface_hub's offline / not-found errors are OSError subclasses
+    except (OSError, ValueError, SafetensorError) as e:  # huggingface_hub's offline / not-found errors are OSError subclasses
         if local:
             raise ValueError(f"model {spec!r}: could not load the folder ({_one_line(e)})") from None
         from huggingface_hub import constants
@@ -211,11 +214,21 @@ def lora_base(ckpt: str | Path) -> str:
                      f"put the base model back, or set base_model_name_or_path in {str(ckpt / 'adapter_config.json')!r} to where it is now")
 
 
+def _check_weights(folder: Path, spec: str) -> None:
+    """:func:`slca._fs.check_weights` of a model folder, its error prefixed with the model."""
+    try:
+        check_weights(folder)
+    except ValueError as e:
+        raise ValueError(f"model {spec!r}: {e}") from None
+
+
 def _load_lora_checkpoint(p: Path, spec: str, dtype: torch.dtype) -> tuple[torch.nn.Module, Any]:
     """A LoRA checkpoint folder: its base model (:func:`lora_base`) with the adapters loaded onto it."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     base = lora_base(p)
+    if Path(base).is_dir():
+        _check_weights(Path(base), spec)
     try:
         import peft  # noqa: F401
     except ImportError:
@@ -226,7 +239,7 @@ def _load_lora_checkpoint(p: Path, spec: str, dtype: torch.dtype) -> tuple[torch
         model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
         with _peft_quiet():
             model.load_adapter(str(p))
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, SafetensorError) as e:
         raise ValueError(f"model {spec!r}: could not load the LoRA checkpoint on its base model {base!r} ({_one_line(e)})") from None
     return model, tok
 

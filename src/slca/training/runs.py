@@ -4,7 +4,8 @@ A run folder holds ``config.json``, ``metrics.jsonl`` (one JSON record per
 step), ``checkpoints/step-NNNNNN/`` and the reports. The rules (docs/runs.md):
 
 * An existing run folder is reused only with ``resume=True`` (same config,
-  except ``steps``) or replaced with ``overwrite=True``; one process at a time
+  except :data:`RESUME_MAY_CHANGE`) or replaced with ``overwrite=True`` (the run's
+  own files, :data:`RUN_FILES`, deleted; nothing else); one process at a time
   (a lock on the folder).
 * A checkpoint is written into ``checkpoints/.tmp-*`` and renamed into place
   once every file is on disk, with a ``manifest.json`` of sizes and SHA-256
@@ -30,13 +31,13 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from slca._fs import temp_dir, umask, umask_modes
+from slca._fs import temp_dir, umask, umask_modes, write_error, writing
 from slca.training.config import ConfigError, TrainConfig, config_diff, read_stored_config, to_dict
 
 __all__ = [
     "RunFolder", "read_jsonl", "write_atomic", "save_checkpoint", "verify_checkpoint", "list_checkpoints",
     "newest_intact_checkpoint", "load_checkpoint", "encode_state", "decode_state", "rng_state", "set_rng_state",
-    "RESUME_MAY_CHANGE", "checkpoint_step",
+    "RESUME_MAY_CHANGE", "RUN_FILES", "checkpoint_step",
 ]
 
 CKPT_PREFIX = "step-"
@@ -46,8 +47,20 @@ STATE_TENSORS = "trainer_state.safetensors"
 FORMAT_VERSION = 1
 RUN_MARKERS = ("metrics.jsonl", "checkpoints")
 """What makes a folder hold a run (something to lose); a lone config.json of a start that failed does not."""
-RESUME_MAY_CHANGE = ("steps",)
-"""Fields ``--resume`` lets differ from the stored config (extend or shorten a run)."""
+RESUME_MAY_CHANGE = ("steps", "micro_batch_size", "eval_every", "diag_every", "volatility_window", "sample_html_every",
+                     "save_every", "keep_checkpoints", "report_to", "project")
+"""Fields ``--resume`` lets differ from the stored config: ``steps`` (extend a run) and those that leave every update
+as it is, up to float rounding: ``micro_batch_size`` (rows per forward and backward: the same gradient, summed in
+another order; the fix for a run killed for memory), when the run evaluates (``eval_every``), computes and logs
+diagnostics (``diag_every``: the per-segment gradients, two backward passes summing to the same gradient;
+``volatility_window``; ``sample_html_every``), checkpoints (``save_every``, ``keep_checkpoints``) and where it reports
+(``report_to``, ``project``). Evaluation and checkpoints draw no random numbers of training (rollouts and
+minibatches are seeded by step). Anything else (the data, the model, the estimator, the optimizer, the device or
+dtype, ``fast_paths``, what an evaluation measures) is refused: it would change the result."""
+RUN_FILES = ("config.json", "model.json", "metrics.jsonl", "checkpoints", "samples.json", "tb", "wandb", "report.md", "curves.png",
+             "tokens.html")
+"""What ``slca train`` writes into a run folder: all that ``--overwrite`` deletes (with the temporary files of an
+interrupted write of them); anything else in the folder is left as it is."""
 
 
 # --------------------------------------------------------------------------- files
@@ -99,17 +112,18 @@ def write_atomic(path: str | Path, text: str) -> None:
     The file gets the mode ``open`` would give it (``0o666`` less the umask), not the
     temporary file's 0600."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with writing(path, named=False):  # a failed write names the file, not its temporary twin; the old file is intact
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            os.fchmod(fd, 0o666 & ~umask())
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     _fsync_dir(path.parent)
 
 
@@ -260,17 +274,25 @@ def save_checkpoint(root: str | Path, step: int, *, model: Any, tokenizer: Any, 
     the complete checkpoint or none.
     """
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    _remove_leftovers(root)
     final = root / f"{CKPT_PREFIX}{step:06d}"
-    tmp = temp_dir(f".tmp-{final.name}-", root)
+    what, after = f"the checkpoint of step {step}", "nothing of it was kept, the earlier checkpoints are intact"
+    with writing(final, what, after=after, named=False):
+        root.mkdir(parents=True, exist_ok=True)
+        _remove_leftovers(root)
+        tmp = temp_dir(f".tmp-{final.name}-", root)
+    current = ""  # the file being written, for the error of a failed write
     try:
-        model.save_pretrained(tmp, safe_serialization=True)
+        current = "adapter_model.safetensors" if hasattr(model, "peft_config") else "model.safetensors"
+        model.save_pretrained(tmp, safe_serialization=True)  # config.json, generation_config.json, then the weights
         if tokenizer is not None:
+            current = "tokenizer.json"
             tokenizer.save_pretrained(tmp)
         meta, tensors = encode_state(state)
+        current = STATE_TENSORS
         save_file(tensors, str(tmp / STATE_TENSORS))
+        current = STATE_JSON
         (tmp / STATE_JSON).write_text(json.dumps({"format": FORMAT_VERSION, "step": step, "state": meta}))
+        current = ""
         umask_modes(tmp)
         files = {}
         for p in sorted(tmp.rglob("*")):
@@ -279,6 +301,7 @@ def save_checkpoint(root: str | Path, step: int, *, model: Any, tokenizer: Any, 
                     os.fsync(f.fileno())
                 files[p.relative_to(tmp).as_posix()] = {"bytes": p.stat().st_size, "sha256": _sha256(p)}
         manifest = tmp / MANIFEST
+        current = MANIFEST
         with open(manifest, "w") as f:
             json.dump({"format": FORMAT_VERSION, "step": step, "files": files}, f, indent=1)
             f.flush()
@@ -286,10 +309,17 @@ def save_checkpoint(root: str | Path, step: int, *, model: Any, tokenizer: Any, 
         _fsync_dir(tmp)
         if final.exists():  # the same step saved again: move the old one out of the way first
             final.rename(root / f".del-{final.name}-{os.getpid()}")
+        current = ""
         os.rename(tmp, final)
         _fsync_dir(root)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        name = getattr(e, "filename", None)
+        if isinstance(name, str) and Path(name).parent == tmp:
+            current = Path(name).name  # the file the system named, in the checkpoint's temporary folder
+        err = write_error(final / current if current else final, e, what, after=after, named=False)
+        if err is not None:
+            raise err from e
         raise
     if keep > 0:
         for _, old in list_checkpoints(root)[:-keep]:
@@ -359,6 +389,20 @@ def load_checkpoint(d: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, A
 
 
 # --------------------------------------------------------------------------- run folders
+
+
+def _is_run_file(name: str) -> bool:
+    """A name :data:`RUN_FILES` holds, or the temporary file of an interrupted write of one (``.config.json.x.tmp``)."""
+    return name in RUN_FILES or (name.startswith(".") and name.endswith(".tmp") and name[1:].split(".tmp")[0].rsplit(".", 1)[0] in RUN_FILES)
+
+
+def _is_train_config(p: Path) -> bool:
+    """Whether ``p`` is a ``config.json`` slca train wrote (a mapping with the run's own fields)."""
+    try:
+        d = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(d, dict) and {"run_dir", "steps", "estimator", "model"} <= set(d)
 
 
 class RunFolder:
@@ -460,7 +504,9 @@ class RunFolder:
         self._created = None
 
     def _prepare(self) -> None:
-        cfg, d = self.cfg, self.path
+        d = self.path
+        if not self.holds_run():
+            self._check_no_stray_run_files()
         if self.holds_run():
             if not (self.resume or self.overwrite):
                 raise ConfigError("run_dir", f"{str(d)!r} already holds a run; pass --resume to continue it or --overwrite to replace it")
@@ -478,9 +524,28 @@ class RunFolder:
             raise ConfigError("run_dir", f"{str(self.path)!r} is the working folder, a folder above it or the home folder; --overwrite will not empty it")
 
     def _clear(self) -> None:
+        """Delete the run's files (:data:`RUN_FILES`); anything else in the folder stays."""
         self._check_clearable()
         for p in self.path.resolve().iterdir():
-            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+            if _is_run_file(p.name):
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+
+    def _check_no_stray_run_files(self) -> None:
+        """A folder that holds no run may be trained into (the run's files written beside what is there) unless it
+        holds a file of the name a run writes that no run wrote: it would be replaced (a project's ``config.json``, a
+        ``report.md``). A ``config.json`` slca wrote (a start that failed) is the run's own."""
+        if not self.path.is_dir():
+            return
+        stray = []
+        for p in sorted(self.path.iterdir()):
+            if p.name not in RUN_FILES:
+                continue
+            if p.name == "config.json" and _is_train_config(p):
+                continue
+            stray.append(p.name)
+        if stray:
+            raise ConfigError("run_dir", f"{str(self.path)!r} holds {', '.join(stray)}, which a run writes, but no run (no metrics.jsonl "
+                              "or checkpoints): a run would replace them; choose another run_dir, or move them")
 
     def _stored_config(self) -> dict[str, Any] | None:
         p = self.path / "config.json"
@@ -494,9 +559,13 @@ class RunFolder:
             diff = config_diff(stored, self.cfg, ignore=("run_dir", *RESUME_MAY_CHANGE))
             if diff:
                 raise ConfigError("--resume", f"the config differs from the run's config.json: {'; '.join(diff)} "
-                                  "(resume with the stored config, or pass --overwrite to start over)")
-            if stored.get("steps") != self.cfg.steps:
-                self.notes.append(f"steps: {stored.get('steps')} -> {self.cfg.steps}")
+                                  f"(on resume only {', '.join(RESUME_MAY_CHANGE)} may change; for another config train a new "
+                                  "run_dir, or pass --overwrite to delete this run and start over)")
+            new = to_dict(self.cfg)
+            defaults = to_dict(TrainConfig())
+            for k in RESUME_MAY_CHANGE:
+                if stored.get(k, defaults.get(k)) != new.get(k):  # said, as any change the run takes
+                    self.notes.append(f"{k}: {stored.get(k, defaults.get(k))!r} -> {new.get(k)!r}")
         root = self.path / "checkpoints"
         if root.is_dir():
             _remove_leftovers(root)

@@ -25,6 +25,7 @@ cannot also hold ``a/b/c``, as ``reward/summary`` and ``reward/summary/faithfuln
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import math
@@ -32,6 +33,8 @@ import os
 import time
 from pathlib import Path
 from typing import Any, Protocol
+
+from slca._fs import writing
 
 __all__ = ["TRACKERS", "parse_report_to", "scalars", "Tracker", "Trackers", "make_trackers"]
 
@@ -161,6 +164,8 @@ class _Trackio:
 
 
 _BACKENDS = {"tensorboard": _TensorBoard, "wandb": _Wandb, "mlflow": _Mlflow, "trackio": _Trackio}
+_FOLDERS = {"tensorboard": "tb"}
+"""Trackers that write into the run folder, and where: a failed write there is named (:class:`slca._fs.WriteError`)."""
 
 
 class Trackers:
@@ -181,8 +186,10 @@ class Trackers:
         if self._open is None:
             self._open = [_BACKENDS[n](self.run_dir, self.config, self.name, self.project) for n in self.names]
         values = scalars(metrics)
-        for t in self._open:
-            t.log(values, int(metrics["step"]))
+        for name, t in zip(self.names, self._open):
+            folder = _FOLDERS.get(name)
+            with writing(self.run_dir / folder, f"the {name} record of step {metrics['step']}") if folder else contextlib.nullcontext():
+                t.log(values, int(metrics["step"]))
 
     def close(self) -> None:
         for t in self._open or []:

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from slca import metrics as M
+from slca._fs import writing
 from slca._checks import group_index
 from slca.chat import encode_conversation, get_format
 from slca.core.advantages import AdvantageInputs, compute_advantages, fill_inputs, list_estimators, option_values
@@ -534,8 +535,10 @@ class Trainer:
 
     def log(self, metrics: dict[str, Any]) -> None:
         """One record to ``metrics.jsonl``, then to the ``report_to`` trackers (:mod:`slca.training.tracking`)."""
-        with open(self.run_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in metrics.items()}) + "\n")
+        path = self.run_dir / "metrics.jsonl"
+        with writing(path, f"the record of step {metrics.get(M.STEP.name)}", after="a torn line is dropped on resume"):
+            with open(path, "a") as f:
+                f.write(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in metrics.items()}) + "\n")
         self._trackers.log(metrics)
         if self._log is not None:
             self._log(metrics)
