@@ -51,6 +51,8 @@ LAZY_LISTED = {
     ("slca.generation.batching", "slca.generation.fastpath.logprobs"): "the same",
     ("slca.models.serving", "slca.training.policy"): "policy imports models.named at the top: a cycle",
     ("slca.rewards.batch", "slca.rewards"): "hierarchical_rewards lives in the package __init__, which imports batch",
+    ("slca.rewards.batch", "slca.rewards.paper"): "the package __init__ imports batch and paper; paper_rewards is read when a batch is scored",
+    ("slca.rewards.execution", "slca.rewards.paper"): "paper imports execution (the in-domain Process); eval_scores reads paper_success",
     ("slca.integrations.verl", "slca.chat"): "every verl worker imports the plugin: it stays at the core math",
     ("slca.integrations.verl", "slca.env.loaders"): "the same",
     ("slca.integrations.verl", "slca.rewards"): "the same",

@@ -73,7 +73,7 @@ from slca.core.advantages import (
     split_assignments,
 )
 from slca.core.segments import segment_masks
-from slca.types import ToolResult, Turn
+from slca.types import ToolResult, Trajectory, Turn
 
 __all__ = [
     "ESTIMATOR_NAME",
@@ -548,8 +548,6 @@ def _scalar_inputs(task: Any, turns: list[Turn], final_text: str) -> dict[str, f
     names, for verl's ``reward_extra_info``: those slca computes from a trajectory as one number per rollout
     (``should_no_call``, ``toolpo_correct_ratio``, the ``rltr_*`` terms). Others (``tool_signatures``,
     ``turn_rewards``) are not numbers and stay the user's reward function's to add."""
-    from slca.types import Trajectory
-
     try:
         needs = selected_estimator().needs
     except ValueError:

@@ -8,9 +8,12 @@ folder or a Hugging Face hub id.
 
 from __future__ import annotations
 
+import hashlib
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
-from slca.models.default import load_default
+from slca.models.default import load_default, shipped_fingerprint
 from slca.models.smollm2 import load_smollm2, smollm2_dir, smollm2_problem
 from slca.models.smollm2_toolworld import adapter_fingerprint, load_smollm2_toolworld, smollm2_toolworld_problem
 
@@ -64,12 +67,6 @@ def model_fingerprint(spec: str) -> str:
     id): ``hub:<spec>``. Two runs whose fingerprints differ were not trained from the same model, whatever
     their configs say.
     """
-    import hashlib
-    from importlib.metadata import PackageNotFoundError, version
-    from pathlib import Path
-
-    from slca.models.default import shipped_fingerprint
-
     if spec == "default":
         return f"default:{shipped_fingerprint() or 'unknown'}"
     if spec in ("smollm2", "smollm2-toolworld"):
