@@ -159,8 +159,13 @@ def test_load_default_builds_another_config_once_and_again_on_rebuild(tmp_path, 
     monkeypatch.setattr(dm, "import_recipe", lambda: recipe)
     model, tok = dm.load_default(tmp_path, config="other", progress=False)
     assert built == [("fp-other", "other", False)] and tok.response_template == dm.RESPONSE_TEMPLATE
-    (tmp_path / "fp-other" / "marker").write_text("")
+    (tmp_path / "fp-other" / "stale.jinja").write_text("")  # a leftover of the build: the rebuild removes it
     dm.load_default(tmp_path, config="other", progress=False)
     assert len(built) == 1  # loaded from the cache entry
+    (tmp_path / "fp-other" / "notes.md").write_text("mine")  # a file no build writes: the rebuild refuses, deletes nothing
+    with pytest.raises(ValueError, match=r"rebuild: .*fp-other' holds files that are not a model's: notes.md"):
+        dm.load_default(tmp_path, config="other", progress=False, rebuild=True)
+    assert len(built) == 1 and (tmp_path / "fp-other" / "notes.md").read_text() == "mine"
+    (tmp_path / "fp-other" / "notes.md").unlink()
     dm.load_default(tmp_path, config="other", progress=False, rebuild=True)
-    assert built[1:] == [("fp-other", "other", False)] and not (tmp_path / "fp-other" / "marker").exists()
+    assert built[1:] == [("fp-other", "other", False)] and not (tmp_path / "fp-other" / "stale.jinja").exists()

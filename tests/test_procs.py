@@ -48,8 +48,8 @@ def _parent(tmp_path, *args: str, preexec=None) -> Started:
 @pytest.mark.parametrize("sig,code,what", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGHUP, 129, "SIGHUP"), (signal.SIGINT, 130, "Ctrl-C")])
 def test_a_stop_signal_stops_the_parent_and_every_child(tmp_path, sig, code, what):
     with _parent(tmp_path, "10", "plain", "wait", preexec=sigint_default) as run:
-        kids = run.wait_for_kids(2, timeout=60)
-        wait_until(lambda: "ready" in run.stdout, 60, "the parent ready", run.p)
+        kids = run.wait_for_kids(2, timeout=300)
+        wait_until(lambda: "ready" in run.stdout, 300, "the parent ready", run.p)
         run.p.send_signal(sig)
         assert run.wait(timeout=30) == code, run.stderr
         assert f"stopped by {what}" in run.stdout
@@ -58,8 +58,8 @@ def test_a_stop_signal_stops_the_parent_and_every_child(tmp_path, sig, code, wha
 
 def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
     with _parent(tmp_path, "1.5", "stubborn", "wait") as run:
-        kids = run.wait_for_kids(2, timeout=60)
-        wait_until(lambda: run.stderr.count("ignoring") == 2, 60, "the children ignoring SIGTERM", run.p)
+        kids = run.wait_for_kids(2, timeout=300)
+        wait_until(lambda: run.stderr.count("ignoring") == 2, 300, "the children ignoring SIGTERM", run.p)
         t0 = time.monotonic()
         run.p.terminate()
         assert run.wait(timeout=30) == 143
@@ -69,8 +69,8 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
 
 def test_the_parents_own_failure_stops_its_children(tmp_path):
     with _parent(tmp_path, "10", "plain", "fail") as run:
-        kids = run.wait_for_kids(2, timeout=60)
-        assert run.wait(timeout=60) == 1 and "RuntimeError: the parent failed" in run.stderr
+        kids = run.wait_for_kids(2, timeout=300)
+        assert run.wait(timeout=300) == 1 and "RuntimeError: the parent failed" in run.stderr
         assert not [k for k in kids if alive(k)]
 
 
@@ -83,8 +83,8 @@ def test_children_of_a_parent_killed_outright_stop_themselves(tmp_path):
               f"for i in range(2): kids.start(str(i), [sys.executable, '-c', {child!r}], log=sys.stdout)\n"
               "print('ready', flush=True); time.sleep(120)")
     with Started([sys.executable, "-c", parent], tmp_path / "logs", env=ENV) as run:
-        kids = run.wait_for_kids(2, timeout=60)
-        wait_until(lambda: run.stdout.count("watching") == 2, 60, "the children watching", run.p)
+        kids = run.wait_for_kids(2, timeout=300)
+        wait_until(lambda: run.stdout.count("watching") == 2, 300, "the children watching", run.p)
         run.p.kill()
         run.wait(timeout=30)
         took = wait_until(lambda: not [k for k in kids if alive(k)], 20, "the children stopped")
@@ -115,6 +115,6 @@ def test_a_signal_ignored_at_the_start_stays_ignored(tmp_path):
             "with signals_raise():\n    print('ready', flush=True); time.sleep(3)\nprint('survived', flush=True)")
     with Started([sys.executable, "-c", code], tmp_path / "logs", env=ENV,
                  preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) as run:
-        wait_until(lambda: "ready" in run.stdout, 60, "ready", run.p)
+        wait_until(lambda: "ready" in run.stdout, 300, "ready", run.p)
         run.p.send_signal(signal.SIGHUP)
         assert run.wait(timeout=30) == 0 and "survived" in run.stdout

@@ -340,6 +340,24 @@ def test_a_folder_with_a_file_a_run_would_replace_is_refused(tmp_path):
     assert (proj / "config.json").read_text() == '{"name": "my project"}'
 
 
+def test_a_start_that_failed_after_writing_its_records_does_not_block_the_next(tmp_path):
+    """A start that failed after config.json and model.json were written (a chat template refused at the first
+    rollout) left the run's own files: the next start goes ahead; a model.json of other fields is a stranger's."""
+    from slca.training.runs import write_model_record
+
+    run_dir = tmp_path / "run"
+    cfg = validate(TrainConfig(run_dir=str(run_dir)))
+    with RunFolder(cfg) as run:
+        run.commit()
+    write_model_record(run_dir, cfg.model, "default:0123")
+    with RunFolder(cfg):
+        pass
+    (run_dir / "model.json").write_text('{"name": "my model card"}')
+    with pytest.raises(ConfigError, match=r"run_dir: .* holds model.json, which a run writes, but no run"):
+        RunFolder(cfg).open()
+    assert (run_dir / "model.json").read_text() == '{"name": "my model card"}'
+
+
 def test_compare_reuses_a_run_that_differs_only_where_its_records_do_not(tmp_path):
     from slca.training.runs import write_model_record
     from slca.models.named import model_fingerprint

@@ -148,7 +148,8 @@ def check_weights(folder: str | Path) -> None:
 MODEL_INFO_FILE = "slca_build.json"
 """The record a built model folder holds (the recipe's ``INFO_FILE``): a folder with it is a model slca built."""
 
-_MODEL_SUFFIXES = (".json", ".safetensors", ".jinja", ".txt", ".model")
+_MODEL_SUFFIXES = (".json", ".safetensors", ".jinja", ".model")
+_MODEL_NAMES = ("merges.txt", "vocab.txt")
 
 
 def replaceable_model_folder(out: str | Path, *, partial: bool = False) -> str | None:
@@ -163,11 +164,15 @@ def replaceable_model_folder(out: str | Path, *, partial: bool = False) -> str |
     entries = sorted(out.iterdir())
     if not entries:
         return None
-    other = [p.name + ("/" if p.is_dir() else "") for p in entries if p.is_dir() or not p.name.endswith(_MODEL_SUFFIXES)]
-    if ((out / MODEL_INFO_FILE).is_file() or partial) and not other:
+    def name(p: Path) -> str:
+        return p.name + ("/" if p.is_dir() else "")
+
+    built = (out / MODEL_INFO_FILE).is_file()
+    other = [name(p) for p in entries if p.is_dir() or not (p.name.endswith(_MODEL_SUFFIXES) or p.name in _MODEL_NAMES)]
+    if (built or partial) and not other:
         return None
-    shown = other or [p.name for p in entries]
+    shown = other if built else [name(p) for p in entries]
     listed = ", ".join(shown[:5]) + (", ..." if len(shown) > 5 else "")
-    why = "files that are not a model's" if (out / MODEL_INFO_FILE).is_file() else "no model slca built (no slca_build.json)"
+    why = "files that are not a model's" if built else "no model slca built (no slca_build.json)"
     return (f"{str(out)!r} holds {why}: {listed}; a build replaces only an empty folder or a model folder slca built: "
             f"choose a new folder, e.g. {str(out / 'default')!r}")

@@ -405,6 +405,12 @@ def _is_train_config(p: Path) -> bool:
     return isinstance(d, dict) and {"run_dir", "steps", "estimator", "model"} <= set(d)
 
 
+def _is_model_record(p: Path) -> bool:
+    """Whether ``p`` is a ``model.json`` slca train wrote (exactly the fields :func:`write_model_record` writes)."""
+    rec = read_model_record(p.parent) if p.name == MODEL_FILE else None
+    return rec is not None and set(rec) == {"model", "fingerprint"}
+
+
 class RunFolder:
     """An exclusively held run folder, checked against ``resume`` / ``overwrite``.
 
@@ -533,7 +539,7 @@ class RunFolder:
     def _check_no_stray_run_files(self) -> None:
         """A folder that holds no run may be trained into (the run's files written beside what is there) unless it
         holds a file of the name a run writes that no run wrote: it would be replaced (a project's ``config.json``, a
-        ``report.md``). A ``config.json`` slca wrote (a start that failed) is the run's own."""
+        ``report.md``). A ``config.json`` and a ``model.json`` slca wrote (a start that failed) are the run's own."""
         if not self.path.is_dir():
             return
         stray = []
@@ -541,6 +547,8 @@ class RunFolder:
             if p.name not in RUN_FILES:
                 continue
             if p.name == "config.json" and _is_train_config(p):
+                continue
+            if p.name == MODEL_FILE and _is_model_record(p):
                 continue
             stray.append(p.name)
         if stray:
