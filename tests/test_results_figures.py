@@ -323,3 +323,78 @@ def test_every_study25_run_folder_names_build_j():
         rec = json.loads((run / "model.json").read_text())
         assert rec == {"model": "default", "fingerprint": "default:802a004aea881d79"}, run
         assert json.loads((run / "config.json").read_text())["model"] == "default", run
+
+
+# --------------------------------------------------------------------------- study 41
+
+
+def _load_study41():
+    spec = importlib.util.spec_from_file_location("study41_tables", ROOT / "scripts" / "study41_tables.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+S41_ROWS = {  # the row labels of study 41's tables in docs/results.md -> the tables script's keys
+    "parallel-split area (primary; lower is better)": "split_auc", "parallel split at step 8": "step8/eval/parallel_split",
+    "parallel split at step 16": "eval/parallel_split", "tool-task Success area": "auc",
+    "tool-task Success at step 16": "eval/tool_tasks/success", "the authors' Success@0.9 at step 16": "eval/paper_success",
+    "the authors' Success@0.9 at step 16 (rule stand-in for their judge)": "eval/paper_success",
+    "held-out summary reward": "eval/reward_summary", "gradient-norm volatility": "train/grad/volatility",
+    "advantage contamination": "train/adv/contamination", "`test` (OOD) tool-task Success": "eval_test/tool_tasks/success",
+}
+S41_COUNT = re.compile(r"\((?:lower|higher) in (\d+)(?: of (\d+))?")
+
+
+def study41_table_problems(text: str, figures: dict[str, list[float]], fmt) -> tuple[int, list[str]]:
+    """Check every cell of study 41's arm tables and contrast tables in ``text`` against the records: returns
+    (cells checked, differences). An arm table's header names the arms; a contrast row names ``(x) `a` - `b```
+    and quotes the split area then the Success area, with an optional "(lower in k of n)" seed count."""
+    checked, bad, arms = 0, [], None
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else None
+        if not cells:
+            arms = None
+            continue
+        if cells[0] == "" and all(c.startswith("`") for c in cells[1:]):
+            arms = [c.strip("`") for c in cells[1:]]
+            continue
+        if m := re.match(r"\([a-e]\) `(\w+)` - `(\w+)`", cells[0]):
+            for key, cell in zip(("split_auc", "auc"), cells[1:3]):
+                xs = figures[f"{m.group(1)} - {m.group(2)}: {key}"]
+                want = fmt(xs, sign=True)
+                got = FIGURE.search(cell)
+                checked += 1
+                if not got or got.group(0) != want:
+                    bad.append(f"{cells[0]} {key}: {cell!r} quoted, the records give {want}")
+                if c := S41_COUNT.search(cell):
+                    k = sum(x < 0 for x in xs) if "lower" in c.group(0) else sum(x > 0 for x in xs)
+                    if int(c.group(1)) != k or (c.group(2) and int(c.group(2)) != len(xs)):
+                        bad.append(f"{cells[0]} {key}: {c.group(0)} quoted, the records give {k} of {len(xs)}")
+            continue
+        if arms and cells[0] in S41_ROWS:
+            for arm, cell in zip(arms, cells[1:]):
+                want = fmt(figures[f"{arm}: {S41_ROWS[cells[0]]}"])
+                checked += 1
+                if cell.replace("**", "") != want:
+                    bad.append(f"{cells[0]} / {arm}: {cell!r} quoted, the records give {want}")
+    return checked, bad
+
+
+def test_study41_tables_in_results_are_the_records():
+    """Every cell of study 41's tables (stages 1 and 2) is what scripts/study41_tables.py computes from the committed
+    records, seed counts included; a doctored cell is caught."""
+    T41 = _load_study41()
+    F41 = T41.figures()
+    page = _page("docs/results.md")
+    text = page[page.index("### Study 41, results (stage 1"): page.index("## Study 25:")]
+    checked, bad = study41_table_problems(text, F41, T41.fmt)
+    assert checked >= 60 and not bad, "\n".join(bad)
+    doctored = text.replace("| 0.428 ± 0.195 |", "| 0.427 ± 0.195 |").replace("(lower in 8 of 10)", "(lower in 7 of 10)")
+    assert len(study41_table_problems(doctored, F41, T41.fmt)[1]) >= 2
+
+
+def test_every_study41_run_folder_names_the_plans_build():
+    runs = sorted(p for p in (ROOT / "docs" / "results" / "study41" / "main").glob("*-seed*") if (p / "metrics.jsonl").exists())
+    assert len(runs) == 50
+    assert {json.loads((p / "model.json").read_text())["fingerprint"] for p in runs} == {_load_study41().FINGERPRINT}
