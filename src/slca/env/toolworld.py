@@ -30,6 +30,13 @@ ISO dates, tickers, small numbers, ids), small JSON results and short answers.
     deduplicated like ``train_heldout`` (requests with no entity, such as "Play some
     music.", would otherwise repeat train's).
   - ``heldout_tools``: only the held-out tools (never offered elsewhere), test entities.
+  - ``fresh``: the training tools with entities and request phrasings new to toolworld
+    (:data:`FRESH_ENTITIES`, :data:`FRESH_TEMPLATES`): in no other split, and no name in the
+    warm start's synthetic-name pools (``recipes.warmstart.augment.faker_names``; checked by
+    ``tests/test_toolworld_fresh.py``). Fixed on 2026-12-03 before anything was measured on it and
+    never used to choose a build, a recipe or a setting: the out-of-distribution set whose figure
+    slca quotes. (``test`` chose the shipped warm start among its builds, so its figure is not
+    independent of that choice.)
 
 The world is deterministic: every tool's answer is a pure function of its
 arguments (plus the episode's state for the stateful tools), so each task's
@@ -52,12 +59,12 @@ from slca.env.schema import ToolBox
 from slca.env.simulators import PythonSimulator, SchemaSimulator, Simulator, ToolError
 from slca.types import Task, ToolCall
 
-__all__ = ["TOOLS", "HELDOUT_TOOLS", "FUNCTIONS", "SPLITS", "KINDS", "WARMSTART_DEMOS", "make_tasks", "request_templates", "make_env", "tool", "run_gold"]
+__all__ = ["TOOLS", "HELDOUT_TOOLS", "FUNCTIONS", "SPLITS", "FRESH_ENTITIES", "FRESH_TEMPLATES", "KINDS", "WARMSTART_DEMOS", "make_tasks", "request_templates", "make_env", "tool", "run_gold"]
 
-SPLITS = ("train", "train_heldout", "test", "test_entities", "test_phrasings", "heldout_tools")
+SPLITS = ("train", "train_heldout", "test", "test_entities", "test_phrasings", "heldout_tools", "fresh")
 KINDS = ("single", "parallel", "chain", "no_tool", "unservable")
 _KIND_WEIGHTS = {"single": 0.25, "parallel": 0.35, "chain": 0.2, "no_tool": 0.1, "unservable": 0.1}
-_DEFAULT_N = {"train": 2000, "train_heldout": 600, "test": 300, "test_entities": 300, "test_phrasings": 300, "heldout_tools": 200}
+_DEFAULT_N = {"train": 2000, "train_heldout": 600, "test": 300, "test_entities": 300, "test_phrasings": 300, "heldout_tools": 200, "fresh": 300}
 WARMSTART_DEMOS = (12000, 0)
 """``(n_tasks, data_seed)`` of the shipped warm start's demonstrations
 (`recipes/warmstart` BuildConfig; a test keeps the two equal): their
@@ -311,11 +318,33 @@ class _Entities:
         return [*self.cities, *self.symbols, *self.people, *self.titles, *self.teams]
 
 
+# ``fresh``: entities new to toolworld (fixed 2026-12-03, before anything was measured on them). Chosen from
+# real capitals, sports nicknames, rare given names, tickers and appointments, keeping only those that are in
+# no other split and (every word) not in the warm start's synthetic-name pools, so no build has seen them.
+FRESH_ENTITIES = _Entities(
+    cities=sorted("Tromso Valletta Tbilisi Yerevan Almaty Windhoek Gaborone Montevideo Cusco Reykjavik Tallinn Vilnius "
+                  "Skopje Tirana Kigali Dakar Lusaka Maputo Kathmandu Colombo Vientiane Tashkent Paramaribo Anchorage".split()),
+    symbols=sorted("QCOM AVGO TXN AMD SHOP PYPL CRM ASML SBUX BKNG".split()),
+    people=sorted("Ottoline Peregrine Wystan Caspian Hyacinth Lysander Cressida Fenwick Xanthe Melisande Prospero Quiller".split()),
+    titles=sorted(["physiotherapy", "choir rehearsal", "chess club", "karaoke", "barbecue", "flu shot", "passport renewal",
+                   "tennis match"]),
+    teams=sorted("Comets Pirates Mariners Orioles Ravens Hornets Stallions Pelicans".split()),
+)
+"""The entities of the ``fresh`` split (cities, tickers, people, event titles, teams)."""
+
+
 def entities(split: str) -> _Entities:
     """The entities a split draws its tasks from: the train entities for ``train``, ``train_heldout`` and
-    ``test_phrasings``, the test entities (disjoint) for the others. Dates are shared."""
+    ``test_phrasings``, :data:`FRESH_ENTITIES` for ``fresh``, the test entities (disjoint) for the others.
+    Dates are shared."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    return _split_entities(split)
+
+
+def _split_entities(split: str) -> _Entities:
+    if split == "fresh":
+        return FRESH_ENTITIES
     return _entities("train" if split in _TRAIN_ENTITIES else "test")
 
 
@@ -673,7 +702,38 @@ _TRAIN_ENTITIES = ("train", "train_heldout", "test_phrasings")
 _DEDUPED = ("train_heldout", "test_entities", "test_phrasings")
 
 
+# ``fresh``: two request phrasings per training task type, new to toolworld (fixed 2026-12-03 with
+# FRESH_ENTITIES): none is any split's template, and they ask in ways the train templates do not.
+FRESH_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "weather": ("What's the forecast like in {city} for {date}?", "Give me {city}'s weather on {date}."),
+    "air": ("How polluted is {city} right now?", "Give me the current air quality reading for {city}."),
+    "stock": ("What does one share of {symbol} cost?", "Give me the latest {symbol} quote."),
+    "flight": ("Any flights going {origin} to {destination} on {date}?", "Get me flight options from {origin} to {destination}, {date}."),
+    "restaurant": ("Any good {cuisine} spots in {city}?", "Suggest somewhere serving {cuisine} cuisine in {city}."),
+    "convert": ("{amount} {src} is how many {dst}?", "Work out {amount} {src} in {dst} for me."),
+    "event": ("Block {date} for {title}.", "Pencil in {title} on {date}."),
+    "weather2": ("Compare the forecasts of {city1} and {city2} for {date}.", "Give me {city1}'s and {city2}'s weather on {date}."),
+    "stock2": ("What do {s1} and {s2} shares cost?", "Give me quotes for {s1} and {s2}."),
+    "air2": ("How polluted are {city1} and {city2} right now?", "Give me the air quality readings for {city1} and {city2}."),
+    "weather_air": ("For {city} on {date}: the forecast, and how polluted is it?", "Give me {city}'s weather on {date} plus its air quality."),
+    "weather_stock": ("Two things: {city}'s forecast for {date}, and a {symbol} quote.", "Give me {city}'s weather on {date} and what {symbol} costs."),
+    "flight_book": ("Get {passenger} onto a {date} flight from {origin} to {destination}.", "Reserve a seat for {passenger}, {origin} to {destination}, on {date}."),
+    "stock_convert": ("What does {symbol} cost in {dst}?", "Give me the {symbol} share price converted to {dst}."),
+    "restaurant_book": ("Reserve {cuisine} for {people} in {city} on {date}.", "Get a table for {people} at a {cuisine} spot in {city} on {date}."),
+    "event_list": ("Pencil in {title} on {date}, then tell me everything I have that day.", "Block {date} for {title} and list that day's events."),
+    "greet": ("Hey there, {name} here.", "Just saying hello, I'm {name}."),
+    "add": ("Add up {a} and {b} for me.", "{a} and {b} together make what?"),
+    "taxi": ("Get me a cab in {city}.", "I need a car to pick me up in {city}."),
+    "email": ("Write {name} a message in their inbox.", "Mail {name} for me."),
+    "music": ("Put some songs on.", "I'd like to hear some tunes."),
+    "pizza": ("Get a pizza delivered in {city}.", "Have some pizza sent over in {city}."),
+}
+"""The request phrasings of the ``fresh`` split, by task type (training tools only)."""
+
+
 def _templates(tt: _TaskType, split: str) -> tuple[str, ...]:
+    if split == "fresh":
+        return FRESH_TEMPLATES[tt.name]
     if tt.heldout:
         return tt.templates
     return tt.templates[:4] if split in _TRAIN_PHRASING else tt.templates[4:]
@@ -710,7 +770,7 @@ def make_tasks(split: str = "train", n: int | None = None, seed: int = 0, *, kin
     Args:
         split: one of :data:`SPLITS` (see the module docstring).
         n: number of tasks (default 2000 train, 600 train_heldout, 300 for the test
-            splits, 200 heldout_tools). ``train_heldout`` may return fewer when every
+            splits and fresh, 200 heldout_tools). ``train_heldout`` may return fewer when every
             kind's unseen requests run out (it has several thousand).
         seed: generator seed; the same (split, n, seed, kinds) gives the same tasks.
         kinds: only these task kinds (e.g. ``["parallel"]`` for the diagnostic
@@ -727,7 +787,7 @@ def make_tasks(split: str = "train", n: int | None = None, seed: int = 0, *, kin
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be a non-negative int, got {n!r}")
     rng = random.Random(_h("toolworld", split, seed))
-    E = _entities("train" if split in _TRAIN_ENTITIES else "test")
+    E = _split_entities(split)
     heldout = split == "heldout_tools"
     types = [t for t in _TYPES if t.heldout == heldout]
     by_kind: dict[str, list[_TaskType]] = {}

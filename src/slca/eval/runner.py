@@ -43,7 +43,8 @@ class EvalConfig:
     """Rows to load for the toucan suite (Toucan, verl/paper or slca format)."""
     split: str = "test"
     """toolworld split for ``--suite toolworld`` (:data:`slca.env.toolworld.SPLITS`): ``test`` (unseen names and
-    phrasings) or ``train_heldout`` (new requests of the training distribution), ..."""
+    phrasings), ``fresh`` (names and phrasings new to toolworld, never used to choose anything) or
+    ``train_heldout`` (new requests of the training distribution), ..."""
     gen: GenerationConfig = field(default_factory=GenerationConfig)
     """Sampling settings."""
     max_turns: int = 4

@@ -216,7 +216,9 @@ class TrainConfig:
     kl_kind: Literal[KL_KINDS] = _field("k3", "KL estimator: 'k1', 'k2', 'k3'.")
     loss_agg: Literal[AGG_MODES] = _field(
         "token_mean",
-        "Loss aggregation: 'token_mean' (DAPO), 'seq_mean' (GRPO), 'token_sum_norm' (Dr. GRPO), 'segment_balanced'.")
+        "Loss aggregation: 'token_mean' (DAPO: every token weighs the same), 'seq_mean' (GRPO: every rollout), "
+        "'token_sum_norm' (Dr. GRPO: a constant denominator), 'segment_balanced' (tool and summary tokens averaged "
+        "apart), 'turn_mean' (every assistant turn weighs the same). slca.core.losses.aggregate; docs/training.md.")
     max_grad_norm: Annotated[float, gt(0)] = _field(1.0, 'Gradient clipping threshold (the pre-clip norm is logged).')
     fast_paths: bool = _field(
         True,
@@ -244,7 +246,8 @@ class TrainConfig:
         "train_heldout",
         "Toolworld split evaluated as eval/*: 'train_heldout' (new requests of the training distribution, the primary "
         "endpoint), or an out-of-distribution one: 'test' (unseen entities and phrasings), 'test_entities', "
-        "'test_phrasings', 'heldout_tools' (slca.env.toolworld). Not used with eval_suite or eval_fraction.")
+        "'test_phrasings', 'heldout_tools', 'fresh' (entities and phrasings new to toolworld, chosen on by nothing; "
+        "slca.env.toolworld). Not used with eval_suite or eval_fraction.")
     ood_splits: Annotated[list[str], _ood_splits] = _list(
         lambda: ["test"],
         'Toolworld splits also evaluated at every evaluation, each logged as eval_<split>/* (e.g. eval_test/success); '
@@ -352,7 +355,7 @@ def _eval_suite(v: str) -> str | None:
     return None if v == "" else _suite(v)
 
 
-_EVAL_SPLITS = ("train_heldout", "test", "test_entities", "test_phrasings", "heldout_tools")
+_EVAL_SPLITS = ("train_heldout", "test", "test_entities", "test_phrasings", "heldout_tools", "fresh")
 
 
 def _eval_split(v: str) -> str | None:
