@@ -50,6 +50,11 @@ def test_eval_toolworld(tiny_model, tmp_path):
     assert len(rep["records"]) == 12 and rep["samples"] == 2
     assert sum(rep["counts"].values()) == 6  # per task kind
     assert all(0 <= v <= 1 for v in rep["metrics"].values())
+    from slca.models.named import model_fingerprint
+
+    fp = model_fingerprint(tiny_model)  # the records name the weights they measured
+    assert rep["config"]["model_fingerprint"] == fp and fp.startswith("sha256:")
+    assert f"(`{fp}`)" in (tmp_path / "toolworld.md").read_text()
 
 
 @pytest.mark.slow

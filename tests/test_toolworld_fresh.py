@@ -83,3 +83,21 @@ def test_fresh_is_an_evaluation_split_everywhere_one_is_taken():
 
     assert validate(TrainConfig(eval_split="fresh", ood_splits=["test"])).eval_split == "fresh"
     assert validate(TrainConfig(ood_splits=["fresh", "test"])).ood_splits == ["fresh", "test"]
+
+
+def test_the_quoted_fresh_figure_is_the_shipped_builds_record():
+    """README.md and docs/warmstart.md quote PF3's tool-task success on fresh: the committed record's, of the shipped build."""
+    from pathlib import Path
+
+    from slca.models.named import model_fingerprint
+
+    root = Path(__file__).resolve().parents[1]
+    rep = json.loads((root / "docs" / "results" / "fresh" / "pf3" / "toolworld.json").read_text())
+    assert rep["config"]["split"] == "fresh" and rep["config"]["temperature"] == 0.0
+    assert rep["config"]["model_fingerprint"] == model_fingerprint("default")  # the shipped build, measured
+    tool = [r["scores"]["success"] for r in rep["records"] if r["group"] in ("single", "parallel", "chain")]
+    figure = f"{sum(tool) / len(tool):.3f}"
+    assert len(tool) == 240 and figure == "0.300"
+    for page in ("README.md", "docs/warmstart.md"):
+        text = " ".join((root / page).read_text().split())
+        assert f"{figure} of tool-needing tasks** on `fresh`" in text or f"**{figure}** (72 of 240)" in text, page

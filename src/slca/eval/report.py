@@ -79,7 +79,9 @@ class SuiteReport:
 
     def to_markdown(self) -> str:
         """A markdown summary: headline metrics, then one table row per group."""
-        lines = [f"# slca eval: {self.suite}", "", f"model: `{self.model}`, samples per record: {self.samples}", ""]
+        fp = self.config.get("model_fingerprint")
+        model = f"`{self.model}`" + (f" (`{fp}`)" if fp else "")
+        lines = [f"# slca eval: {self.suite}", "", f"model: {model}, samples per record: {self.samples}", ""]
         lines += ["| metric | value |", "|---|---|"]
         lines += [f"| {k} | {_fmt(v)} |" for k, v in self.metrics.items()]
         if self.groups:

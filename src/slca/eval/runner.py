@@ -15,6 +15,7 @@ from slca.eval.bfcl import resolve_categories, run_bfcl
 from slca.eval.in_domain import run_in_domain
 from slca.eval.report import SuiteReport
 from slca.eval.tau2 import DOMAINS, run_tau2
+from slca.models.named import model_fingerprint
 from slca.training.policy import load_policy
 
 __all__ = ["SUITES", "EvalConfig", "load_model", "run_eval"]
@@ -142,7 +143,8 @@ def run_eval(cfg: EvalConfig, out_dir: str | pathlib.Path | None = None) -> Suit
     model, tok = load_model(cfg.model)
     agent = PolicyAgent(model, tok, cfg.format, cfg.gen)
     report = run_suite(agent)
-    report.config.update({"generated_tokens": agent.generated_tokens, "max_new_tokens": cfg.gen.max_new_tokens, "temperature": cfg.gen.temperature})
+    report.config.update({"generated_tokens": agent.generated_tokens, "max_new_tokens": cfg.gen.max_new_tokens, "temperature": cfg.gen.temperature,
+                          "model_fingerprint": model_fingerprint(cfg.model)})  # the records name the weights they measured
     if cfg.suite == "toolworld":
         report.config["split"] = cfg.split
     if out_dir is not None:
