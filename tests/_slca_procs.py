@@ -28,9 +28,12 @@ def sets(*items: str) -> list[str]:
 
 
 def sigint_default() -> None:
-    """``preexec_fn``: SIGINT at its default in the child. A shell that starts pytest in the background without job
-    control leaves SIGINT ignored, the child would inherit that, and Python then installs no Ctrl-C handler."""
+    """``preexec_fn``: SIGINT and SIGHUP at their defaults in the child, as a user's terminal leaves them. A shell that
+    starts pytest in the background without job control leaves SIGINT ignored, and ``nohup`` leaves SIGHUP ignored; the
+    child would inherit that, and slca keeps a signal ignored at its start ignored (tests/test_procs.py). :class:`Started`
+    applies it unless given another ``preexec_fn``."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def children(pid: int) -> list[int]:
@@ -81,7 +84,8 @@ class Started:
         logs.mkdir(parents=True, exist_ok=True)
         self.out_path, self.err_path = logs / "stdout", logs / "stderr"
         self._out, self._err = open(self.out_path, "w"), open(self.err_path, "w")
-        self.p = subprocess.Popen(cmd, stdout=self._out, stderr=self._err, env=env or ENV, cwd=cwd, preexec_fn=preexec_fn)
+        self.p = subprocess.Popen(cmd, stdout=self._out, stderr=self._err, env=env or ENV, cwd=cwd,
+                                  preexec_fn=preexec_fn or sigint_default)
         self.seen: dict[int, int | None] = {}  # pid -> start time
 
     def kids(self) -> list[int]:
