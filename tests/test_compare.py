@@ -3,9 +3,11 @@ the command it prints continues them; it writes only into a folder of its own.""
 
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -148,16 +150,49 @@ def test_ctrl_c_stops_every_run_and_the_command_it_prints_continues_them(tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_PROC, reason="reads child processes from /proc (Linux)")
-@pytest.mark.parametrize("how", ["SIGHUP", "SIGKILL"])
-def test_closing_the_terminal_or_killing_compare_outright_stops_every_run(tmp_path, tiny_model_dir, how):
-    """SIGHUP (the terminal closed): compare stops its runs itself. SIGKILL (nothing to catch): the runs see their
-    parent gone and stop themselves, each saying how to resume in its log."""
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP", "SIGKILL"])
+def test_kill_pid_closing_the_terminal_or_killing_compare_outright_stops_every_run(tmp_path, tiny_model_dir, how):
+    """SIGTERM (``kill PID``) and SIGHUP (the terminal closed): compare stops its runs itself and says how to continue.
+    SIGKILL (nothing to catch): the runs see their parent gone and stop themselves, each saying how to resume in its log."""
     out = tmp_path / "cmp"
     with Started([*SLCA, *_compare_args(out, tiny_model_dir, 500)], tmp_path / "proc") as run:
         kids = _both_saved(out, run)
         run.p.send_signal(getattr(signal, how))
-        assert run.wait(timeout=60) == (129 if how == "SIGHUP" else -signal.SIGKILL), run.stderr[-3000:]
+        assert run.wait(timeout=60) == {"SIGTERM": 143, "SIGHUP": 129, "SIGKILL": -signal.SIGKILL}[how], run.stderr[-3000:]
         assert wait_until(lambda: not [k for k in kids if alive(k)], 30, "both runs stopped") < 15
+        if how != "SIGKILL":
+            err = [x for x in run.stderr.splitlines() if x.strip()]
+            assert err[-2].startswith(f"interrupted ({how}): the runs still training were stopped"), err
+            assert err[-1].startswith("continue: slca compare --estimators grpo,slca"), err
     for name in ("grpo-seed0", "slca-seed0"):
         log = (out / "logs" / f"{name}.log").read_text()
         assert "interrupted (SIGTERM): " in log and f"resume: slca train --resume {out / name}" in log, log[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_PROC, reason="reads child processes from /proc (Linux)")
+def test_a_run_killed_for_memory_fails_alone_and_the_same_command_resumes_it(tmp_path, tiny_model_dir):
+    """The kernel's out-of-memory killer takes one run (SIGKILL): the other trains to the end (each seed is independent),
+    the command then names the failed run and its log (exit 2), and the same command again reuses the finished run and
+    resumes the killed one from its checkpoint."""
+    out = tmp_path / "cmp"
+    args = _compare_args(out, tiny_model_dir, 10)
+    with Started([*SLCA, *args], tmp_path / "proc") as run:
+        kids = _both_saved(out, run)
+        (victim,) = [k for k in kids if f"run_dir={out / 'slca-seed0'}".encode() in Path(f"/proc/{k}/cmdline").read_bytes()]
+        os.kill(victim, signal.SIGKILL)
+        assert run.wait(timeout=600) == 2, run.stderr[-3000:]
+        assert "slca seed 0: failed (killed by SIGKILL)" in " ".join(run.stdout.split()), run.stdout[-3000:]
+        (line,) = [x for x in run.stderr.splitlines() if x.strip()]
+        assert line == f"error: runs failed: slca seed 0 (see {out / 'logs' / 'slca-seed0.log'})", line
+    def steps(name: str) -> list[int]:
+        return [json.loads(x)["step"] for x in (out / name / "metrics.jsonl").read_text().splitlines() if x.strip()]
+
+    assert steps("grpo-seed0") == list(range(1, 11))  # the other run went on to the end
+    finished = (out / "grpo-seed0" / "metrics.jsonl").read_bytes()
+    r = subprocess.run([*SLCA, *args], capture_output=True, text=True, timeout=600, env=ENV)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "resumed from step" in (out / "logs" / "slca-seed0.log").read_text()
+    assert steps("slca-seed0") == list(range(1, 11))
+    assert (out / "grpo-seed0" / "metrics.jsonl").read_bytes() == finished  # reused, not retrained
+    assert (out / "report.md").is_file()

@@ -57,6 +57,8 @@ def test_nan_and_inf_refused_for_every_float_field(name, bad):
         ("run_dir=", "run_dir: must name a folder"),
         ("lrr=0.1", "lrr: unknown config field (did you mean 'lr'?)"),
         ("clip_low=1", "clip_low: must be in [0, 1)"),
+        ("loss_agg=per_turn", "loss_agg: must be one of ['token_mean', 'seq_mean', 'token_sum_norm', 'segment_balanced', "
+                              "'turn_mean'], got 'per_turn'"),
         ("minibatches=999", "minibatches: 999 exceeds the batch size"),
         ("steps", "--set: 'steps' must look like field=value"),
     ],
@@ -66,6 +68,14 @@ def test_bad_values_refused_naming_the_field(override, message):
         load_config(None, [override])
     assert str(e.value).startswith(message), str(e.value)
     assert e.value.field == message.split(":")[0]
+
+
+def test_every_loss_aggregation_is_a_choice():
+    from slca.core.losses import AGG_MODES
+
+    assert "turn_mean" in AGG_MODES
+    for mode in AGG_MODES:
+        assert load_config(None, [f"loss_agg={mode}"]).loss_agg == mode
 
 
 def test_cuda_refused_where_there_is_none():

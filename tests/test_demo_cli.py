@@ -33,8 +33,15 @@ def test_demo_trains_both_arms_in_their_own_processes_and_reports(tmp_path):
         assert json.loads((out / est / "config.json").read_text())["estimator"] == est
         assert f"{est.upper()} run: token-level advantages" in (out / est / "tokens.html").read_text()
         assert (out / "logs" / f"{est.upper()}.log").is_file()
+    for folder, est in (("grpo_noisy", "grpo"), ("slca_noisy", "slca")):  # the noisy-judge pair, each its own process too
+        stored = json.loads((out / folder / "config.json").read_text())
+        assert (stored["estimator"], stored["summary_noise"]) == (est, cli.DEMO_NOISE)
+        assert stored["ood_splits"] == ["fresh"]
+    rows = [json.loads(line) for line in (out / "slca" / "metrics.jsonl").read_text().splitlines()]
+    assert any(k.startswith("eval_fresh/") for k in rows[0])  # out of distribution: the split nobody chose on
     report = (out / "report.md").read_text()
     assert "for the warm start left un-updated on the same tasks" in report  # the frozen baseline reached the verdict
+    assert "With a noisy summary judge" in report and "What 10 seeds show" in report and "area under its curve" in report
     assert (out / "curves.png").stat().st_size > 0
 
 
@@ -89,15 +96,15 @@ def _demo(tmp_path, model) -> Started:
 
 def _training(tmp_path, run: Started) -> dict[str, int]:
     """Wait until both arms train (each has logged a step); their processes by arm."""
-    kids = run.wait_for_kids(2, timeout=180)
+    kids = run.wait_for_kids(len(cli.DEMO_ARMS), timeout=180)  # every arm at once (--jobs 4, the default)
     for arm in ("grpo", "slca"):
         wait_until(lambda: (tmp_path / "demo" / arm / "metrics.jsonl").is_file(), 180, f"the {arm} run's first step", run.p)
     arms = {}
     for k in kids:
-        cmd = Path(f"/proc/{k}/cmdline").read_bytes().decode(errors="replace")
-        arms["SLCA" if "SLCA.config.json" in cmd else "GRPO"] = k
-    assert sorted(arms) == ["GRPO", "SLCA"], arms
-    return arms
+        args = Path(f"/proc/{k}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        arms.update({Path(a).name.removesuffix(".config.json"): k for a in args if a.endswith(".config.json")})
+    assert sorted(arms) == sorted(cli.DEMO_ARMS), arms
+    return {arm: arms[arm] for arm in ("GRPO", "SLCA")}
 
 
 @pytest.mark.slow

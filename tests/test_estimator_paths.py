@@ -148,7 +148,7 @@ def test_the_spec_is_found_again_after_the_registry_was_reset(user_pkg):
                              "named 'slca' is already registered (slca.core.advantages._slca)"),
     ("{pkg}.estimators:", "estimator '{pkg}.estimators:': an import path must look like 'package.module:function'"),
     ("my-pkg:fn", "estimator 'my-pkg:fn': an import path must look like 'package.module:function'"),
-    ("nope_{prefix}", "unknown estimator 'nope_{prefix}'; registered: ['gdpo', 'grpo', 'rltr_planner', 'slca'"),
+    ("nope_{prefix}", "unknown estimator 'nope_{prefix}'"),  # then the closest name (this test's own are close), the registered ones
 ])
 def test_each_failure_is_one_line_naming_what_is_wrong(user_pkg, ref, message):
     prefix, pkg = user_pkg

@@ -139,16 +139,24 @@ def _no_root_override():
     return pre
 
 
-def test_a_read_only_folder_is_one_line_and_loses_nothing(tmp_path, tiny_model_dir):
+def _read_only_applies(tmp_path: Path):
+    """The ``preexec_fn`` under which a read-only folder is read-only (:func:`_no_root_override`); skips the test where
+    even that writes into one."""
     pre = _no_root_override()
     probe = tmp_path / "probe"
-    probe.mkdir(mode=0o555)
+    probe.mkdir()
+    probe.chmod(0o555)
     try:
         r = subprocess.run(["touch", str(probe / "x")], preexec_fn=pre, capture_output=True)
     except subprocess.SubprocessError as e:
         pytest.skip(f"cannot give up root's override here ({e})")
     if r.returncode == 0:
         pytest.skip("this user writes into a read-only folder")
+    return pre
+
+
+def test_a_read_only_folder_is_one_line_and_loses_nothing(tmp_path, tiny_model_dir):
+    pre = _read_only_applies(tmp_path)
     run = tmp_path / "run"
     r = _train(tiny_model_dir, run, 1)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -168,6 +176,31 @@ def test_a_read_only_folder_is_one_line_and_loses_nothing(tmp_path, tiny_model_d
     r = _resume(run, 2)
     assert r.returncode == 0 and "resumed from step 1" in r.stdout, r.stderr[-3000:]
     assert _steps(run) == [1, 2]
+    # the token page written at the end cannot be replaced: the run itself is complete, and says how to write it again
+    (run / "tokens.html").chmod(0o444)
+    line = one_error_line(_resume(run, 3, preexec=pre))
+    assert line == (f"error: {run / 'tokens.html'}: could not write the token page (Permission denied, EACCES); the run is complete: "
+                    f"slca report {run} writes it again"), line
+    assert _steps(run) == [1, 2, 3] and "step-000003" in _checkpoints(run)
+
+
+def test_compare_and_eval_into_a_folder_they_cannot_write_are_one_line(tmp_path, tiny_model_dir):
+    pre = _read_only_applies(tmp_path)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        r = slca("compare", "--estimators", "grpo", "--seeds", "0", "--out", str(locked / "cmp"),
+                 *sets(f"model={tiny_model_dir}", "steps=1", *SMALL), preexec=pre)
+        line = one_error_line(r)
+        assert line == f"error: {locked / 'cmp'}: could not write the comparison's folder (Permission denied, EACCES)", line
+        r = slca("eval", "--model", str(tiny_model_dir), "--suite", "toolworld", "--limit", "2", "--max-new-tokens", "8",
+                 "--out", str(locked / "ev"), preexec=pre)
+        line = one_error_line(r)
+        assert line == f"error: {locked / 'ev'}: could not write the evaluation report (Permission denied, EACCES)", line
+    finally:
+        locked.chmod(0o755)
+    assert list(locked.iterdir()) == []
 
 
 @contextlib.contextmanager

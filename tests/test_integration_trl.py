@@ -828,6 +828,22 @@ def test_needed_inputs_and_options_are_checked_when_the_trainer_is_built(tmp_pat
         SLCAGRPOTrainer(args=base_args(tmp_path), estimator_inputs={"turn_rewards": lambda **_: None}, **kw)
 
 
+def test_slca_loss_aggregations_given_as_trl_loss_type_are_refused_in_one_line(tmp_path):
+    """TRL aggregates the loss: slca's per-segment and per-turn modes have no TRL loss type, its others have TRL names."""
+    for mode in ("turn_mean", "segment_balanced"):
+        with pytest.raises(ValueError, match=rf"^loss_type='{mode}': TRL's GRPOTrainer aggregates the loss itself.*"
+                                             rf"never by segments or turns.*loss_agg={mode}") as e:
+            base_args(tmp_path, loss_type=mode)
+        assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="loss_type='seq_mean' is slca's loss_agg name; .* is loss_type='grpo'"):
+        base_args(tmp_path, loss_type="seq_mean")
+    assert base_args(tmp_path, loss_type="bnpo").loss_type == "bnpo"  # TRL's own names are TRL's to check
+    tok = build_tokenizer()  # a plain GRPOConfig is not checked when made: the trainer refuses it
+    with pytest.raises(ValueError, match="^loss_type='turn_mean': TRL's GRPOTrainer"):
+        SLCAGRPOTrainer(model=build_policy(tok), processing_class=tok, reward_funcs=[execution_reward, summary_reward],
+                        args=base_args(tmp_path, cls=GRPOConfig, loss_type="turn_mean"), train_dataset=dataset(8))
+
+
 def test_estimator_options_parse_from_the_command_line():
     from trl import TrlParser
 

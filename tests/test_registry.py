@@ -45,7 +45,7 @@ def test_builtin_specs_declare_their_options_and_inputs():
 @pytest.mark.parametrize(
     "name, kw, match",
     [
-        ("slca", {"empty_tools": "include"}, "estimator 'slca' has no option 'empty_tools'; its options: \\['empty_summary', 'empty_tool', 'eps', 'scale'\\]"),
+        ("slca", {"empty_tools": "include"}, "estimator 'slca' has no option 'empty_tools' \\(did you mean 'empty_tool'\\?\\); its options: \\['empty_summary', 'empty_tool', 'eps', 'scale'\\]"),
         ("grpo", {"scal": "batch"}, "estimator 'grpo' has no option 'scal'"),
         ("grpo", {"empty_tool": "include"}, "estimator 'grpo' has no option 'empty_tool'"),
         ("slca", {"empty_tool": "nope"}, "estimator 'slca': option 'empty_tool' must be one of"),

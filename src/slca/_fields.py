@@ -24,13 +24,14 @@ A check returns None when the value is good, otherwise what is wrong with it.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any, Literal
 
-__all__ = ["Check", "gt", "ge", "within", "help_of", "hints", "check_value", "coerce", "type_name"]
+__all__ = ["Check", "gt", "ge", "within", "help_of", "hints", "check_value", "coerce", "type_name", "did_you_mean"]
 
 Check = Callable[[Any], "str | None"]
 
@@ -53,6 +54,15 @@ def within(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False
         return None if ok else f"must be in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}, got {v!r}"
 
     return check
+
+
+def did_you_mean(name: str, names: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the name of ``names`` closest to a mistyped ``name`` (difflib), or ''.
+
+    The one "did you mean" of config fields, estimator names and estimator options.
+    """
+    close = difflib.get_close_matches(name, [str(n) for n in names], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def help_of(f: dataclasses.Field) -> str:

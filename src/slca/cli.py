@@ -151,12 +151,36 @@ def _load_cfg(config: Optional[Path], overrides: list[str]):
 
 
 DEMO_OVERRIDES = {
-    # sized for about 4 minutes on 2 CPU cores (the two arms side by side, one process each)
+    # sized for a few minutes on 2 CPU cores (the four arms side by side, one process each)
     # lr 5e-5: 5e-4 lowers the shipped warm start's training reward below the frozen policy's (docs/results.md)
-    # eval/: new requests of the training distribution (the primary endpoint); eval_test/: the OOD test split
-    "full": dict(steps=16, tasks_per_step=8, group_size=4, lr=5e-5, eval_every=16, eval_tasks=100, ood_eval_tasks=48, save_every=0, sample_html_every=4),
-    "quick": dict(steps=6, tasks_per_step=6, group_size=4, lr=5e-5, eval_every=6, eval_tasks=48, ood_eval_tasks=24, save_every=0, sample_html_every=3),
+    # eval/: new requests of the training distribution, evaluated at steps 0, 8, 16 (the study's primary endpoint is the
+    # area under that curve); eval_fresh/: toolworld's fresh split (names and phrasings new to toolworld, chosen on by nothing)
+    "full": dict(steps=16, tasks_per_step=8, group_size=4, lr=5e-5, eval_every=8, eval_tasks=100, ood_splits=["fresh"], ood_eval_tasks=48,
+                 save_every=0, sample_html_every=4),
+    "quick": dict(steps=6, tasks_per_step=6, group_size=4, lr=5e-5, eval_every=3, eval_tasks=48, ood_splits=["fresh"], ood_eval_tasks=24,
+                  save_every=0, sample_html_every=3),
 }
+
+DEMO_NOISE = 0.5
+"""The noisy judge's summary_noise: study 25's stage-B setting (docs/results.md)."""
+
+DEMO_ARMS = {  # label -> (estimator, summary_noise, run folder under --out)
+    "GRPO": ("grpo", 0.0, "grpo"),
+    "SLCA": ("slca", 0.0, "slca"),
+    "GRPO, noisy judge": ("grpo", DEMO_NOISE, "grpo_noisy"),
+    "SLCA, noisy judge": ("slca", DEMO_NOISE, "slca_noisy"),
+}
+
+STUDY_FIGURES = {  # the 10-seed results the demo's verdict cites (docs/results.md; tests/test_cli.py checks they are there)
+    "study 25 (build J): SLCA - GRPO, tool-task Success area": "+0.020 ± 0.013",
+    "study 25 stage B: noisy-judge interaction on the area": "+0.019 ± 0.017",
+    "study 41 (build PF3): SLCA - GRPO, Success area": "+0.002 ± 0.006",
+}
+_F = list(STUDY_FIGURES.values())
+STUDY_LINE = (f"What 10 seeds show (docs/results.md): in study 25, on build J (the warm start shipped before PF3), SLCA - GRPO "
+              f"{_F[0]} on the area under the held-out tool-task Success curve (SLCA learns faster), and in its stage B the noisy "
+              f"judge slowed GRPO's tool learning and not SLCA's (interaction {_F[1]}); in study 41, on the shipped build PF3, "
+              f"SLCA - GRPO {_F[2]} on the Success area: no difference detected, the curve is at its ceiling.")
 
 
 def _num(v: Any, fmt: str = ".3f") -> str:
@@ -174,14 +198,19 @@ def _eval_rows(rows: list[dict[str, Any]], prefix: str = M.EVAL_SET) -> list[dic
     return [r for r in rows if any(k.startswith(prefix + "/") for k in r)]
 
 
-def _compare_table(runs: dict[str, Path], title: str, prefix: str = M.EVAL_SET, diagnostics: bool = True) -> Table:
+def _compare_table(runs: dict[str, Path], title: str, prefix: str = M.EVAL_SET, diagnostics: bool = True, auc: bool = False) -> Table:
     """Final metrics of one evaluation set (``prefix``) per run, with the warm start (the evaluation before
     the first update) as its own row; ``parallel split`` is the share of parallel tasks whose calls were
-    spread over more turns than the task has steps (the paper's diagnostic case; lower is better)."""
+    spread over more turns than the task has steps (the paper's diagnostic case; lower is better). ``auc``:
+    a first column with the area under each run's tool-task Success curve over its evaluations
+    (:func:`slca.reporting.compare.curve_auc`, the study's primary endpoint)."""
+    from slca.reporting.compare import curve_auc
     from slca.reporting.report import final_eval, read_metrics
 
     t = Table(title=title)
     t.add_column("estimator")
+    if auc:
+        t.add_column("tool-task success area", justify="right")
     for m in M.CLI_FINAL:
         t.add_column(m.short, justify="right")
     if diagnostics:
@@ -190,25 +219,27 @@ def _compare_table(runs: dict[str, Path], title: str, prefix: str = M.EVAL_SET, 
     first = next(iter(runs.values()), None)
     evals = _eval_rows(read_metrics(first), prefix) if first is not None else []
     if evals and evals[0].get("step") == 0:
-        t.add_row("warm start (step 0)", *[_num(evals[0].get(m.key(set=prefix))) for m in M.CLI_FINAL],
+        t.add_row("warm start (step 0)", *([""] * auc), *[_num(evals[0].get(m.key(set=prefix))) for m in M.CLI_FINAL],
                   *([""] * len(M.CLI_DIAGNOSTICS) * diagnostics))
     for label, d in runs.items():
         rows = read_metrics(d)
         ev = final_eval(rows, prefix)
         diag = [_diag_mean(rows, m) for m in M.CLI_DIAGNOSTICS] if diagnostics else []
-        t.add_row(label, *[_num(ev.get(m.key(set=prefix))) for m in M.CLI_FINAL], *diag)
+        area = [_num(curve_auc(rows, M.EVAL_TOOL_TASKS.key(set=prefix)))] if auc else []
+        t.add_row(label, *area, *[_num(ev.get(m.key(set=prefix))) for m in M.CLI_FINAL], *diag)
     return t
 
 
-def _print_eval_tables(runs: dict[str, Path], what: str) -> None:
-    """One table per evaluation set of the runs: the held-out set first, then each out-of-distribution split."""
+def _print_eval_tables(runs: dict[str, Path], what: str, auc: bool = False) -> None:
+    """One table per evaluation set of the runs: the held-out set first, then each out-of-distribution split
+    (``auc``: the held-out table also gives the area under each run's tool-task Success curve)."""
     from slca.reporting.report import eval_prefixes, read_metrics
 
     first = next(iter(runs.values()), None)
     prefixes = eval_prefixes(read_metrics(first)) if first is not None else [M.EVAL_SET]
     for i, prefix in enumerate(prefixes or [M.EVAL_SET]):
         name = "held-out set" if prefix == M.EVAL_SET else f"toolworld {prefix[len('eval_'):]} split, out of distribution"
-        _print_table(_compare_table(runs, f"{what}: {name} ({prefix}/*, final)", prefix, diagnostics=i == 0))
+        _print_table(_compare_table(runs, f"{what}: {name} ({prefix}/*, final)", prefix, diagnostics=i == 0, auc=auc and i == 0))
 
 
 def frozen_tool_rewards(cfg, model, tokenizer, on_step=None) -> list[float]:
@@ -280,12 +311,14 @@ def _demo_runs(cfgs: dict[str, Any], out: Path, jobs: int, baseline, *, poll: fl
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from slca._fs import writing
     from slca._procs import Children
     from slca.reporting.compare import train_process
     from slca.training.config import to_dict
 
     logs = out / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    with writing(logs, "the demo's folder"):  # a failed write: one line naming the file (WriteError)
+        logs.mkdir(parents=True, exist_ok=True)
     cpus = os.cpu_count() or 1
     threads = max(1, cpus // (jobs + 1))  # the runs' torch threads; this process keeps the rest
     torch.set_num_threads(max(1, cpus - jobs * threads))
@@ -318,8 +351,9 @@ def _demo_runs(cfgs: dict[str, Any], out: Path, jobs: int, baseline, *, poll: fl
             while pending or running or replayer.is_alive():
                 while pending and len(running) < jobs:
                     label = pending.pop(0)
-                    (logs / f"{label}.config.json").write_text(json.dumps(to_dict(cfgs[label]), indent=2))
-                    f = open(logs / f"{label}.log", "w")
+                    with writing(logs / f"{label}.log", f"the {label} run's log"):
+                        (logs / f"{label}.config.json").write_text(json.dumps(to_dict(cfgs[label]), indent=2))
+                        f = open(logs / f"{label}.log", "w")
                     files.append(f)
                     running[label] = train_process(["-c", str(logs / f"{label}.config.json"), "--overwrite"], f, threads=threads,
                                                    children=kids, label=label)
@@ -351,30 +385,44 @@ def _demo_runs(cfgs: dict[str, Any], out: Path, jobs: int, baseline, *, poll: fl
     return result["frozen"]
 
 
+_OOD_SETS = {  # the out-of-distribution split the verdict reads (the first one logged), and how it names it
+    "eval_fresh": "toolworld's fresh split: names and phrasings new to toolworld",
+    M.TEST_SET: "toolworld's test split: unseen entities and phrasings",
+}
+
+
 def demo_verdict(runs: dict[str, Path], k: int = 4, frozen: list[float] | None = None) -> list[str]:
-    """Plain sentences on what RL did in the demo, the primary endpoint first: held-out tool-task
-    Success on new requests of the training distribution (``eval/``) against the warm start and
-    between the runs, the paper's diagnostic case (parallel steps split over turns), then the
-    out-of-distribution test split (``eval_test/``) stated plainly, then the training execution
-    reward (first ``k`` steps vs the last ``k``, and, given ``frozen`` (:func:`frozen_tool_rewards`),
-    the mean over all steps against the un-updated warm start's on the same tasks). It says so
-    when GRPO does as well or better."""
+    """Plain sentences on what the demo's one seed shows, the study's primary endpoint first: per run,
+    held-out tool-task Success on new requests of the training distribution (``eval/``) at the last
+    evaluation and the area under its curve over the evaluated steps
+    (:func:`slca.reporting.compare.curve_auc`), each against the warm start, the paper's diagnostic
+    case (parallel steps split over turns) and the training execution reward (first ``k`` steps vs
+    the last ``k``, and, given ``frozen`` (:func:`frozen_tool_rewards`), the mean over all steps
+    against the un-updated warm start's on the same tasks); then SLCA - GRPO on the area (the
+    clean-judge pair), how each estimator's area changed under the noisy judge, the 10-seed results
+    (:data:`STUDY_LINE`), and the out-of-distribution split (``eval_fresh/``, else ``eval_test/``)."""
+    from slca.reporting.compare import curve_auc
     from slca.reporting.report import final_eval, read_metrics
+
+    def num(v: Any) -> float:  # a NaN is logged as null
+        return float(v) if isinstance(v, (int, float)) else float("nan")
 
     def start_and_final(metric: M.Metric, prefix: str = M.EVAL_SET) -> tuple[float, dict[str, float]]:
         key = metric.key(set=prefix)
         first = _eval_rows(read_metrics(next(iter(runs.values()))), prefix)
-        def num(v: Any) -> float:  # a NaN is logged as null
-            return float(v) if isinstance(v, (int, float)) else float("nan")
-
         base = num(first[0].get(key)) if first and first[0].get("step") == 0 else float("nan")
         return base, {label: num(final_eval(read_metrics(d), prefix).get(key)) for label, d in runs.items()}
 
     lines: list[str] = []
     base, final = start_and_final(M.EVAL_TOOL_TASKS)
     split_base, split = start_and_final(M.EVAL_PARALLEL_SPLIT)
+    key = M.EVAL_TOOL_TASKS.key(set=M.EVAL_SET)
+    area: dict[str, float] = {}
     for label, d in runs.items():
         rows = read_metrics(d)
+        evaluated = [r["step"] for r in _eval_rows(rows)]
+        steps = [r["step"] for r in _eval_rows(rows) if isinstance(r.get(key), (int, float))]  # the curve's points
+        area[label] = curve_auc(rows, key)
         tool = [r[M.REWARD_TOOL.name] for r in rows if isinstance(r.get(M.REWARD_TOOL.name), float)]
         trend = ""
         if len(tool) >= 2 * k:
@@ -385,33 +433,61 @@ def demo_verdict(runs: dict[str, Path], k: int = 4, frozen: list[float] | None =
             mt, mf = sum(t for t, _ in pairs) / len(pairs), sum(f for _, f in pairs) / len(pairs)
             trend += (f"; over all {len(pairs)} steps {mt:.3f} vs {mf:.3f} for the warm start left un-updated on the same "
                       f"tasks ({mt - mf:+.3f}: {'above' if mt > mf else 'not above'} it)")
+        at = f" at step {evaluated[-1]}" if evaluated else ""
         vs = f" (warm start {base:.3f})" if base == base else ""
+        auc = ""
+        if area[label] == area[label]:
+            on = f" ({area[label] - base:+.3f} on the warm start's {base:.3f})" if base == base else ""
+            auc = f"; area under its curve over steps {', '.join(map(str, steps))} {area[label]:.3f}{on}"
         sp = f"; parallel steps split over turns {split[label]:.3f} (warm start {split_base:.3f})" if split[label] == split[label] else ""
-        lines.append(f"{label}: held-out tool-task Success on new requests of the training distribution {final[label]:.3f}{vs}{sp}{trend}.")
-    lines += _comparison_line(final, base)
-    ood_base, ood = start_and_final(M.EVAL_TOOL_TASKS, M.TEST_SET)
-    lines += _out_of_distribution_line(ood_base, ood)
+        lines.append(f"{label}: held-out tool-task Success on new requests of the training distribution {final[label]:.3f}{at}{vs}"
+                     f"{auc}{sp}{trend}.")
+    compared = _comparison_line(final, base, area)
+    lines += compared + _noisy_judge_line(area) + ([STUDY_LINE] if compared else [])
+    ood_set = next((s for s in _OOD_SETS if any(_eval_rows(read_metrics(d), s) for d in runs.values())), None)
+    if ood_set is not None:
+        ood_base, ood = start_and_final(M.EVAL_TOOL_TASKS, ood_set)
+        lines += _out_of_distribution_line(ood_base, ood, _OOD_SETS[ood_set])
     return lines
 
 
-def _comparison_line(final: dict[str, float], base: float) -> list[str]:
-    """GRPO against SLCA on held-out in-distribution Success at the end (``final`` by run label; ``base``: the warm start's)."""
-    if not ({"GRPO", "SLCA"} <= set(final) and all(v == v for v in final.values())):
+_ONE_SEED = "one seed is one draw of tasks and weights, and cannot rank the estimators"
+
+
+def _comparison_line(final: dict[str, float], base: float, area: dict[str, float] | None = None) -> list[str]:
+    """SLCA - GRPO on this seed (the clean-judge pair, labels ``GRPO`` and ``SLCA``): on the area under the held-out
+    tool-task Success curve where both have one (``area``), else on the final value (``final``; ``base``: the warm
+    start's)."""
+    pair = ("GRPO", "SLCA")
+    if not (set(pair) <= set(final) and all(final[x] == final[x] for x in pair)):
         return []
     g, s_ = final["GRPO"], final["SLCA"]
     if max(g, s_) == 0:
         had = f" (the warm start's held-out tool-task Success was {base:.3f})" if base == base and base > 0 else ""
         return [f"Neither run solved a held-out tool-needing task at the end{had}."]
-    if s_ > g:
-        return [f"SLCA ended above GRPO on held-out tool-task Success in distribution ({s_:.3f} vs {g:.3f}); "
-                "one seed is one draw, see docs/results.md for the multi-seed study."]
-    return [f"GRPO did as well as or better than SLCA on held-out tool-task Success in distribution ({g:.3f} vs {s_:.3f}); "
-            "one seed is one draw, see docs/results.md for the multi-seed study."]
+    ceiling = "; both end at 1.000, the ceiling, where nothing is left to separate them" if min(g, s_) >= 1.0 else ""
+    ag, as_ = (area or {}).get("GRPO", float("nan")), (area or {}).get("SLCA", float("nan"))
+    if ag == ag and as_ == as_:
+        return [f"SLCA - GRPO on this seed: {as_ - ag:+.3f} on the area under the held-out tool-task Success curve ({as_:.3f} vs "
+                f"{ag:.3f}), {s_ - g:+.3f} at the end ({s_:.3f} vs {g:.3f}){ceiling}; {_ONE_SEED}."]
+    return [f"SLCA - GRPO on this seed: {s_ - g:+.3f} on held-out tool-task Success at the end ({s_:.3f} vs {g:.3f}){ceiling}; "
+            f"{_ONE_SEED}."]
 
 
-def _out_of_distribution_line(ood_base: float, ood: dict[str, float]) -> list[str]:
-    """The test split's tool-task Success before training (``ood_base``) and after (``ood``, by run label), with each
-    run's direction (a move within 0.03 counts as none) named where the runs differ."""
+def _noisy_judge_line(area: dict[str, float]) -> list[str]:
+    """How much each estimator's area under the held-out curve changed from its clean-judge arm to its noisy-judge arm."""
+    arms = [(est, area.get(est, float("nan")), area.get(f"{est}, noisy judge", float("nan"))) for est in ("GRPO", "SLCA")]
+    if not all(c == c and n == n for _, c, n in arms):
+        return []
+    each = ", ".join(f"{est} {n - c:+.3f} ({c:.3f} -> {n:.3f})" for est, c, n in arms)
+    return [f"With a noisy summary judge (summary_noise {DEMO_NOISE}: the answer's grader made unreliable), each estimator's area "
+            f"under the held-out tool-task Success curve moved from its clean-judge arm by: {each}; one seed, so not a "
+            "measured effect of the judge."]
+
+
+def _out_of_distribution_line(ood_base: float, ood: dict[str, float], what: str = _OOD_SETS[M.TEST_SET]) -> list[str]:
+    """An out-of-distribution split's (``what``) tool-task Success before training (``ood_base``) and after (``ood``, by
+    run label), with each run's direction (a move within 0.03 counts as none) named where the runs differ."""
     if not any(v == v for v in ood.values()):
         return []
     each = ", ".join(f"{label} {v:.3f}" for label, v in ood.items())
@@ -424,7 +500,7 @@ def _out_of_distribution_line(ood_base: float, ood: dict[str, float]) -> list[st
            else f"RL on the training distribution moved it both ways ({each_move})" if {"raised it", "lowered it"} <= kinds
            else f"RL on the training distribution {each_move}")
     low = " The warm start rarely solves these (docs/warmstart.md: unseen names and phrasings are where it fails)." if ood_base < 0.1 else ""
-    return [f"Out of distribution (toolworld's test split: unseen entities and phrasings), tool-task Success was {ood_base:.3f} "
+    return [f"Out of distribution ({what}), tool-task Success was {ood_base:.3f} "
             f"before training and {each} after{': ' + how if how else ''}.{low}"]
 
 
@@ -452,18 +528,20 @@ def _check_demo_out(out: Path) -> None:
 @app.command()
 def demo(
     quick: bool = typer.Option(False, "--quick", help="A run of a few minutes that still trains and compares."),
-    out: Path = typer.Option(Path("runs/demo"), help="Folder for both runs and the report."),
-    seed: int = typer.Option(0, help="Seed shared by both runs."),
+    out: Path = typer.Option(Path("runs/demo"), help="Folder for the runs and the report."),
+    seed: int = typer.Option(0, help="Seed shared by every run."),
     model_spec: str = typer.Option("default", "--model", "-m", help="The policy: 'default' (the embedded tiny model), 'smollm2' "
                                    "(SmolLM2-135M-Instruct, the smollm2 extra), a save_pretrained folder or a hub id. The budget is "
                                    "sized for the embedded model: a 135M model on CPU takes hours (use --quick, or --set lora_r=8)."),
-    set_: list[str] = typer.Option([], "--set", "-s", help="Override a training field of both runs: --set lora_r=8 (repeatable)."),
-    jobs: int = typer.Option(2, "--jobs", "-j", help="Runs trained at a time, each its own process (2: GRPO and SLCA side by side; "
-                             "1: one after the other, for a 1-core machine or a model too big to hold twice in memory)."),
+    set_: list[str] = typer.Option([], "--set", "-s", help="Override a training field of every run: --set lora_r=8 (repeatable)."),
+    jobs: int = typer.Option(4, "--jobs", "-j", help="Runs trained at a time, each its own process (4: all four arms side by side; "
+                             "1: one after the other, for a 1-core machine or a model too big to hold several times in memory)."),
 ) -> None:
-    """Train GRPO and SLCA on toolworld side by side (same seed, same budget) and compare."""
+    """Train GRPO and SLCA on toolworld side by side (same seed, same budget), each with a clean and with a noisy
+    summary judge (summary_noise 0.5, the study's stage-B setting), and compare on one seed."""
     from dataclasses import replace
 
+    from slca._fs import writing
     from slca.training.config import TrainConfig, apply_overrides, validate
     from slca.training.policy import load_policy, policy_options
     from slca.reporting.report import write_report, write_token_html
@@ -471,22 +549,24 @@ def demo(
 
     t0 = time.time()
     _quiet_loading()
-    fixed = ("run_dir", "estimator", "seed", "model")
+    fixed = ("run_dir", "estimator", "seed", "model", "summary_noise")
     bad = [o for o in set_ if o.split("=", 1)[0].strip() in fixed]
     if bad:
         _fail(f"--set {bad[0]}: the demo sets {', '.join(fixed)} itself (use --out, --seed, --model)")
 
-    def demo_cfg(est: str) -> TrainConfig:
-        cfg = TrainConfig(run_dir=str(out / est), estimator=est, seed=seed, model=model_spec, eval_on_start=True, **DEMO_OVERRIDES["quick" if quick else "full"])
+    def demo_cfg(est: str, noise: float, folder: str) -> TrainConfig:
+        cfg = TrainConfig(run_dir=str(out / folder), estimator=est, seed=seed, model=model_spec, eval_on_start=True, summary_noise=noise,
+                          **DEMO_OVERRIDES["quick" if quick else "full"])
         return validate(apply_overrides(cfg, list(set_)))
 
     if jobs < 1:
         _fail(f"--jobs: {jobs} (at least 1)")
     _refuse_value_errors(lambda: _check_demo_out(out))
-    cfgs = {est.upper(): _refuse_value_errors(lambda est=est: demo_cfg(est)) for est in ("grpo", "slca")}
+    cfgs = {label: _refuse_value_errors(lambda arm=arm: demo_cfg(*arm)) for label, arm in DEMO_ARMS.items()}
     cfg = cfgs["GRPO"]
     what = "embedded tiny model" if model_spec == "default" else f"model {model_spec}"
-    console.print(f"[bold]slca demo[/bold]: {what}, toolworld, GRPO vs SLCA ({min(jobs, 2)} run(s) at a time; logs in {out / 'logs'})")
+    console.print(f"[bold]slca demo[/bold]: {what}, toolworld, GRPO vs SLCA, clean and noisy summary judge "
+                  f"({min(jobs, len(cfgs))} run(s) at a time; logs in {out / 'logs'})")
     model, tok = _refuse_value_errors(lambda: load_policy(model_spec, **policy_options(cfg)))  # refused here, before any run starts
     # each run loads the same weights in its own process; this one replays the warm start meanwhile (the verdict's baseline)
     from slca._procs import interrupted_by, signals_raise
@@ -501,15 +581,22 @@ def demo(
                    "checkpoints, so running it again starts its runs over", err=True)
         typer.echo(f"continue: {_this_command()}", err=True)
         raise typer.Exit(code) from None
+    except OSError as e:  # a write failed (WriteError, naming the file); the runs were stopped
+        _fail(str(e))
     runs = {label: Path(c.run_dir) for label, c in cfgs.items()}
-    for label, d in runs.items():
-        write_token_html(read_samples(d / "samples.json"), d / "tokens.html", title=f"{label} run: token-level advantages")
     wall = time.time() - t0
     verdict = demo_verdict(runs, frozen=frozen)
-    md = write_report(runs, out, title="slca demo: GRPO vs SLCA on toolworld",
-                      extra_md=f"Wall time: {wall / 60:.1f} min (seed {seed}, {'quick' if quick else 'full'} budget).\n\n"
-                      + "\n".join(f"- {line}" for line in verdict))
-    _print_eval_tables(runs, "slca demo")
+
+    def write() -> Path:  # a failed write: one line naming the file
+        with writing(out / "report.md", "the demo's report", after=f"the runs themselves are complete in {out}"):
+            for label, d in runs.items():
+                write_token_html(read_samples(d / "samples.json"), d / "tokens.html", title=f"{label} run: token-level advantages")
+            return write_report(runs, out, title="slca demo: GRPO vs SLCA on toolworld, clean and noisy summary judge",
+                                extra_md=f"Wall time: {wall / 60:.1f} min (seed {seed}, {'quick' if quick else 'full'} budget).\n\n"
+                                + "\n".join(f"- {line}" for line in verdict))
+
+    md = _refuse_value_errors(write)
+    _print_eval_tables(runs, "slca demo", auc=True)
     for line in verdict:
         console.print(line)
     console.print(f"report: [bold]{md}[/bold]  plots: {out / 'curves.png'}  token view: {out / 'slca' / 'tokens.html'}  ({wall / 60:.1f} min)")
@@ -536,7 +623,7 @@ def train(
     import shlex
 
     from slca._procs import watch_parent_from_env
-    from slca.training.config import GROUPS, TrainConfig, field_docs
+    from slca.training.config import GROUPS, TrainConfig, config_warnings, field_docs
     from slca.reporting.report import write_report, write_token_html
 
     watch_parent_from_env()  # a run started by slca demo / compare stops when that process is gone, however it ended
@@ -557,6 +644,8 @@ def train(
         cfg = _refuse_value_errors(lambda: resume_config(run, config, set_))
     else:
         cfg = _load_cfg(config, set_)
+    for warning in config_warnings(cfg):
+        typer.echo(f"warning: {warning}", err=True)
     from slca._fs import WriteError, writing
     from slca._procs import interrupted_by, signals_raise
 
@@ -739,6 +828,7 @@ def compare(
         status = "[green]ok[/green]" if rc == 0 else f"[red]failed ({_exit_status(rc)})[/red]"
         console.print(f"[{done[0]}/{n}] {spec.estimator} seed {spec.seed}: {status} in {secs / 60:.1f} min")
 
+    from slca._fs import writing
     from slca._procs import interrupted_by, signals_raise
 
     command = _this_command()
@@ -751,10 +841,15 @@ def compare(
                    f"{out / 'logs'})", err=True)
         typer.echo(f"continue: {command}   (the same command: finished runs are reused, the stopped ones resumed)", err=True)
         raise typer.Exit(code) from None
-    except (ValueError, RuntimeError) as e:
+    except (ValueError, RuntimeError, OSError) as e:  # OSError: a write failed (WriteError, naming the file)
         _fail(str(e))
     wall = json.loads((out / "compare.json").read_text()).get("train_wall_s", time.time() - t0)
-    md = write_compare_report(specs, out, level=level, command=command, wall_s=wall, title=title)
+
+    def write() -> Path:  # a failed write: one line naming the file (summary.json, curves_compare.png or report.md)
+        with writing(out / "report.md", "the comparison's report", after=f"the runs are complete: {command} writes it again"):
+            return write_compare_report(specs, out, level=level, command=command, wall_s=wall, title=title)
+
+    md = _refuse_value_errors(write)
     console.print(f"report: [bold]{md}[/bold]")
 
 
@@ -778,7 +873,7 @@ def _check_eval_out(out: Path, suite: str) -> None:
 def eval_(
     model: str = typer.Option(..., "--model", "-m", help="A save_pretrained model folder with a chat template, a Hugging Face hub id (from_pretrained), 'default' (the embedded model) or 'smollm2' (SmolLM2-135M-Instruct, the smollm2 extra)."),
     suite: str = typer.Option(..., "--suite", help="toolworld | toucan | bfcl | tau2."),
-    split: str = typer.Option("test", "--split", help="toolworld split: test (unseen names and phrasings) or train_heldout (new requests of the training distribution)."),
+    split: str = typer.Option("test", "--split", help="toolworld split: test (unseen names and phrasings), fresh (names and phrasings new to toolworld, never used to choose anything), train_heldout (new requests of the training distribution), test_entities, test_phrasings or heldout_tools."),
     categories: str = typer.Option("", "--categories", help="Comma-separated: BFCL categories or groups (simple, non_live, non_python, python, live, single_turn, multi_turn, all); tau2 domains (airline, retail); in-domain task kinds."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Records per BFCL category / tau2 domain / in-domain suite."),
     samples: int = typer.Option(1, "--samples", "-k", help="K rollouts per record (pass^k for k <= K)."),
@@ -831,7 +926,7 @@ def eval_(
         )
         _quiet_loading()
         rep = run_eval(cfg, out)
-    except (ValueError, ModuleNotFoundError) as e:
+    except (ValueError, ModuleNotFoundError, OSError) as e:  # OSError: a file not readable, a write failed (naming the file)
         _fail(str(e))
     console.print(rep.to_markdown(), soft_wrap=True, markup=False, highlight=False)  # markdown tables: never wrapped
     console.print(f"saved: [bold]{out / (suite + '.json')}[/bold], [bold]{out / (suite + '.md')}[/bold]")

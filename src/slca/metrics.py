@@ -147,6 +147,8 @@ ROLLOUT_STOP = Metric("rollout/stop_{reason}", "share of rollouts that stopped f
 ROLLOUT_NO_TOOL = Metric("rollout/no_tool_segment", "share of rollouts with no tool segment", UNIT)
 ROLLOUT_NO_SUMMARY = Metric("rollout/no_summary_segment", "share of rollouts with a tool segment and no summary segment", UNIT)
 ROLLOUT_MIXED = Metric("rollout/mixed_call_groups", "share of groups where some rollouts have a tool segment and some not", UNIT)
+ROLLOUT_MASK_MISMATCH = Metric("rollout/mask_mismatch", "share of rollouts whose segment masks disagree with their "
+                               "conversation (slca.chat.maskcheck; mask_check_max_mismatch stops the run above it)", UNIT, "lower")
 
 # ------------------------------------------------------------------ evaluation (Trainer.evaluate), per set
 

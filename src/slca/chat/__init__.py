@@ -18,6 +18,7 @@ from slca.chat.formats import (
     get_format,
     list_formats,
 )
+from slca.chat.maskcheck import MaskMismatch, MaskMismatchError, check_segment_masks, enforce_mask_check
 
 __all__ = [
     "ChatRenderer",
@@ -26,10 +27,14 @@ __all__ = [
     "HermesFormat",
     "JsonListFormat",
     "Llama3JsonFormat",
+    "MaskMismatch",
+    "MaskMismatchError",
     "OpenAIFormat",
     "TemplateNotPrefixPreserving",
     "ToolCallFormat",
+    "check_segment_masks",
     "encode_conversation",
+    "enforce_mask_check",
     "find_training_template",
     "get_format",
     "list_formats",

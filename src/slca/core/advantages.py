@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass, make_dataclass, replace
 from importlib.metadata import entry_points
 from typing import Annotated, Any, Literal, Protocol
@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, Protocol
 import torch
 
 from slca._checks import as_1d, as_2d, check_mask, check_same_shape, group_index
-from slca._fields import check_value, coerce, ge, gt, hints, within
+from slca._fields import check_value, coerce, did_you_mean, ge, gt, hints, within
 from slca.core.segments import last_tool_turn, tool_turn_index
 
 __all__ = [
@@ -443,17 +443,30 @@ def option_values(options: Any) -> dict[str, Any]:
     return {f.name: getattr(options, f.name) for f in fields(options)}
 
 
+def unknown_option(estimator: str, name: str, declared: Iterable[str], host: Mapping[str, str] | None = None) -> str:
+    """The one-line refusal of an option ``estimator`` does not take: the closest name the caller may set, then all of them.
+
+    ``declared``: the estimator's options; ``host``: option -> the host setting it comes from
+    (:meth:`EstimatorSpec.host_options`), left out of the names offered and named after them.
+    """
+    host = host or {}
+    accepted = sorted(set(declared) - set(host))
+    msg = f"estimator {estimator!r} has no option {name!r}{did_you_mean(name, accepted)}; its options: {accepted}"
+    elsewhere = [host[k] for k in sorted(set(declared) & set(host))]
+    return msg + (f"; the others come from {', '.join(elsewhere)}" if elsewhere else "")
+
+
 def check_options(cls: type, estimator: str, given: Mapping[str, Any]) -> Any:
     """``cls(**given)`` (an estimator's options object), every value checked against its field.
 
     Raises:
         ValueError: naming the estimator and the option: an option ``cls`` does not
-            declare, a value of the wrong type, outside its range or its choices.
+            declare (with the closest one it does), a value of the wrong type, outside its range or its choices.
     """
     known = {f.name: f for f in fields(cls)}
     unknown = sorted(set(given) - set(known))
     if unknown:
-        raise ValueError(f"estimator {estimator!r} has no option {unknown[0]!r}; its options: {sorted(known)}")
+        raise ValueError(unknown_option(estimator, unknown[0], known))
     types_ = hints(cls)
     out = {}
     for k, v in given.items():
@@ -463,16 +476,17 @@ def check_options(cls: type, estimator: str, given: Mapping[str, Any]) -> Any:
     return cls(**out)
 
 
-def parse_options(cls: type, estimator: str, raw: Mapping[str, str]) -> dict[str, Any]:
+def parse_options(cls: type, estimator: str, raw: Mapping[str, str], host: Mapping[str, str] | None = None) -> dict[str, Any]:
     """``{"turn_lambda": "0.5"}`` (strings from the command line or the environment) as typed values.
 
-    Raises ValueError naming the estimator and the option (an unknown option, a value that does not parse).
+    Raises ValueError naming the estimator and the option (an unknown option, a value that does not parse);
+    the options it offers leave out ``host``'s, those the host sets from its own settings (:func:`unknown_option`).
     """
     known = hints(cls)
     out = {}
     for k, v in raw.items():
         if k not in known:
-            raise ValueError(f"estimator {estimator!r} has no option {k!r}; its options: {sorted(known)}")
+            raise ValueError(unknown_option(estimator, k, known, host))
         try:
             out[k] = coerce(v, known[k]) if isinstance(v, str) else v
         except ValueError as e:
@@ -573,6 +587,9 @@ class EstimatorSpec:
         clash = sorted(set(given) & set(where))
         if clash:
             raise ValueError(f"estimator_options may not set {clash[0]!r}: it comes from {where[clash[0]]}")
+        unknown = sorted(set(given) - set(self.option_names))
+        if unknown:  # listing only what the user may set here
+            raise ValueError(unknown_option(self.name, unknown[0], self.option_names, where))
         return self.make_options({**self.pick(host), **given})
 
     def check_inputs(self, inputs: AdvantageInputs) -> None:
@@ -760,7 +777,7 @@ def resolve_estimator(ref: str) -> EstimatorSpec:
         eps = _entry_points()
         if ref not in eps:
             installed = f"; installed ({ENTRY_POINT_GROUP} entry points): {sorted(eps)}" if eps else ""
-            raise ValueError(f"unknown estimator {ref!r}; registered: {sorted(_REGISTRY)}{installed}; "
+            raise ValueError(f"unknown estimator {ref!r}{did_you_mean(ref, [*_REGISTRY, *eps])}; registered: {sorted(_REGISTRY)}{installed}; "
                              "user code: give its import path 'package.module:function'")
         spec = _from_entry_point(ref, eps[ref])
     _ALIASES[ref] = spec

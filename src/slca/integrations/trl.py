@@ -61,13 +61,15 @@ import math
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from packaging.version import Version
 
-from slca._fields import help_of
+from slca import metrics as M
+from slca._fields import did_you_mean, help_of
 from slca.core.advantages import (
     EMPTY_SUMMARY_DEFAULT,
     EMPTY_TOOL_DEFAULT,
@@ -80,10 +82,18 @@ from slca.core.advantages import (
     get_estimator,
     get_input,
     group_normalize,
+    list_estimators,
     resolve_estimator,
 )
+from slca.chat import check_segment_masks, enforce_mask_check, list_formats
+from slca.core.losses import AGG_MODES
 from slca.core.segments import segment_masks
+from slca.models.named import NAMED_MODELS, load_named, named_model_problem
+from slca.reporting.report import write_token_html
 from slca.rewards import execution_reward, summary_reward, turns_from_messages
+from slca.training.config import TrainConfig
+from slca.training.policy import hub_model_problem, looks_like_path
+from slca.training.samples import SampleGroup, SampleRollout
 from slca.types import Task, ToolResult, Trajectory, Turn
 
 try:
@@ -102,11 +112,14 @@ __all__ = [
     "AdvantageBatch",
     "SLCAGRPOConfig",
     "SLCAGRPOTrainer",
+    "SplitBatch",
     "call_options",
     "check_aggregation",
+    "check_loss_type",
     "check_tiers",
     "check_trl_contract",
     "mark_unanswered",
+    "resolve_model",
     "slca_reward_funcs",
     "simulator_environment",
     "simulator_environments",
@@ -119,6 +132,8 @@ __all__ = [
 TESTED_TRL = (">=1.16", "<1.17")
 TIERS = ("tool", "summary")
 AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")  # TRL's multi_objective_aggregation
+TRL_LOSS_TYPE = {"token_mean": "dapo", "seq_mean": "grpo", "token_sum_norm": "dr_grpo"}
+"""slca's ``loss_agg`` -> the TRL ``loss_type`` that normalises the same way; slca's other modes have none."""
 UNANSWERED_MODES = ("unscored", "not_executed")
 """What :func:`slca_reward_funcs` does with the calls of a completion's last turn that TRL never executed."""
 NOT_EXECUTED = "not executed: the rollout ended before the environment answered"  # as slca.integrations.verl
@@ -174,6 +189,11 @@ def _option_help(name: str) -> str:
     return next(help_of(f) for f in fields(SLCAOptions) if f.name == name)
 
 
+def _train_help(name: str) -> str:
+    """The help of a :class:`slca.training.config.TrainConfig` field (its one home)."""
+    return next(help_of(f) for f in fields(TrainConfig) if f.name == name)
+
+
 @dataclass
 class SLCAGRPOConfig(GRPOConfig):
     """``GRPOConfig`` plus the SLCA options. TRL's own options keep their meaning;
@@ -217,21 +237,63 @@ class SLCAGRPOConfig(GRPOConfig):
         default=1e-4,
         metadata={"help": "eps added to the group std; 1e-4 is the constant TRL's own normalisation uses."},
     )
+    mask_check_max_mismatch: float = field(
+        default=TrainConfig.mask_check_max_mismatch, metadata={"help": _train_help("mask_check_max_mismatch")},
+    )
+    tool_format: str = field(
+        default="hermes",
+        metadata={"help": "The slca.chat tool-call format the model writes, which the mask check parses call segments "
+                  "with: " + ", ".join(list_formats()) + "."},
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         spec = resolve_estimator(self.advantage_estimator)  # one-line ValueError (unknown, module not found, ...) before any model loads
+        if self.reward_tiers is not None:  # a typo is refused here, not after the model loads
+            check_tier_names(self.reward_tiers)
+            check_tiers(list(self.reward_tiers), self.advantage_estimator)
         host = {"scale": self.scale_rewards, "eps": self.advantage_eps, "empty_tool": self.empty_tool,
                 "empty_summary": self.empty_summary}
         check_host_options(host)
+        check_loss_type(self.loss_type)
+        check_mask_options(self.mask_check_max_mismatch, self.tool_format)
         if isinstance(self.estimator_options, Mapping):  # a JSON string is parsed by GRPOConfig; checked by the trainer otherwise
             call_options(spec, host, self.estimator_options)  # an unknown or bad option: one line, before any model loads
+
+
+def check_mask_options(max_mismatch: Any, tool_format: Any) -> None:
+    """ValueError, in one line, for a ``mask_check_max_mismatch`` outside [0, 1] or an unknown ``tool_format``."""
+    if isinstance(max_mismatch, bool) or not isinstance(max_mismatch, (int, float)) or not 0 <= max_mismatch <= 1:
+        raise ValueError(f"mask_check_max_mismatch must be a share in [0, 1] (1.0: count only), got {max_mismatch!r}")
+    if tool_format not in list_formats():
+        raise ValueError(f"tool_format must be one of {list_formats()}, got {tool_format!r}")
 
 
 def check_host_options(host: Mapping[str, Any]) -> None:
     """Refuse a bad ``empty_tool`` / ``empty_summary`` whatever the estimator (``grpo`` does not take them), as
     :class:`slca.core.advantages.SLCAOptions` checks them."""
     check_options(SLCAOptions, "slca", {k: host[k] for k in ("empty_tool", "empty_summary")})
+
+
+def check_loss_type(loss_type: str) -> None:
+    """Raise ValueError, in one line, for one of slca's ``loss_agg`` names given as TRL's ``loss_type``.
+
+    TRL aggregates the loss itself (``GRPOTrainer._compute_loss``, by ``loss_type``) and
+    slca replaces only the advantages, so slca's ``segment_balanced`` and ``turn_mean``
+    have no TRL form: TRL's normalisers count tokens, sequences or a constant, never
+    segments or turns. TRL's own names are left to TRL.
+    """
+    if loss_type not in AGG_MODES:
+        return
+    if loss_type in TRL_LOSS_TYPE:
+        raise ValueError(f"loss_type={loss_type!r} is slca's loss_agg name; TRL's loss type that normalises the same way "
+                         f"is loss_type={TRL_LOSS_TYPE[loss_type]!r}")
+    raise ValueError(
+        f"loss_type={loss_type!r}: TRL's GRPOTrainer aggregates the loss itself and its loss types normalise by "
+        "tokens, sequences or a constant, never by segments or turns, while slca replaces only its advantages; use "
+        f"slca's own trainer (slca train --set loss_agg={loss_type}) or one of TRL's loss types (docs/training.md, "
+        '"Loss aggregation")'
+    )
 
 
 def tier_rewards(
@@ -268,6 +330,16 @@ def tier_rewards(
         total = torch.nansum(r, dim=1)
         out.append(torch.where(torch.isnan(r).all(dim=1), torch.full_like(total, float("nan")), total))
     return out[0], out[1]
+
+
+def check_tier_names(tiers: Any) -> None:
+    """Raise ValueError, in one line, unless ``tiers`` is a list of :data:`TIERS` names (the closest one offered for a typo)."""
+    if isinstance(tiers, str) or not isinstance(tiers, (list, tuple)):
+        raise ValueError(f"reward_tiers must be a list with one of {list(TIERS)} per reward function, got {tiers!r}")
+    for t in tiers:
+        if t not in TIERS:
+            raise ValueError(f"reward_tiers: {t!r} is not a tier{did_you_mean(str(t), TIERS)}; give one of {list(TIERS)} "
+                             f"per reward function, in order, got {list(tiers)}")
 
 
 def check_tiers(tiers: list[str], estimator: str) -> None:
@@ -632,6 +704,84 @@ def simulator_environments(
     return {name: simulator_environment(group, make_env, id_column) for name, group in groups.items()}, environment_of
 
 
+def resolve_model(model: Any, processing_class: Any = None) -> tuple[Any, Any]:
+    """``(model, processing_class)`` as :class:`SLCAGRPOTrainer` hands them to TRL.
+
+    A name slca knows (:data:`slca.models.named.NAMED_MODELS`: ``"default"``, ``"smollm2"``, ...)
+    is loaded offline by :func:`slca.models.named.load_named`, its tokenizer (with slca's chat
+    template) becoming the processing class unless one is given. A folder, or a loaded model,
+    passes through. A hub id is checked first (:func:`slca.training.policy.hub_model_problem`:
+    the local cache, then one request without retries), so one that cannot load here
+    (``HF_HUB_OFFLINE=1``, no network) fails at once, in one line naming it and the named models,
+    instead of after TRL's ``from_pretrained`` retries.
+    """
+    if not isinstance(model, str):
+        return model, processing_class
+    if model in NAMED_MODELS:
+        problem = named_model_problem(model)
+        if problem is not None:
+            raise ValueError(f"model {problem}")
+        loaded, tokenizer = load_named(model)
+        return loaded, processing_class if processing_class is not None else tokenizer
+    if Path(model).expanduser().exists():
+        return model, processing_class
+    problem = f"{model!r}: no such folder" if looks_like_path(model) else hub_model_problem(model)
+    if problem is not None:
+        raise ValueError(f"model {problem}; slca's named models load offline: "
+                         + ", ".join(f"{n!r} ({what})" for n, what in NAMED_MODELS.items()))
+    return model, processing_class
+
+
+def _func_name(f: Any) -> str:
+    """A reward function's name as TRL logs it (a model id's last part)."""
+    return f.split("/")[-1] if isinstance(f, str) else getattr(f, "__name__", type(f).__name__)
+
+
+def _check_tier_count(tiers: list[str] | None, names: list[str], estimator: str) -> list[str]:
+    """``tiers`` (default ``["tool", "summary"]``) checked against the reward functions ``names``; ValueError otherwise."""
+    tiers = list(tiers or ["tool", "summary"])
+    check_tier_names(tiers)
+    if len(tiers) != len(names):
+        raise ValueError(f"reward_tiers must give one of {TIERS} for each of the {len(names)} reward functions "
+                         f"({names}), got {tiers}")
+    check_tiers(tiers, estimator)
+    return tiers
+
+
+@dataclass(frozen=True)
+class SplitBatch:
+    """One generation batch as SLCA split it, gathered over all processes (:attr:`SLCAGRPOTrainer.last_advantages`).
+
+    ``B`` rows (prompts x ``num_generations``; rows ``g*G`` to ``g*G + G - 1`` are one prompt's
+    group), ``T`` completion tokens. The segment masks, tier rewards and estimator inputs are
+    in :attr:`inputs` (``tool_mask``, ``summary_mask``, ``model_mask``, ``tool_rewards``,
+    ``summary_rewards``); :meth:`SLCAGRPOTrainer.write_token_page` draws it.
+    """
+
+    step: int  # trainer.state.global_step when the batch was generated
+    mode: str  # "train" or "eval"
+    estimator: str  # the registry name that gave the advantages
+    num_generations: int  # G
+    advantages: torch.Tensor  # (B, T) float32: what the loss weighs each token by
+    completion_ids: torch.Tensor  # (B, T) token ids
+    valid_mask: torch.Tensor  # (B, T) TRL's completion_mask: 1 on real tokens
+    env_mask: torch.Tensor | None  # (B, T) TRL's tool_mask: 1 on model tokens, 0 on tool results; None without any
+    prompt_ids: torch.Tensor  # (B, P) left-padded
+    prompt_mask: torch.Tensor  # (B, P)
+    rewards_per_func: torch.Tensor  # (B, F) NaN = the function returned None
+    inputs: AdvantageInputs  # the estimator's inputs: tier rewards, group ids, segment masks, extra inputs
+
+    @property
+    def tool_mask(self) -> torch.Tensor:
+        """(B, T) the execution segment: policy tokens before the last tool result."""
+        return self.inputs.tool_mask
+
+    @property
+    def summary_mask(self) -> torch.Tensor:
+        """(B, T) the summary segment: policy tokens after the last tool result."""
+        return self.inputs.summary_mask
+
+
 @dataclass(frozen=True)
 class AdvantageBatch:
     """Which estimator gave one process its advantages on a generation batch, and which rows it kept.
@@ -659,7 +809,14 @@ class SLCAGRPOTrainer(GRPOTrainer):
 
     Takes TRL's arguments unchanged; ``args`` should be an :class:`SLCAGRPOConfig`
     (a plain ``GRPOConfig`` gets the defaults: estimator ``slca``, tiers
-    ``["tool", "summary"]``). Logs ``slca/*`` metrics next to TRL's.
+    ``["tool", "summary"]``). ``model`` may also be a name slca knows
+    (``"default"``, ``"smollm2"``: loaded offline with its tokenizer, :func:`resolve_model`);
+    a hub id that cannot load here fails at once. Logs ``slca/*`` metrics and the shares
+    ``rollout/no_tool_segment`` / ``rollout/no_summary_segment`` next to TRL's, and warns once per
+    run when a batch has no tool segment at all or a tier returned None for every rollout.
+    After each generation batch, :attr:`last_advantages` (:class:`SplitBatch`) holds its
+    ``(B, T)`` advantages, segment masks, token ids and tier rewards, gathered over all
+    processes, and :meth:`write_token_page` draws them as ``slca train``'s ``tokens.html``.
     ``multi_objective_aggregation``: both of TRL's rules with a trajectory-level
     estimator (``grpo``), ``sum_then_normalize`` with a tiered one
     (:func:`check_aggregation`). After each generation batch,
@@ -697,20 +854,25 @@ class SLCAGRPOTrainer(GRPOTrainer):
         **kwargs: Any,
     ) -> None:
         check_trl_contract(GRPOTrainer)
-        super().__init__(*args, **kwargs)
+        given = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments
+        given.pop("self")
+        funcs = given.get("reward_funcs")
+        if funcs is not None:  # the tiers against the functions before any model loads
+            funcs = funcs if isinstance(funcs, list) else [funcs]
+            _check_tier_count(getattr(given.get("args"), "reward_tiers", None), [_func_name(f) for f in funcs],
+                              getattr(given.get("args"), "advantage_estimator", "slca"))
+        given["model"], processing_class = resolve_model(given.get("model"), given.get("processing_class"))
+        if processing_class is not None:
+            given["processing_class"] = processing_class
+        super().__init__(**given)
         a = self.args
         self.slca_estimator = getattr(a, "advantage_estimator", "slca")
         spec = get_estimator(self.slca_estimator)  # ValueError listing the known ones
-        tiers = getattr(a, "reward_tiers", None) or ["tool", "summary"]
-        if len(tiers) != len(self.reward_funcs) or any(t not in TIERS for t in tiers):
-            raise ValueError(
-                f"reward_tiers must give one of {TIERS} for each of the {len(self.reward_funcs)} reward functions "
-                f"({self.reward_func_names}), got {tiers}"
-            )
-        check_tiers(list(tiers), self.slca_estimator)
+        tiers = _check_tier_count(getattr(a, "reward_tiers", None), self.reward_func_names, self.slca_estimator)
         self.slca_tiers = list(tiers)
         self.slca_aggregation = getattr(self, "multi_objective_aggregation", "sum_then_normalize")
         check_aggregation(self.slca_estimator, self.slca_aggregation)
+        check_loss_type(self.loss_type)  # a plain GRPOConfig is not checked when it is made
         self.slca_empty_tool = getattr(a, "empty_tool", EMPTY_TOOL_DEFAULT)
         self.slca_empty_summary = getattr(a, "empty_summary", EMPTY_SUMMARY_DEFAULT)
         self.slca_eps = float(getattr(a, "advantage_eps", 1e-4))
@@ -726,6 +888,12 @@ class SLCAGRPOTrainer(GRPOTrainer):
         self._slca_extra: dict[str, Any] = {}
         self.trl_advantages: torch.Tensor | None = None  # TRL's own (B_local,) advantages of the last batch, for checks
         self.last_advantage_batch: AdvantageBatch | None = None  # the estimator and rows of the last batch
+        self.last_advantages: SplitBatch | None = None  # the last batch's split, gathered (write_token_page)
+        self._slca_warned: set[str] = set()  # the once-per-run warnings already given
+        self.slca_mask_max = getattr(a, "mask_check_max_mismatch", TrainConfig.mask_check_max_mismatch)
+        self.slca_tool_format = getattr(a, "tool_format", "hermes")
+        check_mask_options(self.slca_mask_max, self.slca_tool_format)  # a plain GRPOConfig gets the defaults
+        self._slca_local: tuple[list[Any], list[Any]] = ([], [])  # this process's completions and task ids (mask check)
 
     def _check_needs(self, spec: EstimatorSpec, funcs: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any] | None]:
         """``{need: fn, or None for the input registry}`` for every input ``spec`` needs; ValueError if one has no source."""
@@ -753,6 +921,7 @@ class SLCAGRPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._slca_rewards_per_func = rewards_per_func  # (B_global, F), gathered
+        self._slca_local = (list(completions), [row.get(self.slca_task_column) for row in inputs])
         self._slca_extra = {
             n: self._gather_input(v) for n, v in self._local_inputs(inputs, prompts, completions, completion_ids_list).items()
         }
@@ -832,17 +1001,157 @@ class SLCAGRPOTrainer(GRPOTrainer):
         out["advantages"] = adv[start : start + B_local, :T_local].to(completion_mask.device)
         self.last_advantage_batch = AdvantageBatch(self.slca_estimator, mode, acc.process_index, acc.num_processes,
                                                    start, B_local, adv.shape[0])
+        self.last_advantages = self._split_batch(out, mode, G, adv, used, valid_g, tool_g, rewards_per_func)
         self._log_slca_metrics(mode, adv, used)
+        self._check_masks(out, used, start, mode, G)
+        self._warn_lost_split(used, rewards_per_func)
         return out
 
+    def _check_masks(self, out: dict[str, Any], used: AdvantageInputs, start: int, mode: str, G: int) -> None:
+        """:func:`slca.chat.check_segment_masks` on this process's rows against their completions; the share over all
+        processes logged as ``rollout/mask_mismatch``; every process raises :class:`slca.chat.MaskMismatchError` above
+        ``mask_check_max_mismatch``. Not under a ``rollout_func``: TRL then decodes the whole completion, environment
+        tokens included, as one message, so there is no conversation to read the ``env_mask`` against."""
+        if getattr(self, "rollout_func", None) is not None:
+            return
+        acc, valid = self.accelerator, out["completion_mask"]
+        B, T = valid.shape
+        completions, task_ids = self._slca_local
+        pos = torch.arange(T, device=valid.device)
+        lengths = (torch.where(valid.bool(), pos + 1, 0).amax(dim=1) if T else torch.zeros(B, dtype=torch.long)).tolist()
+        names = [f"row {start + i} ({self.slca_task_column} {k!r})" if k is not None else f"row {start + i} (group {(start + i) // G})"
+                 for i, k in enumerate(task_ids)]
+        eot = list(getattr(self, "eos_token_ids", None) or [self._page_tokenizer().eos_token_id])
+        found = check_segment_masks(out["completion_ids"], used.tool_mask[start:start + B, :T], used.summary_mask[start:start + B, :T],
+                                    [_messages(c) for c in completions], tokenizer=self._page_tokenizer(), fmt=self.slca_tool_format,
+                                    end_of_turn=eot, lengths=lengths, row_names=names)
+        count, rows = (int(x) for x in acc.gather(torch.tensor([[len(found), B]], device=valid.device)).sum(dim=0))
+        self._metrics[mode][M.ROLLOUT_MASK_MISMATCH.name].append(count / max(rows, 1))
+        if count / max(rows, 1) > self.slca_mask_max:  # every process: the counts are gathered
+            enforce_mask_check(gather_object(found[:3]), rows, self.slca_mask_max, count=count)
+
+    def _page_tokenizer(self) -> Any:
+        pc = self.processing_class
+        return getattr(pc, "tokenizer", pc)  # a multimodal processor carries its tokenizer
+
+    def _split_batch(self, out: dict[str, Any], mode: str, G: int, adv: torch.Tensor, used: AdvantageInputs,
+                     valid_g: torch.Tensor, tool_g: torch.Tensor | None, rewards_per_func: torch.Tensor) -> SplitBatch:
+        """The batch's tokens gathered next to its advantages, masks and rewards (same rows, same padding)."""
+        acc = self.accelerator
+        pad = self._page_tokenizer().pad_token_id
+        pad = 0 if pad is None else pad
+        ids = acc.gather(acc.pad_across_processes(out["completion_ids"], dim=1, pad_index=pad))
+        prompt_ids = acc.gather(acc.pad_across_processes(out["prompt_ids"], dim=1, pad_index=pad, pad_first=True))
+        prompt_mask = acc.gather(acc.pad_across_processes(out["prompt_mask"], dim=1, pad_index=0, pad_first=True))
+        return SplitBatch(self.state.global_step, mode, self.slca_estimator, G, adv.detach(), ids, valid_g, tool_g,
+                          prompt_ids, prompt_mask, rewards_per_func.detach(), used)
+
+    def _warn_once(self, key: str, message: str) -> None:
+        """``message`` as a UserWarning the first time ``key`` happens in this run (main process only)."""
+        if key in self._slca_warned:
+            return
+        self._slca_warned.add(key)
+        if self.accelerator.is_main_process:
+            warnings.warn(message, UserWarning, stacklevel=3)
+
+    def _warn_lost_split(self, used: AdvantageInputs, rewards_per_func: torch.Tensor) -> None:
+        """Warn once per run when a batch leaves SLCA nothing to split: no rollout with a tool segment (the
+        advantages are then GRPO's on the summary reward), or a tier none of whose functions scored any rollout
+        (its advantages are 0: training goes on with the other tier)."""
+        B, step = rewards_per_func.shape[0], self.state.global_step
+        if not get_estimator(self.slca_estimator).trajectory and not used.tool_mask.bool().any():
+            self._warn_once("no_tool_segment", (
+                f"slca: none of the {B} rollouts of the batch at step {step} has a tool segment (no tool result in any "
+                f"completion), so advantage_estimator={self.slca_estimator!r} had nothing to split and trained it as GRPO "
+                f"on the summary tier; {M.ROLLOUT_NO_TOOL.name} logs the share per batch. Check that the model calls "
+                "tools (a model before tool-calling SFT rarely does) and that max_completion_length leaves room for a "
+                "call. Warned once per run."))
+        for tier in TIERS:
+            cols = [k for k, t in enumerate(self.slca_tiers) if t == tier]
+            if cols and torch.isnan(rewards_per_func[:, cols]).all():
+                names = [self.reward_func_names[k] for k in cols]
+                self._warn_once(f"unscored_{tier}", (
+                    f"slca: the {tier!r} tier's reward functions {names} returned None for all {B} rollouts of the "
+                    f"batch at step {step}: that tier gave no advantage on it and the batch trained on the other tier "
+                    "alone. Warned once per run."))
+
+    def write_token_page(self, path: str | Path, *, max_groups: int | None = None) -> Path:
+        """Write the last batch's token page (``tokens.html``, the page ``slca train`` writes) to ``path``.
+
+        Each group of :attr:`last_advantages` (the first ``max_groups``; all by default) shows every
+        rollout's tokens coloured by the advantage this run's estimator gave them, next to what
+        the reference estimators (``grpo``, ``slca``, ``gdpo``) give the same rewards
+        (:func:`slca.reporting.report.write_token_html`). The main process writes it; every
+        process returns the path. RuntimeError before any batch.
+        """
+        if self.last_advantages is None:
+            raise RuntimeError("no batch yet: write_token_page draws the last generation batch (after a training step)")
+        path = Path(path)
+        if self.accelerator.is_main_process:
+            advs = self._page_advantages(self.last_advantages)
+            write_token_html(self._page_groups(self.last_advantages, advs, max_groups), path,
+                             title=f"TRL step {self.last_advantages.step}: token-level advantages", estimators=list(advs))
+        return path
+
+    def _page_advantages(self, b: SplitBatch) -> dict[str, torch.Tensor]:
+        """``{estimator: (B, T)}``: this run's advantages, then the reference estimators' on the same rewards and masks
+        (an estimator the tiers cannot serve, e.g. ``slca`` without a summary-tier function, is left out)."""
+        out = {b.estimator: b.advantages}
+        for name in list_estimators(reference=True):
+            if name in out:
+                continue
+            trajectory = get_estimator(name).trajectory
+            try:
+                out[name], _ = trl_batch_advantages(
+                    b.rewards_per_func, self.slca_tiers, self.reward_weights, b.valid_mask, b.env_mask, b.num_generations,
+                    estimator=name, scale=self.scale_rewards, eps=self.slca_eps, empty_tool=self.slca_empty_tool,
+                    empty_summary=self.slca_empty_summary,
+                    aggregation=self.slca_aggregation if trajectory else "sum_then_normalize")
+            except ValueError:
+                continue
+        return out
+
+    def _page_groups(self, b: SplitBatch, advs: dict[str, torch.Tensor], max_groups: int | None) -> list[SampleGroup]:
+        tok = self._page_tokenizer()
+        eos = tok.eos_token_id
+        G, B = b.num_generations, b.completion_ids.shape[0]
+        cpu = {k: v.detach().float().cpu() for k, v in advs.items()}
+        model, tool, summ = (m.long().cpu() for m in (b.inputs.model_mask, b.tool_mask, b.summary_mask))
+        valid, ids = b.valid_mask.long().cpu(), b.completion_ids.cpu()
+        r_tool, r_sum = b.inputs.tool_rewards.float().cpu(), b.inputs.summary_rewards.float().cpu()
+        groups = []
+        for g in range(B // G if max_groups is None else min(B // G, max_groups)):
+            rows = []
+            for i in range(g * G, (g + 1) * G):
+                real = valid[i].nonzero()
+                n = int(real.max()) + 1 if len(real) else 0
+                last = int(ids[i, n - 1]) if n else None
+                rows.append(SampleRollout(
+                    tokens=[tok.decode([int(t)]) for t in ids[i, :n]],
+                    model_mask=model[i, :n].tolist(),
+                    tool_mask=tool[i, :n].tolist(),
+                    summary_mask=summ[i, :n].tolist(),
+                    adv={k: [round(x, 4) for x in v[i, :n].tolist()] for k, v in cpu.items()},
+                    tool_reward=float(r_tool[i]),
+                    summary_reward=float(r_sum[i]),
+                    stop_reason="eos" if last is not None and last == eos else "max_tokens",
+                ))
+            prompt = tok.decode(b.prompt_ids[g * G][b.prompt_mask[g * G].bool()].tolist())
+            groups.append(SampleGroup(b.step, f"group {g}", b.mode, prompt, rows))
+        return groups
+
     def _log_slca_metrics(self, mode: str, adv: torch.Tensor, used: AdvantageInputs) -> None:
-        """``slca/*``: tier rewards, segment sizes and mean |advantage| per segment (gathered batch)."""
+        """``slca/*``: tier rewards, segment sizes and mean |advantage| per segment; the shares of rollouts without a
+        tool segment and with one but no answer after it (:data:`slca.metrics.ROLLOUT_NO_TOOL`,
+        :data:`slca.metrics.ROLLOUT_NO_SUMMARY`); all over the gathered batch."""
         m = self._metrics[mode]
         tool, summ, model = used.tool_mask.bool(), used.summary_mask.bool(), used.model_mask.bool()
         m["slca/tool_reward_mean"].append(torch.nanmean(used.tool_rewards).item())
         m["slca/summary_reward_mean"].append(torch.nanmean(used.summary_rewards).item())
         m["slca/tool_token_frac"].append((tool.sum() / model.sum().clamp_min(1)).item())
-        m["slca/empty_tool_frac"].append((~tool.any(dim=1)).float().mean().item())
+        has_tool, has_summary = tool.any(dim=1), summ.any(dim=1)
+        m[M.ROLLOUT_NO_TOOL.name].append((~has_tool).float().mean().item())
+        m[M.ROLLOUT_NO_SUMMARY.name].append((has_tool & ~has_summary).float().mean().item())
         for name, seg in (("tool", tool), ("summary", summ)):
             a = adv[seg].abs()
             m[f"slca/{name}_adv_abs_mean"].append(a.mean().item() if a.numel() else 0.0)

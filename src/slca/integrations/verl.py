@@ -46,6 +46,13 @@ How the two rewards reach the estimator (verl 0.9.1)
     does for ``gdpo``: ``non_tensor_batch``), :func:`compute_slca_outcome_advantage`
     reads ``non_tensor_batch["tool_reward"]`` / ``["summary_reward"]`` directly and
     the token layout is no longer needed.
+
+Loss aggregation
+    This plugin gives verl advantages only; verl's actor aggregates the loss by
+    ``actor_rollout_ref.actor.loss_agg_mode``, whose values verl checks against its own
+    (``token-mean``, ``seq-mean-token-mean``, ...). slca's ``segment_balanced`` and
+    ``turn_mean`` (:func:`slca.core.losses.aggregate`) have no verl mode and are not
+    available here (docs/training.md, "Loss aggregation").
 """
 
 from __future__ import annotations
@@ -96,6 +103,7 @@ ESTIMATOR_ENV = "SLCA_ESTIMATOR"
 OPTIONS_ENV = "SLCA_ESTIMATOR_OPTIONS"
 EMPTY_TOOL_ENV = "SLCA_EMPTY_TOOL"
 DUMP_ENV = "SLCA_VERL_DUMP_DIR"
+MASK_CHECK_ENV = "SLCA_MASK_CHECK_MAX_MISMATCH"  # refused: see compute_slca_outcome_advantage
 _DUMPS = 0
 TOOL_KEY = "tool_reward"
 NOT_EXECUTED = "not executed: the rollout ended before the environment answered"
@@ -289,6 +297,10 @@ def compute_slca_outcome_advantage(
     """
     if index is None:
         raise ValueError("index (the rollouts' uids) is required: SLCA normalises within each prompt's group")
+    if os.environ.get(MASK_CHECK_ENV):  # slca.chat.maskcheck needs token ids and the conversation, which verl does not pass
+        raise ValueError(f"{MASK_CHECK_ENV} is set, but the mask check cannot run under verl: verl 0.9.1 hands an estimator "
+                         "only token_level_rewards, response_mask and uids, not the token ids or the conversation the check "
+                         "reads the masks against (docs/training.md, \"Masks checked against the conversation\"); unset it")
     if _cfg(config, "use_kl_in_reward", False):
         raise ValueError(
             "algorithm.use_kl_in_reward must be False with adv_estimator=slca: the KL penalty would be read as "

@@ -62,7 +62,7 @@ def export_for_serving(spec: str, out: str | Path, *, tool_calls: bool = False, 
 
     out = Path(out).expanduser()
     if out.exists() and any(out.iterdir()):
-        raise ValueError(f"--out {str(out)!r}: exists and is not empty")
+        raise ValueError(f"--out: {str(out)!r} exists and is not empty; export-model writes a new or empty folder: choose another --out")
     model, tok = load_policy(spec, chat_template=chat_template, template_fix="set chat_template (a .jinja file or inline)")
     model = _merged(model)
     tok.response_template = copy.deepcopy(RESPONSE_TEMPLATE if tool_calls else TEXT_RESPONSE_TEMPLATE)

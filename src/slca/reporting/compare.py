@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from slca import metrics as M
+from slca._fs import writing
 from slca._procs import Children
 from slca.core.advantages import _entry_points, resolve_estimator
 from slca.reporting.report import final_eval, md_header, md_row, mean_of, metric_range, read_metrics
@@ -261,8 +262,9 @@ def run_compare(estimators: list[str], seeds: list[int], out: Path, overrides: l
     """
     check_out(out)
     check_runs(estimators, seeds, out, overrides, overwrite=overwrite)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "logs").mkdir(exist_ok=True)
+    with writing(out / "logs", "the comparison's folder"):  # a folder not writable: one line naming it (WriteError)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "logs").mkdir(exist_ok=True)
     meta = out / COMPARE_FILE
     try:
         prev = float(json.loads(meta.read_text()).get("train_wall_s", 0.0)) if meta.exists() else 0.0
@@ -284,7 +286,8 @@ def run_compare(estimators: list[str], seeds: list[int], out: Path, overrides: l
             while todo or running:
                 while todo and len(running) < max(1, jobs):
                     spec, flag = todo.pop(0)
-                    log = open(out / "logs" / f"{spec.run_dir.name}.log", "w")
+                    with writing(out / "logs" / f"{spec.run_dir.name}.log", "the run's log"):
+                        log = open(out / "logs" / f"{spec.run_dir.name}.log", "w")
                     p = train_process(_run_args(spec, overrides, flag), log, roots, children=kids, label=spec.run_dir.name)
                     running[spec.run_dir.name] = (spec, p, log, time.time())
                 for label, (spec, p, log, started) in list(running.items()):

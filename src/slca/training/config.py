@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 
-from slca._fields import ConfigError, check_value, coerce, ge, gt, help_of, hints, within
+from slca._fields import ConfigError, check_value, coerce, did_you_mean, ge, gt, help_of, hints, within
 from slca.chat import list_formats
 from slca.core.advantages import (
     Eps,
@@ -52,7 +52,7 @@ from slca.rewards.batch import REWARD_PRESETS
 from slca.training.policy import CHAT_TEMPLATE_FIELD, DEVICE_FIELD, DTYPE_FIELD, hub_model_problem, lora_base, looks_like_path
 from slca.training.tracking import parse_report_to
 
-__all__ = ["TrainConfig", "ConfigError", "GROUPS", "ESTIMATOR_FIELDS", "OTHER_NAMES", "check_field", "estimator_options", "field_docs", "load_config", "resume_config", "read_config_file", "file_overrides", "apply_overrides", "validate", "config_diff", "to_dict"]
+__all__ = ["TrainConfig", "ConfigError", "GROUPS", "ESTIMATOR_FIELDS", "OTHER_NAMES", "check_field", "config_warnings", "estimator_options", "field_docs", "load_config", "resume_config", "read_config_file", "file_overrides", "apply_overrides", "validate", "config_diff", "to_dict"]
 
 
 def _field(default: Any, help: str) -> Any:
@@ -263,6 +263,12 @@ class TrainConfig:
     sample_html_every: Annotated[int, ge(0)] = _field(
         10,
         'Record one group on steps 1, N+1, 2N+1, ... for the token-level advantage page (0 = none).')
+    mask_check_max_mismatch: Annotated[float, within(0, 1)] = _field(
+        0.1,
+        "Largest share of a batch's rollouts whose segment masks may disagree with their conversation (a call segment "
+        "that does not decode to its call, a summary segment that is not the final answer, an environment token inside a "
+        "policy segment: slca.chat.maskcheck) before the run stops with an error naming them; the share is logged as "
+        "rollout/mask_mismatch every step. 1.0: count only. docs/training.md.")
 
     @property
     def ood_eval_splits(self) -> list[str]:
@@ -459,6 +465,24 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     return cfg
 
 
+def config_warnings(cfg: TrainConfig) -> list[str]:
+    """What in a valid config is likely not meant, one line each (``slca train`` prints them before it starts).
+
+    The default ``lr`` is sized for the embedded tiny model (``model=default``): full fine-tuning of a
+    pretrained model (``smollm2``, a hub id) at it takes steps whose gradient norm is several times
+    ``max_grad_norm``, and every checkpoint then holds the whole model and its optimizer state.
+    """
+    out = []
+    pretrained = (cfg.model in NAMED_MODELS and cfg.model != "default") or (
+        cfg.model not in NAMED_MODELS and not Path(cfg.model).expanduser().exists() and not looks_like_path(cfg.model))
+    if pretrained and cfg.lora_r == 0 and cfg.lr == TrainConfig.lr:
+        out.append(f"lr={cfg.lr:g} is the default sized for the embedded tiny model; full fine-tuning of the pretrained "
+                   f"{cfg.model!r} at it takes large steps, and each checkpoint holds the whole model and its optimizer "
+                   "state: set a smaller rate (--set lr=1e-5) or train LoRA adapters (--set lora_r=8 --set "
+                   "lora_target_modules=q_proj,v_proj)")
+    return out
+
+
 def estimator_options(cfg: TrainConfig, estimator: str | None = None) -> Any:
     """The options object (validated) estimator ``estimator`` (default: ``cfg.estimator``) runs with in this run.
 
@@ -469,7 +493,8 @@ def estimator_options(cfg: TrainConfig, estimator: str | None = None) -> Any:
     spec = resolve_estimator(estimator or cfg.estimator)
     given: dict[str, Any] = {}
     if spec is resolve_estimator(cfg.estimator):
-        given = parse_options(spec.options, spec.name, split_assignments(cfg.estimator_options, "estimator_options"))
+        given = parse_options(spec.options, spec.name, split_assignments(cfg.estimator_options, "estimator_options"),
+                              {k: f"--set {k}" for k in ESTIMATOR_FIELDS})
     host = {k: getattr(cfg, k) for k in ESTIMATOR_FIELDS}
     return spec.host_options(host, given, {k: f"the config field {k!r} (--set {k}=...)" for k in ESTIMATOR_FIELDS})
 
@@ -495,8 +520,7 @@ OTHER_NAMES: dict[str, str] = {
 def _did_you_mean(name: str, names: list[str]) -> str:
     if name in OTHER_NAMES:
         return f" (did you mean {OTHER_NAMES[name]!r}? slca's name for TRL's {name})"
-    close = difflib.get_close_matches(name, names, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else "; `slca train --help-config` lists every field"
+    return did_you_mean(name, names) or "; `slca train --help-config` lists every field"
 
 
 def apply_overrides(cfg: TrainConfig, overrides: list[str] | dict[str, Any]) -> TrainConfig:

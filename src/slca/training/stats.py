@@ -102,6 +102,8 @@ class RolloutStats:
     """Rollouts with a tool segment and no summary segment (no answer: turn limit, or budget after a reply)."""
     mixed_call_groups: float = 0.0
     """Share of groups in which some rollouts have a tool segment and some do not (where ``empty_tool`` acts)."""
+    mask_mismatch: float | None = None
+    """Share of rollouts whose segment masks disagree with their conversation (:mod:`slca.chat.maskcheck`); None: not checked."""
 
     def metrics(self) -> dict[str, Any]:
         B, n = self.n_rollouts, self.response_tokens
@@ -113,6 +115,8 @@ class RolloutStats:
             M.ROLLOUT_NO_SUMMARY.name: self.no_summary_segment / B,
             M.ROLLOUT_MIXED.name: self.mixed_call_groups,
         }
+        if self.mask_mismatch is not None:
+            m[M.ROLLOUT_MASK_MISMATCH.name] = self.mask_mismatch
         for r in sorted(set(self.stop_reasons)):
             m[M.ROLLOUT_STOP.key(reason=r)] = self.stop_reasons.count(r) / B
         return m

@@ -39,14 +39,14 @@ import torch
 from slca import metrics as M
 from slca._fs import writing
 from slca._checks import group_index
-from slca.chat import encode_conversation, get_format
+from slca.chat import ChatRenderer, check_segment_masks, encode_conversation, enforce_mask_check, get_format
 from slca.core.advantages import AdvantageInputs, compute_advantages, fill_inputs, list_estimators, option_values
 from slca.core.diagnostics import advantage_stats, contamination, flat_grad, grad_cosine, rolling_cv
 from slca.core.losses import aggregate, clipped_surrogate, kl_penalty, token_logprobs, token_weights
 from slca.core.segments import segment_masks
 from slca.env.suites import fit_suites, load_suites
 from slca.generation.batching import RolloutBatch, collate, response_logprobs
-from slca.generation.rollout import RolloutConfig, generate_rollouts
+from slca.generation.rollout import RolloutConfig, generate_rollouts, stop_token_ids
 from slca.rewards.batch import ScoredBatch, score_batch
 from slca.rewards.execution import eval_scores
 from slca.rewards.turns import subgroup_fraction
@@ -123,12 +123,14 @@ class Credit:
         tool_mask, summary_mask: (B, T) 0/1 segments.
         inputs: what the estimator read (rewards, masks, optional inputs).
         advantages: (B, T) float32.
+        mask_mismatch: :meth:`Trainer.check_masks`'s share, or None.
     """
 
     tool_mask: torch.Tensor
     summary_mask: torch.Tensor
     inputs: AdvantageInputs
     advantages: torch.Tensor
+    mask_mismatch: float | None = None  # share of rollouts whose masks disagree with their conversation; None: not checked
 
 
 # --------------------------------------------------------------------------- trainer
@@ -186,6 +188,7 @@ class Trainer:
         self.grad_norms: list[float] = []
         self.samples: list[SampleGroup] = []
         self._log = log
+        self._turn_ends: list[int] | None = None  # check_masks: the tokens that end a turn, found on first use
         self._trackers = make_trackers(cfg)  # opened on the first record
         self.run_dir.mkdir(parents=True, exist_ok=True)  # last: a refused task file or model leaves no folder behind
 
@@ -202,6 +205,7 @@ class Trainer:
         ro = self.rollout(step)
         scored = self.score(ro.trajs, step)
         credit = self.credit(ro, scored)
+        credit = replace(credit, mask_mismatch=self.check_masks(ro.trajs, credit))  # before anything trains on the masks
         update = self.update(ro.batch, credit, step)
         self.grad_norms.append(update.grad_norm)
         m = self.step_metrics(step + 1, ro, scored, credit, update)
@@ -256,6 +260,17 @@ class Trainer:
         inputs = AdvantageInputs(scored.tool, scored.summary, group_ids, b.model_mask, tool_m, sum_m, (c.tool_weight, c.summary_weight))
         inputs = fill_inputs(inputs, c.estimator, ro.trajs)  # the optional inputs the estimator needs
         return Credit(tool_m, sum_m, inputs, compute_advantages(c.estimator, inputs, **self.estimator_options(c.estimator)))
+
+    def check_masks(self, trajs: list[Trajectory], credit: Credit) -> float:
+        """The share of rollouts whose segment masks disagree with their conversation (:func:`slca.chat.check_segment_masks`);
+        :class:`slca.chat.MaskMismatchError` naming them when it is above ``mask_check_max_mismatch``."""
+        if self._turn_ends is None:  # the tokens that end a sampled turn, as the rollout engine stops on them
+            self._turn_ends = stop_token_ids(self.tok, self.model, ChatRenderer(self.tok).end_of_turn_id())
+        found = check_segment_masks(
+            [t.response_ids for t in trajs], credit.tool_mask, credit.summary_mask, [t.messages[len(t.task.messages):] for t in trajs],
+            tokenizer=self.tok, fmt=self.cfg.tool_format, end_of_turn=self._turn_ends,
+            row_names=[f"rollout {i} (task {t.task.id!r})" for i, t in enumerate(trajs)])
+        return enforce_mask_check(found, len(trajs), self.cfg.mask_check_max_mismatch)
 
     def update(self, batch: RolloutBatch, credit: Credit, step: int) -> UpdateStats:
         """Phase 4: ``ppo_epochs`` passes of ``minibatches`` optimizer steps, then the LR schedule."""
@@ -386,7 +401,7 @@ class Trainer:
         rs = RolloutStats(len(ro.trajs), n_tok, int(b.model_mask.sum()), [len(t.calls) for t in ro.trajs],
                           [t.stop_reason for t in ro.trajs], ro.gen_tokens_per_s,
                           no_tool_segment=int((~has_tool).sum()), no_summary_segment=int((has_tool & ~has_sum).sum()),
-                          mixed_call_groups=mixed_fraction(inp.group_ids, has_tool))
+                          mixed_call_groups=mixed_fraction(inp.group_ids, has_tool), mask_mismatch=credit.mask_mismatch)
         return step_metrics(step, rs, rewards, cs, update, volatility=rolling_cv(self.grad_norms, c.volatility_window),
                             lr=update.lr, train_tokens_per_s=n_tok * c.ppo_epochs / max(update.seconds, 1e-9))
 
