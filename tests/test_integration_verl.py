@@ -614,3 +614,13 @@ def test_one_token_rows_round_trip_both_rewards():
     # a one-token response in a batch one token wide: verl's score reads as summary; slca's two rewards cannot fit
     t, s = sv.unpack_token_rewards(torch.tensor([[0.9]]), torch.tensor([[1]]))
     assert t.item() == 0.0 and s.item() == pytest.approx(0.9)
+
+
+def test_verl_refuses_the_mask_check_with_the_reason(monkeypatch):
+    """slca.chat.maskcheck needs token ids and the conversation, which verl's estimator does not get: setting its
+    threshold under verl is refused with the reason, not ignored (docs/training.md, masks checked against the conversation)."""
+    from slca.integrations import verl as V
+
+    monkeypatch.setenv(V.MASK_CHECK_ENV, "0.1")
+    with pytest.raises(ValueError, match="cannot run under verl"):
+        V.compute_slca_outcome_advantage(torch.zeros(2, 3), torch.ones(2, 3), index=["a", "a"])

@@ -264,12 +264,3 @@ def test_trl_tool_loop_logs_the_share_and_stops_above_the_threshold(tmp_path, mo
     with pytest.raises(MaskMismatchError, match=r"row \d+ \(group \d+\): call: turn 0 is in the execution segment"):
         trainer(tmp_path / "b").train()
     trainer(tmp_path / "c", mask_check_max_mismatch=1.0).train()  # count only
-
-
-def test_verl_refuses_the_option_with_the_reason(monkeypatch):
-    pytest.importorskip("verl")
-    from slca.integrations import verl as V
-
-    monkeypatch.setenv(V.MASK_CHECK_ENV, "0.1")
-    with pytest.raises(ValueError, match="cannot run under verl"):
-        V.compute_slca_outcome_advantage(torch.zeros(2, 3), torch.ones(2, 3), index=["a", "a"])
