@@ -117,7 +117,7 @@ def test_sigterm_stops_the_demo_and_both_runs_and_says_how_to_continue(tmp_path,
         took = wait_until(lambda: not [k for k in arms.values() if alive(k)], 30, "both runs stopped")
         assert took < 15
         err = [x for x in run.stderr.splitlines() if x.strip()]
-        assert err[-2].startswith("interrupted (SIGTERM): the GRPO and SLCA runs were stopped"), err
+        assert err[-2].startswith("interrupted (SIGTERM): the demo's runs were stopped"), err
         assert err[-1].startswith("continue: slca demo --quick --out ") and "--set steps=500" in err[-1], err
         for arm in arms:  # each run stopped cleanly, as slca train on SIGTERM
             assert "interrupted (SIGTERM): " in (tmp_path / "demo" / "logs" / f"{arm}.log").read_text()

@@ -513,7 +513,7 @@ def _this_command() -> str:
 
 
 def _check_demo_out(out: Path) -> None:
-    """Refuse a demo ``--out`` that holds something other than an earlier demo (its ``logs/GRPO.config.json``)."""
+    """Refuse a demo ``--out`` that holds something other than an earlier demo (its ``logs/GRPO.config.json`` or ``logs/SLCA.config.json``)."""
     if not out.exists():
         return
     if not out.is_dir():
@@ -577,7 +577,7 @@ def demo(
                 replace(cfg, run_dir=str(out / "frozen"), report_to=[]), model, tok, on_step))
     except KeyboardInterrupt as e:
         what, code = interrupted_by(e)
-        typer.echo(f"interrupted ({what}): the GRPO and SLCA runs were stopped (their logs: {out / 'logs'}); a demo saves no "
+        typer.echo(f"interrupted ({what}): the demo's runs were stopped (their logs: {out / 'logs'}); a demo saves no "
                    "checkpoints, so running it again starts its runs over", err=True)
         typer.echo(f"continue: {_this_command()}", err=True)
         raise typer.Exit(code) from None
