@@ -287,8 +287,18 @@ def check_trained_with_slca(tmp_path: Path, log: str) -> None:
             ours = compute_advantage(data, adv_estimator="slca", config=AlgoConfig(adv_estimator="slca")).batch["advantages"]
         finally:
             del os.environ[sv.ESTIMATOR_ENV]
+        # verl centres in float32, slca in float64: where a group's two scores nearly tie, verl's rounding of the
+        # mean is magnified by 1/std, so each row is allowed float32's error scaled by its group's conditioning
+        scores = b["token_level_rewards"].double().sum(-1)
+        tol = torch.empty_like(scores)
+        for uid in set(b["index"]):
+            rows = torch.tensor([u == uid for u in b["index"]])
+            g = scores[rows]
+            cond = g.abs().max() / (g.std() + 1e-6) if len(g) > 1 else torch.tensor(0.0, dtype=torch.float64)
+            tol[rows] = 8 * torch.finfo(torch.float32).eps * (1 + cond)
         on = b["response_mask"].bool()
-        torch.testing.assert_close(ours[on], builtin[on])
+        err = (ours.double() - builtin.double()).abs()
+        assert torch.all(err[on] <= (tol[:, None] + 1e-6).expand_as(err)[on]), (err.max(-1).values, tol)
 
     # the trainer's weights reached the rollout model: the initial sync, then one update per step
     loads = [(int(m[2]), float(m[3])) for m in WEIGHT_LINE.findall(log)]
