@@ -32,7 +32,7 @@ def test_demo_trains_both_arms_in_their_own_processes_and_reports(tmp_path):
         assert rows[0]["step"] == 0 and "eval/tool_tasks/success" in rows[0]  # the warm start, evaluated before any update
         assert json.loads((out / est / "config.json").read_text())["estimator"] == est
         assert f"{est.upper()} run: token-level advantages" in (out / est / "tokens.html").read_text()
-        assert (out / "logs" / f"{est.upper()}.log").is_file()
+        assert (out / "logs" / f"{est}.log").is_file() and (out / "logs" / f"{est}.config.json").is_file()
     for folder, est in (("grpo_noisy", "grpo"), ("slca_noisy", "slca")):  # the noisy-judge pair, each its own process too
         stored = json.loads((out / folder / "config.json").read_text())
         assert (stored["estimator"], stored["summary_noise"]) == (est, cli.DEMO_NOISE)
@@ -71,7 +71,7 @@ def test_a_run_that_fails_stops_the_demo_with_the_end_of_its_log(tmp_path, capsy
     time.sleep(0.5)
     assert len(steps) == n  # and stays stopped
     err = capsys.readouterr().err
-    log = (tmp_path / "out" / "logs" / "X.log").read_text().strip().splitlines()
+    log = (tmp_path / "out" / "logs" / "taken.log").read_text()  # named after its run folder.strip().splitlines()
     assert "the X run failed (exit 2); the other runs were stopped" in err and log and " ".join(log[-1].split()) in err
 
 
@@ -103,8 +103,8 @@ def _training(tmp_path, run: Started) -> dict[str, int]:
     for k in kids:
         args = Path(f"/proc/{k}/cmdline").read_bytes().decode(errors="replace").split("\0")
         arms.update({Path(a).name.removesuffix(".config.json"): k for a in args if a.endswith(".config.json")})
-    assert sorted(arms) == sorted(cli.DEMO_ARMS), arms
-    return {arm: arms[arm] for arm in ("GRPO", "SLCA")}
+    assert sorted(arms) == sorted(folder for _, _, folder in cli.DEMO_ARMS.values()), arms  # logs/<run folder>.config.json
+    return {"GRPO": arms["grpo"], "SLCA": arms["slca"]}
 
 
 @pytest.mark.slow
@@ -120,7 +120,7 @@ def test_sigterm_stops_the_demo_and_both_runs_and_says_how_to_continue(tmp_path,
         assert err[-2].startswith("interrupted (SIGTERM): the demo's runs were stopped"), err
         assert err[-1].startswith("continue: slca demo --quick --out ") and "--set steps=500" in err[-1], err
         for arm in arms:  # each run stopped cleanly, as slca train on SIGTERM
-            assert "interrupted (SIGTERM): " in (tmp_path / "demo" / "logs" / f"{arm}.log").read_text()
+            assert "interrupted (SIGTERM): " in (tmp_path / "demo" / "logs" / f"{arm.lower()}.log").read_text()
 
 
 @pytest.mark.slow
@@ -136,4 +136,4 @@ def test_a_run_killed_for_memory_stops_the_demo_at_once(tmp_path, tiny_model_dir
         assert not alive(arms["GRPO"])
         (line,) = [x for x in run.stderr.splitlines() if x.strip()]
         assert line.startswith("error: the SLCA run failed (killed by SIGKILL); the other runs were stopped; "), line
-        assert "interrupted (SIGTERM)" in (tmp_path / "demo" / "logs" / "GRPO.log").read_text()
+        assert "interrupted (SIGTERM)" in (tmp_path / "demo" / "logs" / "grpo.log").read_text()

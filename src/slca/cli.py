@@ -297,6 +297,11 @@ def _exit_status(rc: int) -> str:
         return f"killed by signal {-rc}"
 
 
+def _demo_log(logs: Path, cfg: Any) -> Path:
+    """A demo run's log: named after its run folder (``logs/slca_noisy.log`` for ``D/slca_noisy/``), its config beside it."""
+    return logs / f"{Path(cfg.run_dir).name}.log"
+
+
 def _demo_runs(cfgs: dict[str, Any], out: Path, jobs: int, baseline, *, poll: float = 0.3) -> list[float]:
     """Train each config of ``cfgs`` (label -> TrainConfig) as its own ``slca train`` process, ``jobs`` at a
     time, while a thread of this process computes ``baseline(on_step)`` (the frozen warm start); one progress
@@ -351,12 +356,12 @@ def _demo_runs(cfgs: dict[str, Any], out: Path, jobs: int, baseline, *, poll: fl
             while pending or running or replayer.is_alive():
                 while pending and len(running) < jobs:
                     label = pending.pop(0)
-                    with writing(logs / f"{label}.log", f"the {label} run's log"):
-                        (logs / f"{label}.config.json").write_text(json.dumps(to_dict(cfgs[label]), indent=2))
-                        f = open(logs / f"{label}.log", "w")
+                    log, conf = _demo_log(logs, cfgs[label]), logs / f"{Path(cfgs[label].run_dir).name}.config.json"
+                    with writing(log, f"the {label} run's log"):
+                        conf.write_text(json.dumps(to_dict(cfgs[label]), indent=2))
+                        f = open(log, "w")
                     files.append(f)
-                    running[label] = train_process(["-c", str(logs / f"{label}.config.json"), "--overwrite"], f, threads=threads,
-                                                   children=kids, label=label)
+                    running[label] = train_process(["-c", str(conf), "--overwrite"], f, threads=threads, children=kids, label=label)
                 for label, p in list(running.items()):
                     rc = p.poll()
                     if rc is None:
@@ -365,7 +370,7 @@ def _demo_runs(cfgs: dict[str, Any], out: Path, jobs: int, baseline, *, poll: fl
                     if rc != 0:
                         stop.set()
                         kids.stop()
-                        log = logs / f"{label}.log"
+                        log = _demo_log(logs, cfgs[label])
                         tail = _log_tail(log)
                         _fail(f"the {label} run failed ({_exit_status(rc)}); the other runs were stopped; "
                               + (f"the end of {log}:\n" + "\n".join(tail) if tail else f"its log {log} is empty"))
@@ -513,13 +518,14 @@ def _this_command() -> str:
 
 
 def _check_demo_out(out: Path) -> None:
-    """Refuse a demo ``--out`` that holds something other than an earlier demo (its ``logs/GRPO.config.json`` or ``logs/SLCA.config.json``)."""
+    """Refuse a demo ``--out`` that holds something other than an earlier demo (its ``logs/grpo.config.json`` or
+    ``logs/slca.config.json``, or ``logs/GRPO.config.json`` / ``logs/SLCA.config.json`` as earlier demos named them)."""
     if not out.exists():
         return
     if not out.is_dir():
         raise ValueError(f"--out: {out} exists and is not a folder")
     entries = sorted(p.name for p in out.iterdir())
-    if entries and not any((out / "logs" / f"{label}.config.json").is_file() for label in ("GRPO", "SLCA")):
+    if entries and not any((out / "logs" / f"{label}.config.json").is_file() for label in ("grpo", "slca", "GRPO", "SLCA")):
         shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
         raise ValueError(f"--out: {str(out)!r} holds files that are not a demo's ({shown}); slca demo writes into a new or empty "
                          "folder, or one an earlier slca demo wrote (and replaces that demo): choose another --out")
