@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     size = C.TINY if a.tiny else C.FULL
     C.header("bench_overhead: SLCA-specific work vs GRPO inside a full step", a)
 
-    from slca.core.advantages import AdvantageInputs, compute_advantages
+    from slca.core.registry import AdvantageInputs, compute_advantages
     from slca.training.config import TrainConfig
     from slca.core.diagnostics import advantage_stats, contamination
     from slca.core.losses import aggregate, clipped_surrogate

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
         if a.model in NAMED_MODELS:
             model, tok = load_named(a.model)
         else:
-            from slca.training.policy import load_policy
+            from slca.models.loading import load_policy
 
             model, tok = load_policy(a.model)
     tasks = toolworld.make_tasks(a.split, n=max(a.tasks, 1), seed=0)[: a.tasks]

@@ -81,8 +81,8 @@ def values_equal(a: Any, b: Any) -> bool:
 
 def advantage_extras(trajectories: list[Trajectory], needs: Iterable[str]) -> dict[str, Any]:
     """The optional estimator inputs named in ``needs``, computed from the rollouts by the input registry
-    (:func:`slca.core.advantages.get_input`; an unregistered name raises ValueError)."""
-    from slca.core.advantages import get_input
+    (:func:`slca.core.registry.get_input`; an unregistered name raises ValueError)."""
+    from slca.core.registry import get_input
 
     return {name: get_input(name).from_trajectories(trajectories) for name in needs}
 

@@ -219,7 +219,7 @@ def test_all_float_defaults_finite():
 
 def test_estimator_options_reach_the_estimator_from_set_and_from_files(tmp_path):
     """`cond_std` (an option no config field holds) from --set or a file, checked by slca_cond's options object."""
-    from slca.core.advantages import SLCAOptions
+    from slca.core.registry import SLCAOptions
     from slca.training.config import estimator_options
 
     cfg = load_config(None, ["estimator=slca_cond", "estimator_options=cond_std=subgroup", "empty_tool=include"])

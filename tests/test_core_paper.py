@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import slca
-from slca.core.advantages import AdvantageInputs, compute_advantages, get_estimator
+from slca.core.registry import AdvantageInputs, compute_advantages, get_estimator
 from _released_reference import random_batch, ref_rltr, ref_slca, ref_toolpo
 from slca.core.paper import (
     positional_segments,

@@ -42,6 +42,7 @@ from pathlib import Path
 import pytest
 
 import slca.core.advantages
+import slca.core.beyond
 import slca.core.segments
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -203,7 +204,7 @@ def test_python_block_runs(block, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     # A snippet that registers an estimator or input (docs/architecture.md's worked example)
     # must not leave it registered for the tests that run after it.
-    import slca.core.advantages as adv
+    import slca.core.registry as adv
 
     monkeypatch.setattr(adv, "_REGISTRY", dict(adv._REGISTRY))
     monkeypatch.setattr(adv, "_INPUTS", dict(adv._INPUTS))
@@ -218,7 +219,7 @@ def test_python_block_runs(block, tmp_path, monkeypatch):
 def _slca_check(args: list[str]) -> None:
     import typer.main
 
-    from slca.core.advantages import list_estimators
+    from slca.core.registry import list_estimators
     from slca.cli import app
     from slca.training.config import TrainConfig
 
@@ -335,7 +336,7 @@ def test_shell_command_runs(cmd, tmp_path, monkeypatch, request):
         pytest.fail(f"{cmd.doc}:{cmd.line}: no rule checks {cmd.raw!r}: add one, or list it in EXCEPTIONS with the reason")
 
 
-@pytest.mark.parametrize("module", [slca.core.segments, slca.core.advantages])
+@pytest.mark.parametrize("module", [slca.core.segments, slca.core.advantages, slca.core.beyond])
 def test_docstring_examples(module):
     res = doctest.testmod(module, verbose=False)
     assert res.attempted > 0 and res.failed == 0

@@ -17,8 +17,9 @@ import pytest
 import torch
 
 import slca
-import slca.core.advantages as adv
-from slca.core.advantages import AdvantageInputs, compute_advantages, get_estimator, resolve_estimator, slca_advantages
+import slca.core.registry as adv
+from slca.core.advantages import slca_advantages
+from slca.core.registry import AdvantageInputs, compute_advantages, get_estimator, resolve_estimator
 from slca.core.segments import segment_masks
 from slca.training.config import load_config
 
@@ -29,7 +30,8 @@ ESTIMATORS_PY = '''
 import os
 
 import slca
-from slca.core.advantages import EstimatorSpec, grpo_advantages, slca_advantages
+from slca.core.advantages import grpo_advantages, slca_advantages
+from slca.core.registry import EstimatorSpec
 
 
 def _log(name):
@@ -145,7 +147,7 @@ def test_the_spec_is_found_again_after_the_registry_was_reset(user_pkg):
                                 "decorate it with @slca.register_estimator(\"NAME\")"),
     ("{pkg}.estimators:os", "estimator '{pkg}.estimators:os': {pkg}.estimators.os is a module, not an estimator function"),
     ("{pkg}.duplicate:mine", "estimator '{pkg}.duplicate:mine': importing module '{pkg}.duplicate' failed: ValueError: an estimator "
-                             "named 'slca' is already registered (slca.core.advantages._slca)"),
+                             "named 'slca' is already registered (slca.core.registry._slca)"),
     ("{pkg}.estimators:", "estimator '{pkg}.estimators:': an import path must look like 'package.module:function'"),
     ("my-pkg:fn", "estimator 'my-pkg:fn': an import path must look like 'package.module:function'"),
     ("nope_{prefix}", "unknown estimator 'nope_{prefix}'"),  # then the closest name (this test's own are close), the registered ones
@@ -268,7 +270,7 @@ def test_compare_runs_get_the_folder_this_process_imported_a_path_from(user_pkg,
 
     _, pkg = user_pkg
     resolve_estimator(f"{pkg}.estimators:half_slca")
-    assert _import_roots(["grpo", f"{pkg}.estimators:half_slca", "slca.core.advantages:_slca"]) == [str((tmp_path / "site").resolve())]
+    assert _import_roots(["grpo", f"{pkg}.estimators:half_slca", "slca.core.registry:_slca"]) == [str((tmp_path / "site").resolve())]
 
 
 @pytest.mark.slow

@@ -34,7 +34,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM 
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from trl.chat_template_utils import qwen2_5_chat_template  # noqa: E402
 
-from slca.core.advantages import get_estimator, list_estimators  # noqa: E402
+from slca.core.registry import get_estimator, list_estimators  # noqa: E402
 from slca.integrations.trl import (  # noqa: E402
     SLCAGRPOConfig,
     SLCAGRPOTrainer,
@@ -401,7 +401,7 @@ torch.save({{k: rec[k] for k in ("completion_ids", "completion_mask", "tool_mask
 
 # an estimator's own inputs are computed per process and gathered in row order (ragged tensors padded with NaN)
 import os
-import slca.core.advantages as A
+import slca.core.registry as A
 seen = {{}}
 
 @A.register_estimator("gather_probe", needs=(A.InputSpec("probe_rows", "(B, K)"), A.InputSpec("probe_ids", "ids")))
@@ -633,13 +633,14 @@ def test_single_summary_function_grpo_equals_trl_and_absent_tiers_are_defined():
 
 def test_a_registered_trajectory_estimator_gets_trls_scalar_and_needs_no_summary_tier(monkeypatch):
     """The registry's ``trajectory`` flag, not a list of names in the adapter, decides how TRL's rewards reach an estimator."""
-    import slca.core.advantages as adv_mod
+    import slca.core.registry as adv_mod
+    from slca.core.advantages import grpo_advantages
 
     monkeypatch.setattr(adv_mod, "_REGISTRY", dict(adv_mod._REGISTRY))
 
     @adv_mod.register_estimator("doubled_grpo", trajectory=True)
     def _doubled(inputs, *, scale="group", eps=1e-6):
-        return 2 * adv_mod.grpo_advantages(inputs.total_rewards, inputs.group_ids, inputs.model_mask, scale=scale, eps=eps)
+        return 2 * grpo_advantages(inputs.total_rewards, inputs.group_ids, inputs.model_mask, scale=scale, eps=eps)
 
     nan = float("nan")
     r = torch.tensor([[1.0, nan], [nan, 0.5], [0.5, 0.2], [0.2, 0.0]])
@@ -715,7 +716,8 @@ def weather_task(tool):
 def register_call_count_bonus(monkeypatch):
     """A user's estimator with an input of its own (computed from slca trajectories): SLCA plus the group-normalised
     number of calls on the tool tokens."""
-    import slca.core.advantages as adv_mod
+    import slca.core.registry as adv_mod
+    from slca.core.advantages import group_normalize
 
     monkeypatch.setattr(adv_mod, "_REGISTRY", dict(adv_mod._REGISTRY))
     monkeypatch.setattr(adv_mod, "_INPUTS", dict(adv_mod._INPUTS))
@@ -725,7 +727,7 @@ def register_call_count_bonus(monkeypatch):
     @adv_mod.register_estimator("call_count_bonus", needs=(counts,))
     def call_count_bonus(inputs, *, scale="group", eps=1e-6, weight=1.0):
         base = adv_mod.compute_advantages("slca", inputs, scale=scale, eps=eps)
-        bonus = adv_mod.group_normalize(inputs.get("call_counts"), inputs.group_ids, scale=scale, eps=eps)
+        bonus = group_normalize(inputs.get("call_counts"), inputs.group_ids, scale=scale, eps=eps)
         return base + weight * bonus.unsqueeze(1) * inputs.tool_mask.float()
 
 

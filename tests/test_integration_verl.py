@@ -312,7 +312,8 @@ def test_empty_tool_mode_from_environment(monkeypatch):
 
 def test_estimator_options_from_environment_go_through_the_options_object(monkeypatch):
     """SLCA_ESTIMATOR_OPTIONS: parsed and checked by the estimator's options object, as `slca train` does."""
-    from slca.core.advantages import SLCACondOptions, get_estimator
+    from slca.core.beyond import SLCACondOptions
+    from slca.core.registry import get_estimator
 
     monkeypatch.setenv("SLCA_ESTIMATOR", "slca_cond")
     monkeypatch.setenv("SLCA_ESTIMATOR_OPTIONS", "cond_std=subgroup")

@@ -73,7 +73,7 @@ def test_a_peft_model_gets_its_base_models_cache_argument(tiny_model_dir):
     import inspect
 
     from slca.generation.kvcache import cache_arg
-    from slca.training.policy import load_policy
+    from slca.models.loading import load_policy
 
     model, _ = load_policy(str(tiny_model_dir), lora_r=2)
     base = model.get_base_model().forward

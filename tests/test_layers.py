@@ -2,11 +2,14 @@
 cycle, and imports sit at the top of their module except the optional extras and the few listed here.
 
 Read from the source (ast), so nothing is imported: an import inside ``if TYPE_CHECKING:`` is not run
-and does not count."""
+and does not count. A module named in a string is a route too (``importlib.import_module("slca.x")``,
+``__import__("slca.x")``, a ``"slca.x:function"`` path that a registry imports on first use, ``python -m
+slca.x``): it must point down the layers as an import does."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -27,9 +30,8 @@ LAYERS = [
     ("command", ["slca.cli"]),
 ]
 
-# (importer, imported): the one import that reaches up a layer, at call time (a model folder for a server
-# loads any policy spec the way training does)
-UPWARD = {("slca.models.serving", "slca.training.policy")}
+# (importer, imported): imports that reach up a layer, at call time, with why (none today)
+UPWARD: set[tuple[str, str]] = set()
 
 # packages imported inside functions on purpose: optional extras, and heavy loads nothing imports up front
 LAZY_PACKAGES = {
@@ -49,8 +51,6 @@ LAZY_LISTED = {
     ("slca.generation.rollout", "slca.generation.kvcache"): "the same",
     ("slca.generation.batching", "slca.generation.fastpath"): "the same",
     ("slca.generation.batching", "slca.generation.fastpath.logprobs"): "the same",
-    ("slca.models.serving", "slca.training.policy"): "policy imports models.named at the top: a cycle",
-    ("slca.rewards.batch", "slca.rewards"): "hierarchical_rewards lives in the package __init__, which imports batch",
     ("slca.rewards.batch", "slca.rewards.paper"): "the package __init__ imports batch and paper; paper_rewards is read when a batch is scored",
     ("slca.rewards.execution", "slca.rewards.paper"): "paper imports execution (the in-domain Process); eval_scores reads paper_success",
     ("slca.integrations.verl", "slca.chat"): "every verl worker imports the plugin: it stays at the core math",
@@ -98,6 +98,48 @@ def _imports(path: Path) -> list[tuple[str, bool, int]]:
 
 IMPORTS = {m: _imports(p) for m, p in MODULES.items()}
 
+# a string that is a dotted slca module path, optionally ":attribute" (an import path a registry resolves)
+_MODULE_STRING = re.compile(r"slca(\.[A-Za-z_]\w*)+(:[A-Za-z_][\w.]*)?")
+_DYNAMIC_IMPORTS = {"import_module", "__import__"}
+
+
+def _module_of(path: str) -> str | None:
+    """The slca module a dotted path names: its longest prefix that is a module (``slca.a.b.Class`` -> ``slca.a.b``)."""
+    parts = path.split(":")[0].strip(".").split(".")
+    for n in range(len(parts), 1, -1):
+        if ".".join(parts[:n]) in MODULES:
+            return ".".join(parts[:n])
+    return None
+
+
+def _string_routes(source: str) -> list[tuple[str, int]]:
+    """(module, line) of every slca module a string names: a whole string constant that is a module path, and the
+    literal head of an f-string passed to ``import_module`` / ``__import__`` (``f"slca.rewards.{name}"``)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_STRING.fullmatch(node.value.strip()):
+            target = _module_of(node.value.strip())
+            if target:
+                out.append((target, node.lineno))
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.JoinedStr):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            head = node.args[0].values[0] if node.args[0].values else None
+            if name in _DYNAMIC_IMPORTS and isinstance(head, ast.Constant) and str(head.value).startswith("slca."):
+                target = _module_of(str(head.value))
+                if target:
+                    out.append((target, node.lineno))
+    return sorted(out, key=lambda r: r[1])
+
+
+STRING_ROUTES = {m: _string_routes(p.read_text()) for m, p in MODULES.items()}
+
+# (importer, module named in a string) that reach up a layer, with why
+UPWARD_STRINGS = {
+    ("slca.reporting.compare", "slca.cli"): "train_command starts each run as `python -m slca.cli train` (issue 46 "
+                                            "moves the experiment runner to training)",
+}
+
 
 def _layer(module: str) -> int:
     for i, (_, prefixes) in enumerate(LAYERS):
@@ -126,6 +168,37 @@ def test_imports_point_down_the_layers():
             if target.startswith("slca.") and (m, target) not in UPWARD and _layer(target) > _layer(m):
                 bad.append(f"{MODULES[m].relative_to(SRC)}:{line}: {m} ({LAYERS[_layer(m)][0]}) imports {target} ({LAYERS[_layer(target)][0]})")
     assert not bad, "imports that reach up a layer:\n" + "\n".join(bad)
+
+
+def test_modules_named_in_strings_point_down_the_layers():
+    """importlib strings and registry import paths are routes too: ``core`` may not reach the rewards through one."""
+    bad = []
+    for m, routes in STRING_ROUTES.items():
+        if m == "slca":
+            continue
+        for target, line in routes:
+            if (m, target) not in UPWARD_STRINGS and _layer(target) > _layer(m):
+                bad.append(f"{MODULES[m].relative_to(SRC)}:{line}: {m} ({LAYERS[_layer(m)][0]}) names {target} "
+                           f"({LAYERS[_layer(target)][0]}) in a string")
+    assert not bad, "modules named in strings that reach up a layer:\n" + "\n".join(bad)
+
+
+def test_string_routes_are_seen():
+    """The forms a module can be reached through by name, each seen (the old ``core`` reached the rewards so)."""
+    src = (
+        'import importlib\n'
+        'A = InputSpec("tool_signatures", "doc", "slca.rewards.turns:tool_signatures")\n'
+        '_REWARDS = "slca.rewards.paper"\n'
+        'importlib.import_module("slca.eval.runner")\n'
+        '__import__("slca.training.trainer")\n'
+        'importlib.import_module(f"slca.integrations.{name}")\n'
+        'CMD = ["python", "-m", "slca.cli"]\n'
+        'log = "see slca.rewards.turns for the scores"\n'  # prose, not a path
+    )
+    assert _string_routes(src) == [
+        ("slca.rewards.turns", 2), ("slca.rewards.paper", 3), ("slca.eval.runner", 4), ("slca.training.trainer", 5),
+        ("slca.integrations", 6), ("slca.cli", 7),
+    ]
 
 
 def test_no_import_cycle():
@@ -162,4 +235,6 @@ def test_the_lists_name_imports_that_exist():
     local = {(m, t) for m, imports in IMPORTS.items() for t, is_local, _ in imports if is_local}
     assert set(LAZY_LISTED) <= local, set(LAZY_LISTED) - local
     assert UPWARD <= local, UPWARD - local  # the upward import is a call-time one
+    named = {(m, t) for m, routes in STRING_ROUTES.items() for t, _ in routes}
+    assert set(UPWARD_STRINGS) <= named, set(UPWARD_STRINGS) - named
     assert set(LAZY_MODULES) <= set(MODULES), set(LAZY_MODULES) - set(MODULES)

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import torch
 
-from slca.core.advantages import AdvantageInputs, compute_advantages, list_estimators
+from slca.core.registry import AdvantageInputs, compute_advantages, list_estimators
 from slca.core.segments import segment_masks
 from slca.env import toolworld as tw
 from slca.generation.batching import collate
@@ -461,7 +461,7 @@ def test_trl_drop_in_on_missing_segments(estimator):
 def test_trl_config_carries_empty_summary_and_refuses_a_bad_mode(tmp_path):
     pytest.importorskip("trl")
     from slca.integrations.trl import HOST_OPTIONS, SLCAGRPOConfig, call_options
-    from slca.core.advantages import get_estimator
+    from slca.core.registry import get_estimator
 
     assert HOST_OPTIONS["empty_summary"] == "empty_summary"
     cfg = SLCAGRPOConfig(output_dir=str(tmp_path), empty_summary="last_turn", empty_tool="both", report_to="none",

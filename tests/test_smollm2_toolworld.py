@@ -42,7 +42,7 @@ def test_without_an_adapter_every_entry_point_names_the_build_command(no_adapter
     with pytest.raises(ValueError, match="not built yet"):
         named.load_named(T.NAME)
     from slca.training.config import ConfigError, TrainConfig, validate
-    from slca.training.policy import load_policy
+    from slca.models.loading import load_policy
 
     with pytest.raises(ValueError, match="not built yet"):
         load_policy(T.NAME)

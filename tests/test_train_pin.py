@@ -372,7 +372,7 @@ def _group_inputs(g):
     """The AdvantageInputs of a recorded group (one group id), from its rewards and masks."""
     import torch
 
-    from slca.core.advantages import AdvantageInputs
+    from slca.core.registry import AdvantageInputs
 
     T = max(len(r.tokens) for r in g.rollouts)
 
@@ -390,7 +390,7 @@ def _check_samples(name, got, expected, steps) -> None:
     and masks; where its task and tokens equal the pin's, its rewards and advantages are the pin's."""
     import torch
 
-    from slca.core.advantages import compute_advantages
+    from slca.core.registry import compute_advantages
 
     assert [g.step for g in got] == [g.step for g in expected] == steps, f"{name}: sample steps"
     for g, e in zip(got, expected):
@@ -504,7 +504,7 @@ def _broken(name: str, what: str) -> tuple[list[dict], list]:
     elif what == "advantage":
         s[0]["rollouts"][0]["adv"]["slca"][0] += 0.5
     elif what == "reward_same_tokens":  # same tokens, another reward (advantages consistent with it)
-        from slca.core.advantages import compute_advantages
+        from slca.core.registry import compute_advantages
         from slca.training.samples import samples_from_json
 
         s[1]["rollouts"][0]["summary_reward"] += 0.3

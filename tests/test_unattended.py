@@ -65,7 +65,7 @@ def test_path_like_model_values_are_refused_as_folders(tmp_path, monkeypatch, va
 def test_hub_id_not_cached_is_one_line_at_validation(tmp_path, monkeypatch):
     from huggingface_hub import constants
 
-    import slca.training.policy as policy
+    import slca.models.loading as policy
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(ConfigError, match=r"^model: 'nobody/no-such-model': not a local folder.*HF_HUB_OFFLINE=1"):
@@ -311,7 +311,7 @@ def test_lora_checkpoint_loads_from_any_folder_and_says_when_its_base_is_gone(tm
     import shutil
 
     pytest.importorskip("peft")
-    from slca.training.policy import load_policy
+    from slca.models.loading import load_policy
     from slca.training.trainer import train
 
     a = tmp_path / "a"

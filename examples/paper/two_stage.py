@@ -52,7 +52,7 @@ from slca.integrations.trl import (
     slca_reward_funcs,
     tool_method_problem,
 )
-from slca.training.policy import load_policy
+from slca.models.loading import load_policy
 
 log = logging.getLogger("slca.paper")
 

@@ -549,7 +549,7 @@ def demo(
 
     from slca._fs import writing
     from slca.training.config import TrainConfig, apply_overrides, validate
-    from slca.training.policy import load_policy, policy_options
+    from slca.models.loading import load_policy, policy_options
     from slca.reporting.report import write_report, write_token_html
     from slca.training.samples import read_samples
 
@@ -794,7 +794,7 @@ def compare(
     """Train several estimators over several seeds on the same budget and report honestly."""
     from slca.reporting.compare import run_compare, write_compare_report
 
-    from slca.core.advantages import list_estimators
+    from slca.core.registry import list_estimators
 
     est = [e.strip() for e in estimators.split(",") if e.strip()] if estimators is not None else list_estimators(reference=True)
     try:

@@ -150,6 +150,13 @@ ROLLOUT_MIXED = Metric("rollout/mixed_call_groups", "share of groups where some 
 ROLLOUT_MASK_MISMATCH = Metric("rollout/mask_mismatch", "share of rollouts whose segment masks disagree with their "
                                "conversation (slca.chat.maskcheck; mask_check_max_mismatch stops the run above it)", UNIT, "lower")
 
+# ------------------------------------------------------------------ TRL's trainer (slca.integrations.trl), its own log names
+
+TRL_TOOL_REWARD = Metric("slca/tool_reward_mean", "execution-tier reward, mean over TRL's gathered batch")
+TRL_SUMMARY_REWARD = Metric("slca/summary_reward_mean", "summary-tier reward, mean over TRL's gathered batch")
+TRL_TOOL_TOKEN_FRAC = Metric("slca/tool_token_frac", "share of policy tokens in the tool segment, TRL's gathered batch", UNIT)
+TRL_ADV_ABS = Metric("slca/{segment}_adv_abs_mean", "mean |advantage| on one segment's tokens, TRL's gathered batch", NONNEG)
+
 # ------------------------------------------------------------------ evaluation (Trainer.evaluate), per set
 
 EVAL_SUCCESS = Metric("{set}/success", "normalised calls equal the gold calls and all executed", UNIT, "higher")

@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from slca.core.advantages import AdvantageInputs, compute_advantages, group_mean
+from slca.core.advantages import group_mean
+from slca.core.registry import AdvantageInputs, compute_advantages
 from slca.core.losses import masked_mean
 
 __all__ = ["contamination", "advantage_stats", "grad_cosine", "flat_grad", "rolling_cv", "summary_counterfactual"]

@@ -47,15 +47,8 @@ from typing import Any, Literal
 import torch
 
 from slca._checks import as_1d, as_2d, check_mask, check_same_shape, group_index
-from slca.core.advantages import (
-    AdvantageInputs,
-    Eps,
-    InputSpec,
-    group_normalize,
-    option,
-    register_estimator,
-    register_input,
-)
+from slca.core.advantages import group_normalize
+from slca.core.registry import AdvantageInputs, Eps, option, register_estimator
 
 __all__ = [
     "PAPER_COMMIT",
@@ -359,18 +352,6 @@ class ToolPOOptions(_PaperNorm):
 @dataclass(frozen=True)
 class RLTROptions(_PaperNorm):
     """Options of ``rltr_planner`` (:func:`rltr_planner_advantages`)."""
-
-
-_REWARDS = "slca.rewards.paper"
-for _name, _doc in (
-    ("should_no_call", "(B,) 0/1: the task needed a call and the rollout made none (the released penalty guard)"),
-    ("toolpo_correct_ratio", "(B,) ToolPO's sum C(a^call) / |gold calls|: strictly correct calls, matched one to one"),
-    ("rltr_comp", "(B,) RLTR's completeness reward in [0, 1]"),
-    ("rltr_repeat_penalty", "(B,) RLTR's penalty for consecutive repeated calls, <= 0"),
-    ("rltr_error_penalty", "(B,) RLTR's penalty for invalid calls, <= 0"),
-    ("rltr_format_valid", "(B,) 0/1: RLTR's format check (an invalid trajectory scores -1)"),
-):
-    register_input(InputSpec(_name, _doc, f"{_REWARDS}:{_name}"))
 
 
 def _score_total(inputs: AdvantageInputs) -> torch.Tensor:

@@ -16,7 +16,7 @@ from slca.eval.in_domain import run_in_domain
 from slca.eval.report import SuiteReport
 from slca.eval.tau2 import DOMAINS, import_tau2, run_tau2
 from slca.models.named import model_fingerprint
-from slca.training.policy import load_policy
+from slca.models.loading import load_policy
 
 __all__ = ["SUITES", "EvalConfig", "load_model", "run_eval"]
 
@@ -68,7 +68,7 @@ class EvalConfig:
 
 def load_model(spec: str):
     """``(model, tokenizer)`` in eval mode from a model folder or a Hugging Face hub id, or the
-    embedded model for ``default`` (:func:`slca.training.policy.load_policy`: float32, on the CPU)."""
+    embedded model for ``default`` (:func:`slca.models.loading.load_policy`: float32, on the CPU)."""
     try:
         model, tok = load_policy(spec, template_fix="")
     except ValueError as e:

@@ -70,9 +70,8 @@ from packaging.version import Version
 
 from slca import metrics as M
 from slca._fields import did_you_mean, help_of
-from slca.core.advantages import (
-    EMPTY_SUMMARY_DEFAULT,
-    EMPTY_TOOL_DEFAULT,
+from slca.core.advantages import EMPTY_SUMMARY_DEFAULT, EMPTY_TOOL_DEFAULT, group_normalize
+from slca.core.registry import (
     AdvantageInputs,
     EmptySummary,
     EmptyTool,
@@ -81,7 +80,6 @@ from slca.core.advantages import (
     check_options,
     get_estimator,
     get_input,
-    group_normalize,
     list_estimators,
     resolve_estimator,
 )
@@ -92,7 +90,7 @@ from slca.models.named import NAMED_MODELS, load_named, named_model_problem
 from slca.reporting.report import write_token_html
 from slca.rewards import execution_reward, summary_reward, turns_from_messages
 from slca.training.config import TrainConfig
-from slca.training.policy import hub_model_problem, looks_like_path
+from slca.models.loading import hub_model_problem, looks_like_path
 from slca.training.samples import SampleGroup, SampleRollout
 from slca.types import Task, ToolResult, Trajectory, Turn
 
@@ -185,7 +183,7 @@ def check_trl_contract(trainer_cls: type = GRPOTrainer) -> None:
 
 
 def _option_help(name: str) -> str:
-    """The help of an option of :class:`slca.core.advantages.SLCAOptions` (its one home)."""
+    """The help of an option of :class:`slca.core.registry.SLCAOptions` (its one home)."""
     return next(help_of(f) for f in fields(SLCAOptions) if f.name == name)
 
 
@@ -271,7 +269,7 @@ def check_mask_options(max_mismatch: Any, tool_format: Any) -> None:
 
 def check_host_options(host: Mapping[str, Any]) -> None:
     """Refuse a bad ``empty_tool`` / ``empty_summary`` whatever the estimator (``grpo`` does not take them), as
-    :class:`slca.core.advantages.SLCAOptions` checks them."""
+    :class:`slca.core.registry.SLCAOptions` checks them."""
     check_options(SLCAOptions, "slca", {k: host[k] for k in ("empty_tool", "empty_summary")})
 
 
@@ -346,7 +344,7 @@ def check_tiers(tiers: list[str], estimator: str) -> None:
     """Raise ValueError if ``estimator`` cannot work with the tiers present in ``tiers``.
 
     Trajectory-level estimators (``grpo``, any registered with
-    ``trajectory=True``: :attr:`slca.core.advantages.EstimatorSpec.trajectory`) take any
+    ``trajectory=True``: :attr:`slca.core.registry.EstimatorSpec.trajectory`) take any
     non-empty set of functions. The tiered ones need a summary-tier function:
     without one there is no reward for the tokens after the last tool response,
     nor for a rollout that made no call. Without a tool-tier function they run
@@ -387,7 +385,7 @@ def call_options(spec: EstimatorSpec, host: Mapping[str, Any], given: Mapping[st
     ``given`` (``SLCAGRPOConfig.estimator_options``) may not set a host option
     (:data:`HOST_OPTIONS` says which config field does); an option the
     estimator does not declare, or a bad value, raises ValueError naming both
-    (:meth:`slca.core.advantages.EstimatorSpec.host_options`).
+    (:meth:`slca.core.registry.EstimatorSpec.host_options`).
     """
     return spec.host_options(host, given, {k: f"SLCAGRPOConfig.{v}" for k, v in HOST_OPTIONS.items()})
 
@@ -710,7 +708,7 @@ def resolve_model(model: Any, processing_class: Any = None) -> tuple[Any, Any]:
     A name slca knows (:data:`slca.models.named.NAMED_MODELS`: ``"default"``, ``"smollm2"``, ...)
     is loaded offline by :func:`slca.models.named.load_named`, its tokenizer (with slca's chat
     template) becoming the processing class unless one is given. A folder, or a loaded model,
-    passes through. A hub id is checked first (:func:`slca.training.policy.hub_model_problem`:
+    passes through. A hub id is checked first (:func:`slca.models.loading.hub_model_problem`:
     the local cache, then one request without retries), so one that cannot load here
     (``HF_HUB_OFFLINE=1``, no network) fails at once, in one line naming it and the named models,
     instead of after TRL's ``from_pretrained`` retries.
@@ -832,7 +830,7 @@ class SLCAGRPOTrainer(GRPOTrainer):
 
     * ``tasks``: ``{task_id: Task}``, the rows' slca tasks (each row names its
       task in the column ``args.task_id_column``). Each needed input is then
-      computed by slca's input registry (:func:`slca.core.advantages.get_input`) on
+      computed by slca's input registry (:func:`slca.core.registry.get_input`) on
       the batch's completions as slca trajectories
       (:func:`trajectories_from_completions`).
     * ``estimator_inputs``: ``{name: fn}`` computing an input directly, called
@@ -1146,15 +1144,15 @@ class SLCAGRPOTrainer(GRPOTrainer):
         :data:`slca.metrics.ROLLOUT_NO_SUMMARY`); all over the gathered batch."""
         m = self._metrics[mode]
         tool, summ, model = used.tool_mask.bool(), used.summary_mask.bool(), used.model_mask.bool()
-        m["slca/tool_reward_mean"].append(torch.nanmean(used.tool_rewards).item())
-        m["slca/summary_reward_mean"].append(torch.nanmean(used.summary_rewards).item())
-        m["slca/tool_token_frac"].append((tool.sum() / model.sum().clamp_min(1)).item())
+        m[M.TRL_TOOL_REWARD.name].append(torch.nanmean(used.tool_rewards).item())
+        m[M.TRL_SUMMARY_REWARD.name].append(torch.nanmean(used.summary_rewards).item())
+        m[M.TRL_TOOL_TOKEN_FRAC.name].append((tool.sum() / model.sum().clamp_min(1)).item())
         has_tool, has_summary = tool.any(dim=1), summ.any(dim=1)
         m[M.ROLLOUT_NO_TOOL.name].append((~has_tool).float().mean().item())
         m[M.ROLLOUT_NO_SUMMARY.name].append((has_tool & ~has_summary).float().mean().item())
         for name, seg in (("tool", tool), ("summary", summ)):
             a = adv[seg].abs()
-            m[f"slca/{name}_adv_abs_mean"].append(a.mean().item() if a.numel() else 0.0)
+            m[M.TRL_ADV_ABS.key(segment=name)].append(a.mean().item() if a.numel() else 0.0)
 
 
 def _warn_untested_version() -> None:

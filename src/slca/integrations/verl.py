@@ -68,8 +68,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from slca.core.advantages import (
-    EMPTY_TOOL_DEFAULT,
+from slca.core.advantages import EMPTY_TOOL_DEFAULT
+from slca.core.registry import (
     AdvantageInputs,
     EstimatorSpec,
     SLCAOptions,
@@ -377,7 +377,7 @@ def selected_estimator() -> EstimatorSpec:
     ``my_pkg.module:function`` (the module is imported here, which registers it:
     verl's workers need no registration code of their own, only the package on
     their path) or the name of a ``slca.estimators`` entry point
-    (:func:`slca.core.advantages.resolve_estimator`). verl looks ``adv_estimator`` up in
+    (:func:`slca.core.registry.resolve_estimator`). verl looks ``adv_estimator`` up in
     its own registry, where this module registers ``slca`` alone, so the choice
     among slca's estimators travels in the environment. Check a node before a run
     with ``python -c "from slca.integrations.verl import selected_estimator as s; print(s().name)"``.

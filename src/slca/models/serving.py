@@ -33,6 +33,7 @@ import httpx
 
 from slca._fs import umask_modes
 from slca.models.default import RESPONSE_TEMPLATE
+from slca.models.loading import load_policy
 
 __all__ = ["TEXT_RESPONSE_TEMPLATE", "export_for_serving", "TransformersServer"]
 
@@ -58,8 +59,6 @@ def export_for_serving(spec: str, out: str | Path, *, tool_calls: bool = False, 
     :data:`TEXT_RESPONSE_TEMPLATE`, or, with ``tool_calls=True``, the template that parses ``<tool_call>`` blocks
     into OpenAI ``tool_calls`` (:data:`slca.models.default.RESPONSE_TEMPLATE`). ``out`` must not hold a model yet.
     """
-    from slca.training.policy import load_policy  # training imports models (policy -> models.named): at the top, a cycle
-
     out = Path(out).expanduser()
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"--out: {str(out)!r} exists and is not empty; export-model writes a new or empty folder: choose another --out")

@@ -23,7 +23,7 @@ from typing import Any
 from slca import metrics as M
 from slca._fs import writing
 from slca._procs import Children
-from slca.core.advantages import _entry_points, resolve_estimator
+from slca.core.registry import _entry_points, resolve_estimator
 from slca.reporting.report import final_eval, md_header, md_row, mean_of, metric_range, read_metrics
 from slca.training.config import config_diff, load_config
 from slca.models.named import model_fingerprint

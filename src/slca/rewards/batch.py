@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from slca import metrics as M
+from slca.rewards.hierarchical import hierarchical_rewards
 from slca.types import RewardBreakdown, Trajectory
 
 __all__ = ["REWARD_PRESETS", "RewardComponents", "ScoredBatch", "score_batch"]
@@ -68,10 +69,9 @@ def score_batch(trajs: list[Trajectory], *, reward: str = "slca") -> ScoredBatch
     """The two reward tiers of every rollout (NaN + reason when unscorable).
 
     ``reward`` names the preset (:data:`REWARD_PRESETS`): ``"slca"`` (default),
-    :func:`~slca.rewards.hierarchical_rewards`; ``"paper"``, :func:`~slca.rewards.paper.paper_rewards`
+    :func:`~slca.rewards.hierarchical.hierarchical_rewards`; ``"paper"``, :func:`~slca.rewards.paper.paper_rewards`
     (no judge is served here: slca's rule summary tier stands in for the authors' judge).
     """
-    from slca.rewards import hierarchical_rewards
     from slca.rewards.paper import paper_rewards
 
     if reward not in REWARD_PRESETS:

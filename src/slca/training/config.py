@@ -32,7 +32,8 @@ import yaml
 
 from slca._fields import ConfigError, check_value, coerce, did_you_mean, ge, gt, help_of, hints, within
 from slca.chat import list_formats
-from slca.core.advantages import (
+from slca.core.beyond import SLCATurnOptions
+from slca.core.registry import (
     Eps,
     EmptySummary,
     EmptyTool,
@@ -40,7 +41,6 @@ from slca.core.advantages import (
     NonNegative,
     Scale,
     SLCAOptions,
-    SLCATurnOptions,
     parse_options,
     resolve_estimator,
     split_assignments,
@@ -49,7 +49,7 @@ from slca.core.losses import AGG_MODES, KL_KINDS
 from slca.generation.rollout import MAX_NEW_TOKENS_FIELD, TEMPERATURE_FIELD, TOP_P_FIELD
 from slca.models.named import NAMED_MODELS, named_model_problem
 from slca.rewards.batch import REWARD_PRESETS
-from slca.training.policy import CHAT_TEMPLATE_FIELD, DEVICE_FIELD, DTYPE_FIELD, hub_model_problem, lora_base, looks_like_path
+from slca.models.loading import CHAT_TEMPLATE_FIELD, DEVICE_FIELD, DTYPE_FIELD, hub_model_problem, lora_base, looks_like_path
 from slca.training.tracking import parse_report_to
 
 __all__ = ["TrainConfig", "ConfigError", "GROUPS", "ESTIMATOR_FIELDS", "OTHER_NAMES", "check_field", "config_warnings", "estimator_options", "field_docs", "load_config", "resume_config", "read_config_file", "file_overrides", "apply_overrides", "validate", "config_diff", "to_dict"]

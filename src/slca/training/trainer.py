@@ -10,7 +10,7 @@ reads as five named phases, the first four each returning a typed record:
    (:func:`slca.rewards.score_batch`, the config's ``reward`` preset), plus optional summary noise;
 3. :meth:`Trainer.credit` -- tool / summary segments from the environment mask
    (:func:`slca.core.segments.segment_masks`) and advantages from the estimator named
-   in the config (registry dispatch, :mod:`slca.core.advantages`);
+   in the config (registry dispatch, :mod:`slca.core.registry`);
 4. :meth:`Trainer.update` -- PPO-style epochs over minibatches: clipped surrogate
    + KL to a frozen reference, aggregated as configured (:mod:`slca.core.losses`);
    on diagnostic steps the first backward is split by segment;
@@ -40,7 +40,7 @@ from slca import metrics as M
 from slca._fs import writing
 from slca._checks import group_index
 from slca.chat import ChatRenderer, check_segment_masks, encode_conversation, enforce_mask_check, get_format
-from slca.core.advantages import AdvantageInputs, compute_advantages, fill_inputs, list_estimators, option_values
+from slca.core.registry import AdvantageInputs, compute_advantages, fill_inputs, list_estimators, option_values
 from slca.core.diagnostics import advantage_stats, contamination, flat_grad, grad_cosine, rolling_cv
 from slca.core.losses import aggregate, clipped_surrogate, kl_penalty, token_logprobs, token_weights
 from slca.core.segments import segment_masks
@@ -52,7 +52,7 @@ from slca.rewards.execution import eval_scores
 from slca.rewards.turns import subgroup_fraction
 from slca.models.named import model_fingerprint
 from slca.training.config import ConfigError, TrainConfig, config_diff, estimator_options, to_dict, validate
-from slca.training.policy import load_policy, policy_options, prepare_policy
+from slca.models.loading import load_policy, policy_options, prepare_policy
 from slca.training.runs import (
     RESUME_MAY_CHANGE,
     RunFolder,

@@ -1,4 +1,4 @@
-"""Loading the policy: hub ids, dtype, device, chat_template, LoRA (slca.training.policy)."""
+"""Loading the policy: hub ids, dtype, device, chat_template, LoRA (slca.models.loading)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from _tok import make_qwen_tokenizer, tiny_qwen2, trl_template, trl_template_dir
 
-from slca.training.policy import apply_lora, check_device, load_policy, resolve_chat_template
+from slca.models.loading import apply_lora, check_device, load_policy, resolve_chat_template
 
 
 @pytest.fixture(scope="module")
