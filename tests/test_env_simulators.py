@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from jsonschema import Draft202012Validator, FormatChecker
 
 from slca.env import PythonSimulator, SchemaSimulator, Simulator, ToolError
+from slca.env.simulators import new_tool_run
 
 
 def fn(name, params, required, response=None, stateful=False, **extra):
@@ -171,12 +173,18 @@ def test_python_backend_real_callables_with_state():
     assert not sim.call("book_hotel", {"city": "Rome"}, episode=1).ok
 
 
-def test_python_backend_checks_output_and_does_not_hide_bugs():
+def test_python_backend_checks_output_and_reports_a_raising_tool_with_one_traceback(caplog):
+    """A bug in a tool: the model reads an error result naming the exception; the run logs the first traceback once."""
     sim = PythonSimulator([HOTEL, LOOKUP], {"book_hotel": lambda city, nights: {"booking_id": 1}, "get_booking": lambda booking_id: 1 / 0})
     r = sim.call("book_hotel", {"city": "Rome", "nights": 2})
     assert not r.ok and "violates its response schema" in r.error and sim.metrics["invalid_output"] == 1
-    with pytest.raises(ZeroDivisionError):
-        sim.call("get_booking", {"booking_id": "x"})
+    new_tool_run()
+    with caplog.at_level(logging.WARNING, logger="slca.env"):
+        results = [sim.call("get_booking", {"booking_id": b}, episode=e) for e, b in enumerate("xyz")]
+    assert all(not r.ok and r.error == "get_booking raised ZeroDivisionError: division by zero" for r in results)
+    assert sim.metrics["tool_raised"] == 3 and sim.metrics["tool_error"] == 0
+    logged = [rec for rec in caplog.records if rec.name == "slca.env"]
+    assert len(logged) == 1 and logged[0].exc_info[0] is ZeroDivisionError and "'get_booking'" in logged[0].getMessage()
     with pytest.raises(ValueError, match="no implementation"):
         PythonSimulator([HOTEL], {})
 

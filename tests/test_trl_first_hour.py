@@ -177,6 +177,41 @@ def test_a_batch_without_tool_segments_or_a_tier_without_scores_warns_once_per_r
     assert not [w for w in again if str(w.message).startswith("slca: ")]  # once per run
 
 
+# ---------------------------------------------------------------- 9. a raising tool, the same in both hosts
+
+
+def test_a_raising_tool_gives_the_same_error_result_as_slca_train_and_one_logged_traceback(tmp_path, caplog):
+    """TRL swallowed a tool's exception into ``{'error': str(e)}``; slca's Python simulator crashed. Both now give
+    the model ``"<tool> raised <Type>: <message>"`` and log the run's first traceback once."""
+    import logging
+
+    from transformers.utils import get_json_schema
+
+    from slca.env import PythonSimulator
+
+    def get_weather(city: str) -> str:
+        """Get the current weather of a city.
+
+        Args:
+            city: The city name.
+        """
+        raise RuntimeError(f"station {city} offline")
+
+    tok = build_tokenizer()
+    t = SLCAGRPOTrainer(model=build_policy(tok), processing_class=tok, reward_funcs=[execution_reward, summary_reward],
+                        args=base_args(tmp_path, max_tool_calling_iterations=2), train_dataset=dataset(8), tools=[get_weather])
+    assert get_json_schema(t.tools[0]) == get_json_schema(get_weather)  # the schema TRL offers is the function's
+    with caplog.at_level(logging.WARNING, logger="slca.env"):
+        out = t._generate_and_score_completions([dict(x) for x in t.train_dataset])
+    texts = [tok.decode(ids[m.bool()]) for ids, m in zip(out["completion_ids"], out["completion_mask"])]
+    slca_host = PythonSimulator([get_json_schema(get_weather)], {"get_weather": get_weather}).call("get_weather", {"city": "Paris"})
+    assert slca_host.to_text() == '{"error": "get_weather raised RuntimeError: station Paris offline"}'
+    called = [x for x in texts if "<tool_response>" in x]
+    assert called and all(slca_host.to_text() in x for x in called), texts  # the bigram policy calls it for Paris
+    logged = [r for r in caplog.records if r.name == "slca.env" and r.exc_info]
+    assert len(logged) == 1 and logged[0].exc_info[0] is RuntimeError  # once, however many calls raised
+
+
 # ---------------------------------------------------------------- 5. install and errors
 
 
@@ -219,6 +254,34 @@ def test_slca_eval_bfcl_without_its_package_says_what_to_install_before_the_mode
     assert line.endswith('pip install --no-deps "bfcl-eval==2026.3.23" filelock mpmath; in a checkout: make eval')
 
 
+@pytest.mark.slow
+def test_the_examples_are_quiet_by_default(tmp_path):
+    """Every TRL run printed transformers' gradient_checkpointing FutureWarnings and TRL's experimental notice."""
+    env = {k: v for k, v in ENV.items() if k != "TRL_EXPERIMENTAL_SILENCE"}  # as a user's shell has it
+    argv = [a.replace("OUT", str(tmp_path / "out")) for a in SMALL_RUN]
+    r = subprocess.run([sys.executable, EXAMPLE, "--model", "default", "--n_tasks", "4", "--per_device_train_batch_size", "4",
+                        "--num_generations", "4", "--max_completion_length", "64", "--max_tool_calling_iterations", "1", *argv],
+                       capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for noise in ("FutureWarning", "DeprecationWarning", "is deprecated", "experimental feature"):
+        assert noise not in r.stderr, r.stderr[-3000:]
+
+
+def test_quieting_the_known_notices_leaves_every_other_warning(monkeypatch):
+    from slca.integrations.trl import quiet_known_warnings
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "")  # recorded, so the value quiet_known_warnings sets is undone after
+    monkeypatch.delenv("TRL_EXPERIMENTAL_SILENCE")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        quiet_known_warnings()
+        warnings.warn("`gradient_checkpointing_enable` is deprecated and will be removed in v6. Use x instead.", FutureWarning)
+        warnings.warn("`use_cache` is deprecated and will be removed in v6.", FutureWarning)
+        warnings.warn("something else", UserWarning)
+    assert [str(w.message) for w in seen] == ["`use_cache` is deprecated and will be removed in v6.", "something else"]
+    assert os.environ["TRL_EXPERIMENTAL_SILENCE"] == "1"  # TRL's own switch for its experimental notice
+
+
 def test_make_trl_installs_the_extras_without_moving_the_installed_torch(tmp_path):
     venv = tmp_path / "venv"
     r = subprocess.run(["make", "-n", "trl", f"VENV={venv}"], capture_output=True, text=True, timeout=60, cwd=ROOT)
@@ -231,18 +294,31 @@ def test_make_trl_installs_the_extras_without_moving_the_installed_torch(tmp_pat
 
 
 @pytest.mark.slow
-def test_slca_train_warns_when_the_tiny_models_lr_meets_a_pretrained_model(tmp_path):
+def test_slca_train_gives_a_pretrained_model_its_own_lr_and_checkpoint_defaults(tmp_path):
+    """``model=smollm2`` kept the tiny model's lr 2e-4 (gradient norm about 6) and left a 1.6 GB checkpoint per save:
+    fully fine-tuned, a pretrained model gets lr 1e-5 and keeps one checkpoint unless they are set, and says so."""
     from slca.models.named import named_model_problem
-    from slca.training.config import TrainConfig, config_warnings
+    from slca.training.config import TrainConfig, config_warnings, load_config
 
     if named_model_problem("smollm2"):
         pytest.skip(named_model_problem("smollm2"))
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").write_text("")  # a run is there: the command stops before any model loads
-    r = subprocess.run([sys.executable, "-m", "slca.cli", "train", "--set", "model=smollm2", "--set", f"run_dir={run}"],
-                       capture_output=True, text=True, timeout=600, env=ENV, cwd=tmp_path)
-    assert r.returncode == 2 and "already holds a run" in r.stderr, r.stderr[-3000:]
-    assert "warning: lr=0.0002 is the default sized for the embedded tiny model; full fine-tuning of the pretrained 'smollm2'" in r.stderr
-    assert config_warnings(TrainConfig(model="smollm2", lora_r=8)) == []  # 2e-4 is a usual LoRA rate
+
+    def train(*sets: str) -> str:
+        args = [a for kv in ("model=smollm2", f"run_dir={run}", *sets) for a in ("--set", kv)]
+        r = subprocess.run([sys.executable, "-m", "slca.cli", "train", *args], capture_output=True, text=True, timeout=600,
+                           env=ENV, cwd=tmp_path)
+        assert r.returncode == 2 and "already holds a run" in r.stderr, r.stderr[-3000:]
+        return r.stderr
+
+    assert "warning: fully fine-tuning the pretrained 'smollm2': lr=1e-05 and keep_checkpoints=1, the pretrained-model defaults" in train()
+    assert "warning: lr=0.0002 is the default sized for the embedded tiny model; full fine-tuning of the pretrained 'smollm2'" in train("lr=2e-4")
+    cfg = load_config(None, ["model=smollm2"])
+    assert (cfg.lr, cfg.keep_checkpoints) == (1e-5, 1)
+    assert (load_config(None, ["model=smollm2", "keep_checkpoints=3"]).keep_checkpoints, load_config(None, ["model=smollm2", "lr=3e-5"]).lr) == (3, 3e-5)
+    lora = load_config(None, ["model=smollm2", "lora_r=8"])  # adapters: 2e-4 is a usual rate, checkpoints are small
+    assert (lora.lr, lora.keep_checkpoints) == (TrainConfig.lr, TrainConfig.keep_checkpoints) and config_warnings(lora) == []
+    assert (load_config(None, []).lr, load_config(None, []).keep_checkpoints) == (TrainConfig.lr, TrainConfig.keep_checkpoints)
     assert config_warnings(TrainConfig(model="smollm2", lr=1e-5)) == [] and config_warnings(TrainConfig()) == []

@@ -48,6 +48,7 @@ from slca.eval.in_domain import run_in_domain
 from slca.integrations.trl import (
     SLCAGRPOConfig,
     SLCAGRPOTrainer,
+    quiet_known_warnings,
     simulator_environments,
     slca_reward_funcs,
     tool_method_problem,
@@ -173,6 +174,7 @@ def evaluate(ex: PaperArguments, args: SLCAGRPOConfig, model, tokenizer) -> dict
 
 
 def main(argv: list[str] | None = None) -> dict:
+    quiet_known_warnings()  # transformers' / TRL's notices that every run prints; the rest still show
     ex, args = TrlParser((PaperArguments, SLCAGRPOConfig)).parse_args_and_config(args=argv)
     if ex.sft_config not in ("sft_split", "sft_full"):
         raise SystemExit(f"--sft_config must be sft_split or sft_full, got {ex.sft_config!r}")

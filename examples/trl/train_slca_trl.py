@@ -52,7 +52,8 @@ except ImportError as e:  # one line with the install line, not a traceback
     raise SystemExit(f"{e}: this example needs the trl extra: pip install \"slca[trl]\"") from None
 
 from slca.env.toolworld import make_env, make_tasks
-from slca.integrations.trl import SLCAGRPOConfig, SLCAGRPOTrainer, resolve_model, simulator_environment, slca_reward_funcs
+from slca.integrations.trl import (SLCAGRPOConfig, SLCAGRPOTrainer, quiet_known_warnings, resolve_model, simulator_environment,
+                                   slca_reward_funcs)
 
 
 @dataclass
@@ -95,6 +96,7 @@ def lora_config(r: int):
 
 
 def main(argv: list[str] | None = None) -> SLCAGRPOTrainer:
+    quiet_known_warnings()  # transformers' / TRL's notices that every run prints; the rest still show
     parser = TrlParser((ExampleArguments, SLCAGRPOConfig))
     ex, args = parser.parse_args_and_config(args=argv)
     if args.reward_tiers is None:

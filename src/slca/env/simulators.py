@@ -19,8 +19,10 @@ that are not plain JSON (lone surrogates, non-finite numbers, nesting past 64,
 non-string keys) are ``invalid_arguments``; a dataset ``pattern`` that cannot
 match a value within 50 ms refuses the value; every answer must be plain JSON and
 at most ``max_response_chars`` long (``metrics["invalid_output"]``,
-``metrics["oversized_output"]``). The one exception that still propagates is a
-Python tool's own bug (an exception other than ``ToolError`` / ``ValueError``).
+``metrics["oversized_output"]``). A Python tool that raises gives the model an
+error result naming the exception (``metrics["tool_raised"]``); the first such
+traceback of a run is logged once (:func:`tool_raised`), so a bug in a tool
+is seen without stopping the run -- as TRL's tool loop does with the same tools.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import concurrent.futures
 import functools
 import hashlib
 import inspect
+import logging
 import math
 import random
 import re
@@ -44,7 +47,9 @@ from slca._limits import SRE, PatternTimeout, parse_regex, pattern_search, value
 from slca.env.schema import ToolBox
 from slca.types import ToolResult, call_key
 
-__all__ = ["Simulator", "ToolError", "BaseSimulator", "PythonSimulator", "SchemaSimulator", "call_key"]
+__all__ = ["Simulator", "ToolError", "BaseSimulator", "PythonSimulator", "SchemaSimulator", "call_key", "exception_result", "new_tool_run", "tool_raised"]
+
+log = logging.getLogger("slca.env")
 
 
 @runtime_checkable
@@ -56,6 +61,43 @@ class Simulator(Protocol):
 
 class ToolError(Exception):
     """Raised by a tool implementation to return a failed call the model should see."""
+
+
+_first_traceback_logged = threading.Event()
+
+
+def new_tool_run() -> None:
+    """A run starts: the next tool exception's traceback is logged again (:func:`tool_raised`)."""
+    _first_traceback_logged.clear()
+
+
+def tool_raised(name: str, exc: Exception) -> str:
+    """The error a model reads when tool ``name`` raised ``exc``: ``"<name> raised <Type>: <message>"``.
+
+    The first call of a run (since :func:`new_tool_run`, which slca's trainer and
+    ``SLCAGRPOTrainer`` call when they are built) logs the exception's traceback on
+    the ``slca.env`` logger (WARNING); later ones log nothing -- the model reads each
+    as its tool result, and the simulator counts them in ``metrics["tool_raised"]``.
+    The one place both hosts word a tool's exception, so the model sees the same
+    text in ``slca train`` and in TRL.
+    """
+    if not _first_traceback_logged.is_set():
+        _first_traceback_logged.set()
+        log.warning("tool %r raised %s: the model reads it as the call's error result; this is the first tool exception "
+                    "of the run (later ones are not logged)", name, type(exc).__name__, exc_info=exc)
+    return f"{name} raised {type(exc).__name__}: {exc}"
+
+
+def exception_result(name: str, exc: Exception) -> ToolResult:
+    """The failed result of tool ``name`` that raised ``exc``, worded alike in every host.
+
+    :class:`ToolError` and ``ValueError`` are the tool refusing the call: ``"<name>
+    failed: <message>"``. Any other exception is a bug in the tool: :func:`tool_raised`
+    (the type and message; the first traceback of the run is logged).
+    """
+    if isinstance(exc, (ToolError, ValueError)):
+        return ToolResult(ok=False, error=f"{name} failed: {exc}")
+    return ToolResult(ok=False, error=tool_raised(name, exc))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -207,9 +249,11 @@ class PythonSimulator(BaseSimulator):
     ``functions[name](**arguments)`` returns the tool's JSON-serialisable content;
     a callable that declares a ``state`` parameter also gets the episode's state
     dict (for stateful suites). Raising :class:`ToolError` (or ``ValueError``)
-    returns ``ok=False`` with the message; any other exception is a bug in the
-    tool and propagates. Content that violates the tool's response schema is
-    returned as a failed call and counted in ``metrics["invalid_output"]``.
+    returns ``ok=False`` with the message (``metrics["tool_error"]``); any other
+    exception returns ``ok=False`` with ``"<name> raised <Type>: <message>"``
+    (``metrics["tool_raised"]``), and the first one of a run logs its
+    traceback (:func:`tool_raised`). Content that violates the tool's response
+    schema is returned as a failed call and counted in ``metrics["invalid_output"]``.
 
     Failure behaviour (no conversion happens behind the tool's back):
 
@@ -251,12 +295,12 @@ class PythonSimulator(BaseSimulator):
                 return ToolResult(ok=False, error=f"invalid arguments for {name!r}: {e}")
         try:
             content = _run_with_deadline(fn, kwargs, self.timeout)
-        except (ToolError, ValueError) as e:
-            self.metrics["tool_error"] += 1
-            return ToolResult(ok=False, error=f"{name} failed: {e}")
         except _CallTimeout:
             self.metrics["timeouts"] += 1
             return ToolResult(ok=False, error=f"{name} did not finish within {self.timeout} s")
+        except Exception as e:  # a refusal (ToolError, ValueError) or a bug: the model reads it as the call's result
+            self.metrics["tool_error" if isinstance(e, (ToolError, ValueError)) else "tool_raised"] += 1
+            return exception_result(name, e)
         problem = value_problem(content)
         if problem is not None:
             self.metrics["invalid_output"] += 1

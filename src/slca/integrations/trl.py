@@ -52,12 +52,14 @@ Example (runnable with a real model id)::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import itertools
 import json
 import keyword
 import math
+import os
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -86,6 +88,7 @@ from slca.core.registry import (
 from slca.chat import check_segment_masks, enforce_mask_check, list_formats
 from slca.core.losses import AGG_MODES
 from slca.core.segments import segment_masks
+from slca.env.simulators import exception_result, new_tool_run
 from slca.models.named import NAMED_MODELS, load_named, named_model_problem
 from slca.reporting.report import write_token_html
 from slca.rewards import execution_reward, summary_reward, turns_from_messages
@@ -117,6 +120,8 @@ __all__ = [
     "check_tiers",
     "check_trl_contract",
     "mark_unanswered",
+    "quiet_known_warnings",
+    "reported_tool",
     "resolve_model",
     "slca_reward_funcs",
     "simulator_environment",
@@ -138,6 +143,24 @@ NOT_EXECUTED = "not executed: the rollout ended before the environment answered"
 
 HOST_OPTIONS = {"scale": "scale_rewards", "eps": "advantage_eps", "empty_tool": "empty_tool", "empty_summary": "empty_summary"}
 """Estimator options the host sets from its own config (option -> SLCAGRPOConfig field)."""
+
+
+KNOWN_NOISE = (
+    # TRL 1.16 sets and calls transformers 5's gradient_checkpointing names, deprecated for activation_checkpointing
+    (FutureWarning, r"`\w*gradient_checkpointing\w*` is deprecated and will be removed in v6"),
+)
+"""``(category, message regex)`` of the third-party warnings every TRL run on the tested versions prints."""
+
+
+def quiet_known_warnings() -> None:
+    """Hide the third-party notices every run prints that say nothing about the run: :data:`KNOWN_NOISE`, and
+    TRL's "experimental feature" notice of ``environment_factory`` / ``rollout_func`` (through TRL's own switch,
+    ``TRL_EXPERIMENTAL_SILENCE=1``, unless it is set already). Every other warning still shows, slca's own
+    included. The examples call it first; a script of yours may.
+    """
+    for category, message in KNOWN_NOISE:
+        warnings.filterwarnings("ignore", message=message, category=category)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
 def check_trl_contract(trainer_cls: type = GRPOTrainer) -> None:
@@ -640,6 +663,30 @@ def _tool_method(name: str, schema: dict[str, Any]) -> Callable[..., str]:
     return method
 
 
+def reported_tool(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` as a TRL tool whose exception becomes the error result ``slca train`` gives for it.
+
+    TRL's own loop turns a raising tool into ``{'error': str(e)}``, without the
+    exception's type and without a traceback anywhere. Wrapped, the model reads
+    :func:`slca.env.simulators.exception_result`'s text (``"<name> raised <Type>:
+    <message>"``; ``"<name> failed: <message>"`` for ``ToolError`` / ``ValueError``)
+    and the run's first traceback is logged once, as in ``slca train``. The
+    signature and docstring stay ``fn``'s (``functools.wraps``), so TRL builds the
+    same schema. A coroutine function is returned as it is (TRL handles it).
+    """
+    if inspect.iscoroutinefunction(fn):
+        return fn
+
+    @functools.wraps(fn)
+    def tool(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            return exception_result(fn.__name__, e).to_text()
+
+    return tool
+
+
 def simulator_environment(
     tasks: Mapping[str, Task], make_env: Callable[[Task], Any], id_column: str = "task_id"
 ) -> type:
@@ -815,6 +862,9 @@ class SLCAGRPOTrainer(GRPOTrainer):
     After each generation batch, :attr:`last_advantages` (:class:`SplitBatch`) holds its
     ``(B, T)`` advantages, segment masks, token ids and tier rewards, gathered over all
     processes, and :meth:`write_token_page` draws them as ``slca train``'s ``tokens.html``.
+    ``tools`` are wrapped by :func:`reported_tool`: a tool that raises gives the model the
+    error result ``slca train`` gives (the exception's type and message) and the first
+    traceback is logged once.
     ``multi_objective_aggregation``: both of TRL's rules with a trajectory-level
     estimator (``grpo``), ``sum_then_normalize`` with a tiered one
     (:func:`check_aggregation`). After each generation batch,
@@ -859,6 +909,9 @@ class SLCAGRPOTrainer(GRPOTrainer):
             funcs = funcs if isinstance(funcs, list) else [funcs]
             _check_tier_count(getattr(given.get("args"), "reward_tiers", None), [_func_name(f) for f in funcs],
                               getattr(given.get("args"), "advantage_estimator", "slca"))
+        new_tool_run()  # the first tool exception of this run logs its traceback
+        if given.get("tools"):  # a raising tool: the same error result and one logged traceback as in slca train
+            given["tools"] = [reported_tool(t) for t in given["tools"]]
         given["model"], processing_class = resolve_model(given.get("model"), given.get("processing_class"))
         if processing_class is not None:
             given["processing_class"] = processing_class

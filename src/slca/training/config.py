@@ -46,13 +46,14 @@ from slca.core.registry import (
     split_assignments,
 )
 from slca.core.losses import AGG_MODES, KL_KINDS
+from slca.env.python_tools import load_tool_functions, tool_schemas
 from slca.generation.rollout import MAX_NEW_TOKENS_FIELD, TEMPERATURE_FIELD, TOP_P_FIELD
 from slca.models.named import NAMED_MODELS, named_model_problem
 from slca.rewards.batch import REWARD_PRESETS
 from slca.models.loading import CHAT_TEMPLATE_FIELD, DEVICE_FIELD, DTYPE_FIELD, hub_model_problem, lora_base, looks_like_path
 from slca.training.tracking import parse_report_to
 
-__all__ = ["TrainConfig", "ConfigError", "GROUPS", "ESTIMATOR_FIELDS", "OTHER_NAMES", "check_field", "config_warnings", "estimator_options", "field_docs", "load_config", "resume_config", "read_config_file", "file_overrides", "apply_overrides", "validate", "config_diff", "to_dict"]
+__all__ = ["TrainConfig", "ConfigError", "GROUPS", "ESTIMATOR_FIELDS", "OTHER_NAMES", "PRETRAINED_DEFAULTS", "apply_model_defaults", "fully_tunes_pretrained", "check_field", "config_warnings", "estimator_options", "field_docs", "load_config", "resume_config", "read_config_file", "file_overrides", "apply_overrides", "validate", "config_diff", "to_dict"]
 
 
 def _field(default: Any, help: str) -> Any:
@@ -133,13 +134,20 @@ class TrainConfig:
     save_every: Annotated[int, ge(0)] = _field(10, 'Checkpoint every N steps (0 = only at the end).')
     keep_checkpoints: Annotated[int, _keep_checkpoints] = _field(
         2,
-        'Checkpoints kept on disk, newest first (the oldest are removed; 0 = keep every one).')
+        'Checkpoints kept on disk, newest first (the oldest are removed; 0 = keep every one). 1 when a pretrained model '
+        'is fully fine-tuned and this is not set: each checkpoint holds the model and its AdamW state (PRETRAINED_DEFAULTS).')
 
     # ---- data: the tasks and the batch
     suite: Annotated[str, _suite] = _field(
         "toolworld",
         "Task suite: 'toolworld' (built in), or a JSONL / JSON / parquet file or a datasets save_to_disk folder of "
         'tasks (slca.env.load_tasks).')
+    tools: Annotated[str, _tools] = _field(
+        "",
+        "Your own Python tool functions answer the suite's calls: a module ('my_pkg.tools', importable) or a .py file, "
+        "optionally ':NAME' of a list in it (default: its TOOLS list, else its public functions). Schemas come from "
+        "each function's signature and docstring as TRL builds them; the suite must be a task file whose rows may leave "
+        "out tools (slca.env.python_tools, docs/integrations.md). '' = the schema-guided / toolworld simulator.")
     tool_format: Annotated[str, _tool_format] = _field("hermes", 'Tool-call format the policy writes (see slca.chat.get_format).')
     tasks_per_step: Annotated[int, gt(0)] = _field(8, 'Prompts per step; the batch is tasks_per_step x group_size rollouts.')
     group_size: Annotated[int, _group_size] = _field(4, 'G: rollouts per prompt (the GRPO group).')
@@ -165,7 +173,7 @@ class TrainConfig:
     estimator_options: Annotated[list[str], _assignments] = _list(
         list, "Options of the estimator besides those above, as option=value (a list: --set estimator_options=cond_std=subgroup,x=1; "
         "in a file [cond_std=subgroup] or a mapping {cond_std: subgroup}); each checked by the estimator's options object "
-        "(slca.core.advantages.EstimatorSpec.options, docs/training.md).")
+        "(slca.core.registry.EstimatorSpec.options, docs/training.md).")
     scale: Scale = _option(GroupOptions, 'scale')
     eps: Eps = _option(GroupOptions, 'eps')
     empty_tool: EmptyTool = _option(SLCAOptions, 'empty_tool')
@@ -187,7 +195,10 @@ class TrainConfig:
         'tier standing in for their LLM judge; docs/environment.md). Evaluation scores every run the same way.')
 
     # ---- optimisation: the policy update
-    lr: Annotated[float, gt(0)] = _field(2e-4, 'AdamW learning rate (peak, after warmup).')
+    lr: Annotated[float, gt(0)] = _field(
+        2e-4,
+        'AdamW learning rate (peak, after warmup). 1e-5 when a pretrained model (smollm2, a hub id) is fully fine-tuned '
+        'and lr is not set (PRETRAINED_DEFAULTS).')
     lr_scheduler_type: Literal[LR_SCHEDULES] = _field(
         "constant_with_warmup",
         "LR schedule, by transformers.get_scheduler name: 'constant_with_warmup', 'linear', 'cosine', "
@@ -357,6 +368,16 @@ def _suite(v: str) -> str | None:
     return None
 
 
+def _tools(v: str) -> str | None:
+    if not v:
+        return None
+    try:
+        tool_schemas(load_tool_functions(v))
+    except ValueError as e:
+        return str(e).removeprefix(f"tools {v!r}: ")
+    return None
+
+
 def _eval_suite(v: str) -> str | None:
     return None if v == "" else _suite(v)
 
@@ -419,6 +440,8 @@ def _cross_checks(cfg: TrainConfig) -> Iterator[tuple[str, str]]:
         yield "eval_fraction", "give eval_suite or eval_fraction, not both"
     if cfg.eval_fraction and cfg.suite == "toolworld":
         yield "eval_fraction", "is for a file suite; toolworld evaluates on its own held-out splits (eval_split)"
+    if cfg.tools and cfg.suite == "toolworld":
+        yield "tools", "your own tool functions need a task file as the suite (--set suite=tasks.jsonl), not 'toolworld'"
     if cfg.eval_split in cfg.ood_eval_splits:
         yield "ood_splits", f"{cfg.eval_split!r} is already eval_split (logged as eval/*)"
     if cfg.dtype == "float16" and cfg.lora_r == 0:
@@ -432,7 +455,7 @@ def check_field(name: str, value: Any) -> Any:
     """``value`` checked as the field ``name`` (its type, choices and checks); :class:`ConfigError` naming it otherwise.
 
     Returns the value (an int given for a float field as a float). Other modules refuse
-    a value as the config would with this (``slca.training.policy`` declares the dtype, device and chat template fields' annotations and checks them the same way).
+    a value as the config would with this (``slca.models.loading`` declares the dtype, device and chat template fields' annotations and checks them the same way).
     """
     hint = hints(TrainConfig)[name]
     if typing.get_origin(typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint) is list:
@@ -465,21 +488,51 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     return cfg
 
 
+PRETRAINED_DEFAULTS: dict[str, Any] = {"lr": 1e-5, "keep_checkpoints": 1}
+"""The defaults that replace :class:`TrainConfig`'s when a pretrained model (``smollm2``, ``smollm2-toolworld``, a
+hub id) is fully fine-tuned (``lora_r=0``) and the field is not set (:func:`load_config`). The class defaults are
+sized for the embedded tiny model: at its ``lr=2e-4`` SmolLM2-135M takes steps whose gradient norm is about 6
+(six times ``max_grad_norm``); and each checkpoint holds the whole model and its AdamW state, about three times the
+weights (1.6 GB for SmolLM2-135M in float32), so only the newest is kept. LoRA (``lora_r > 0``) keeps the class
+defaults: 2e-4 is a usual adapter rate, and an adapter checkpoint is a few MB."""
+
+
+def fully_tunes_pretrained(cfg: TrainConfig) -> bool:
+    """Whether ``cfg`` fully fine-tunes a pretrained model: a named model other than ``default``, or a hub id (not a
+    folder, which may hold the tiny model), with ``lora_r=0``."""
+    pretrained = (cfg.model in NAMED_MODELS and cfg.model != "default") or (
+        cfg.model not in NAMED_MODELS and not Path(cfg.model).expanduser().exists() and not looks_like_path(cfg.model))
+    return pretrained and cfg.lora_r == 0
+
+
+def apply_model_defaults(cfg: TrainConfig, given: set[str]) -> TrainConfig:
+    """``cfg`` with :data:`PRETRAINED_DEFAULTS` for every such field not in ``given`` when it fully fine-tunes a
+    pretrained model (:func:`fully_tunes_pretrained`); otherwise ``cfg`` as it is."""
+    if fully_tunes_pretrained(cfg):
+        for k, v in PRETRAINED_DEFAULTS.items():
+            if k not in given:
+                setattr(cfg, k, v)
+    return cfg
+
+
 def config_warnings(cfg: TrainConfig) -> list[str]:
     """What in a valid config is likely not meant, one line each (``slca train`` prints them before it starts).
 
-    The default ``lr`` is sized for the embedded tiny model (``model=default``): full fine-tuning of a
-    pretrained model (``smollm2``, a hub id) at it takes steps whose gradient norm is several times
-    ``max_grad_norm``, and every checkpoint then holds the whole model and its optimizer state.
+    A pretrained model fully fine-tuned at the tiny model's ``lr`` (a config made in Python, where
+    :data:`PRETRAINED_DEFAULTS` are not applied) is named; one on those defaults gets a line saying so.
     """
     out = []
-    pretrained = (cfg.model in NAMED_MODELS and cfg.model != "default") or (
-        cfg.model not in NAMED_MODELS and not Path(cfg.model).expanduser().exists() and not looks_like_path(cfg.model))
-    if pretrained and cfg.lora_r == 0 and cfg.lr == TrainConfig.lr:
+    if not fully_tunes_pretrained(cfg):
+        return out
+    if cfg.lr == TrainConfig.lr:
         out.append(f"lr={cfg.lr:g} is the default sized for the embedded tiny model; full fine-tuning of the pretrained "
                    f"{cfg.model!r} at it takes large steps, and each checkpoint holds the whole model and its optimizer "
                    "state: set a smaller rate (--set lr=1e-5) or train LoRA adapters (--set lora_r=8 --set "
                    "lora_target_modules=q_proj,v_proj)")
+    elif all(getattr(cfg, k) == v for k, v in PRETRAINED_DEFAULTS.items()):
+        out.append(f"fully fine-tuning the pretrained {cfg.model!r}: lr={cfg.lr:g} and keep_checkpoints="
+                   f"{cfg.keep_checkpoints}, the pretrained-model defaults (each checkpoint holds the whole model and its "
+                   "optimizer state); LoRA adapters train lighter (--set lora_r=8 --set lora_target_modules=q_proj,v_proj)")
     return out
 
 
@@ -584,13 +637,18 @@ def file_overrides(path: str | Path, drop: tuple[str, ...] = ()) -> tuple[list[s
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None) -> TrainConfig:
-    """Defaults, then the file (YAML or JSON mapping of field: value), then overrides; validated."""
+    """Defaults, then the file (YAML or JSON mapping of field: value), then overrides, then the per-model defaults
+    (:data:`PRETRAINED_DEFAULTS`) of the fields neither set; validated."""
     cfg = TrainConfig()
+    given: set[str] = set()
     if path is not None:
-        apply_overrides(cfg, read_config_file(path))
+        data = read_config_file(path)
+        apply_overrides(cfg, data)
+        given |= set(data)
     if overrides:
         apply_overrides(cfg, overrides)
-    return validate(cfg)
+        given |= set(overrides) if isinstance(overrides, dict) else {_split(o)[0] for o in overrides}
+    return validate(apply_model_defaults(cfg, given))
 
 
 def resume_config(run_dir: str | Path | None, path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
@@ -625,6 +683,8 @@ def resume_config(run_dir: str | Path | None, path: str | Path | None = None, ov
         what = "no such folder" if not d.exists() else "holds no run (no config.json)"
         raise ConfigError("--resume", f"{str(run_dir)!r}: {what}")
     apply_overrides(cfg, explicit)
+    if not stored_path.is_file():  # a new run: the per-model defaults, as load_config gives them
+        apply_model_defaults(cfg, set(explicit))
     return validate(cfg)
 
 

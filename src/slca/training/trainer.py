@@ -44,6 +44,7 @@ from slca.core.registry import AdvantageInputs, compute_advantages, fill_inputs,
 from slca.core.diagnostics import advantage_stats, contamination, flat_grad, grad_cosine, rolling_cv
 from slca.core.losses import aggregate, clipped_surrogate, kl_penalty, token_logprobs, token_weights
 from slca.core.segments import segment_masks
+from slca.env.simulators import new_tool_run
 from slca.env.suites import fit_suites, load_suites
 from slca.generation.batching import RolloutBatch, collate, response_logprobs
 from slca.generation.rollout import RolloutConfig, generate_rollouts, stop_token_ids
@@ -153,13 +154,15 @@ class Trainer:
     ) -> None:
         self.cfg = validate(cfg)
         self.run_dir = Path(cfg.run_dir)
+        new_tool_run()  # the first tool exception of this run logs its traceback (slca.env.simulators.tool_raised)
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         fit = train_tasks is None
         if train_tasks is None:  # tasks before the model: a bad task file is refused before a model loads
             train_tasks, held_out, ood, make_env = load_suites(cfg.suite, cfg.seed, eval_suite=cfg.eval_suite, eval_fraction=cfg.eval_fraction,
-                                                               eval_split=cfg.eval_split, ood_splits=cfg.ood_eval_splits)
+                                                               eval_split=cfg.eval_split, ood_splits=cfg.ood_eval_splits,
+                                                               tools=cfg.tools)
             eval_tasks = held_out if eval_tasks is None else eval_tasks
             ood_tasks = ood if ood_tasks is None else ood_tasks
         if make_env is None:
