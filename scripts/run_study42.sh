@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Study 42: GRPO against SLCA on SmolLM2-135M after stage-1 SFT (plan: docs/results.md, "Study 42"; issue 42 stage 2).
+# Background and resumable: `slca compare` skips finished runs whose stored config and model fingerprint
+# (model.json) match and resumes stopped ones, and each BFCL evaluation whose bfcl.json exists is skipped, so
+# running this script again continues where it stopped.
+#   pilot  grpo only, seed 100 (not a study seed): CPU per run and room above the start; changes nothing
+#   main   grpo, slca, slca_paper; seeds 0, 1, 2, paired by seed; then BFCL on each run's last checkpoint
+# Budget fixed before any RL run on the model: 12 steps x 4 tasks x G=4, lr 5e-5, a fresh LoRA (r 8, alpha 16,
+# q_proj,v_proj) on smollm2-toolworld, micro_batch_size 4; evaluations (greedy) at steps 0, 6, 12 on the first
+# 250 train_heldout tasks of the seed and 100 test tasks; BFCL's five categories x 50 records at the end.
+#   OUT     records (default docs/results/study42)   SEEDS  override the seeds   SETS  extra --set k=v (smoke only)
+set -u
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+SLCA=${SLCA:-.venv/bin/slca}
+OUT=${OUT:-docs/results/study42}
+COMMON=(--set model=smollm2-toolworld --set lora_r=8 --set lora_alpha=16 --set lora_target_modules=q_proj,v_proj
+        --set steps=12 --set tasks_per_step=4 --set group_size=4 --set lr=5e-5 --set micro_batch_size=4
+        --set eval_on_start=true --set eval_every=6 --set eval_tasks=250 --set eval_split=train_heldout
+        --set ood_splits=test --set ood_eval_tasks=100
+        --set save_every=0 --set keep_checkpoints=1 --set sample_html_every=0 --set report_to=none --jobs 2)
+for kv in ${SETS:-}; do COMMON+=(--set "$kv"); done
+BFCL_LIMIT=${BFCL_LIMIT:-50}
+mkdir -p "$OUT"
+say() { echo "$(date '+%F %T') $*"; }
+
+bfcl() {  # each finished run of $1: BFCL on its last checkpoint, into <run>/bfcl/ (skipped when done)
+  for run in "$1"/*-seed*/; do
+    run=${run%/}
+    [[ -f $run/summary.json || -f $run/metrics.jsonl ]] || continue
+    ckpt=$(ls -d "$run"/checkpoints/step-* 2>/dev/null | tail -1)
+    [[ -n $ckpt ]] || { say "$run: no checkpoint, BFCL skipped"; continue; }
+    [[ -f $run/bfcl/bfcl.json ]] && continue
+    say "BFCL $run ($ckpt)"
+    $SLCA eval --model "$ckpt" --suite bfcl --categories simple_python,multiple,parallel,parallel_multiple,live_simple \
+      --limit "$BFCL_LIMIT" --out "$run/bfcl" || say "  BFCL failed (rc $?)"
+  done
+}
+
+stage=${1:-main}
+if [[ $stage == pilot ]]; then
+  $SLCA compare --estimators grpo --seeds "${SEEDS:-100}" --out "$OUT/pilot" "${COMMON[@]}" \
+    --title "Study 42 pilot: GRPO only (CPU per run, room above the start)" >> "$OUT/pilot.log" 2>&1
+fi
+if [[ $stage == main ]]; then
+  $SLCA compare --estimators grpo,slca,slca_paper --seeds "${SEEDS:-0,1,2}" --out "$OUT/main" "${COMMON[@]}" \
+    --title "Study 42: GRPO, SLCA and the released SLCA on SmolLM2 after SFT" >> "$OUT/main.log" 2>&1
+  bfcl "$OUT/main" >> "$OUT/main.log" 2>&1
+fi
