@@ -203,6 +203,10 @@ class _CallTimeout(BaseException):
     ``except Exception`` cannot swallow it)."""
 
 
+class _ToolNotRun(RuntimeError):
+    """The tool could not be started (the interpreter is shutting down); raised past the tool-error handling."""
+
+
 def _run_with_deadline(fn: Callable[..., Any], kwargs: dict, seconds: float | None) -> Any:
     """``fn(**kwargs)``, raising :class:`_CallTimeout` after ``seconds``.
 
@@ -236,7 +240,11 @@ def _run_with_deadline(fn: Callable[..., Any], kwargs: dict, seconds: float | No
             signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="slca-tool")
     try:
-        return pool.submit(fn, **kwargs).result(timeout=seconds)
+        try:
+            future = pool.submit(fn, **kwargs)
+        except RuntimeError as e:  # the interpreter is shutting down: the tool never ran, so it is not the tool's error
+            raise _ToolNotRun(str(e)) from e
+        return future.result(timeout=seconds)
     except concurrent.futures.TimeoutError:
         raise _CallTimeout from None
     finally:
@@ -295,6 +303,8 @@ class PythonSimulator(BaseSimulator):
                 return ToolResult(ok=False, error=f"invalid arguments for {name!r}: {e}")
         try:
             content = _run_with_deadline(fn, kwargs, self.timeout)
+        except _ToolNotRun:  # this process is ending (a signal during a rollout): not a result the model reads
+            raise
         except _CallTimeout:
             self.metrics["timeouts"] += 1
             return ToolResult(ok=False, error=f"{name} did not finish within {self.timeout} s")
