@@ -226,3 +226,72 @@ def test_a_forward_override_that_defines_the_logits_hook_runs_on_the_fast_path()
         assert float((b[:, 0] - a[:, 0] - 100.0).abs().max()) < 1e-4 and float((b[:, 1:] - a[:, 1:]).abs().max()) < 1e-5
     assert seen == [([[5, 6, 7], [8, 9, 0]], [[True, True, True], [True, True, False]], [0, 1, 2, 0, 1], True),
                     ([[10], [0]], [[True], [False]], [3], False)]  # each row's tokens at its own positions; holes padded
+
+
+def lora(model, *, targets=("q_proj", "v_proj", "down_proj"), dropout=0.0, seed=1, **extra):
+    """``model`` inside a peft PeftModel with LoRA adapters whose B is random (a fresh adapter's B is 0: its
+    output would equal the base model's and prove nothing)."""
+    peft = pytest.importorskip("peft")
+    m = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=dropout, target_modules=list(targets), **extra))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    return m.eval()
+
+
+@pytest.mark.parametrize("build", [qwen2, llama], ids=["qwen2", "llama"])
+@torch.no_grad()
+def test_lora_adapters_run_on_the_fast_path_with_the_adapted_logits(build):
+    """A peft model with LoRA on q, v and down projections: the fast path runs it (W + s B A per projection)
+    and its logits are the PeftModel's own, not the base model's, feed by feed."""
+    model = lora(build())
+    assert unsupported_reason(model) is None
+    cpu = torch.device("cpu")
+    ref, fast = CacheBatch(model, 2, 0, cpu), make_batch(model, 2, 0, cpu)
+    assert isinstance(fast, FastBatch)
+    prompts = [[5, 6, 7, 8], [9, 10]]
+    a, b = ref.feed_lists(prompts), fast.feed_lists(prompts)
+    assert close(a, b, torch.ones(2)) < 1e-4
+    with model.disable_adapter():  # the adapters change the logits: the check above could fail
+        base = CacheBatch(model, 2, 0, cpu).feed_lists(prompts)
+    assert close(a, base, torch.ones(2)) > 1e-2
+    g = torch.Generator().manual_seed(0)
+    for _ in range(6):
+        ids = torch.randint(1, 300, (2, 1), generator=g)
+        ok = torch.ones(2, 1, dtype=torch.bool)
+        assert close(ref.feed(ids, ok), fast.feed(ids, ok), torch.ones(2)) < 1e-4
+
+
+def test_lora_rollouts_same_tokens_and_logprobs_as_the_peft_forward(tok):
+    """Whole sampled multi-turn rollouts of a LoRA model: the fast path and peft's forward agree."""
+    model = lora(qwen2(vocab=len(tok)))
+    tasks = [make_task(n) for n in ("single", "parallel")]
+    kw = dict(group_size=3, max_turns=2, max_new_tokens=24, max_total_tokens=600, temperature=1.0, seed=3)
+    fast = generate_rollouts(model, tok, tasks, lambda t: AddEnv(), RolloutConfig(**kw)).trajectories
+    plain = generate_rollouts(model, tok, tasks, lambda t: AddEnv(), RolloutConfig(**kw, fast_decode=False)).trajectories
+    for f, p in zip(fast, plain):
+        assert f.response_ids == p.response_ids and f.model_mask == p.model_mask
+        torch.testing.assert_close(torch.tensor(f.logprobs), torch.tensor(p.logprobs), atol=1e-5, rtol=0)
+
+
+def test_lora_states_peft_computes_otherwise_are_refused():
+    """Adapters peft would not apply as ``W + s B A`` (disabled, merged, DoRA, dropout while training) are refused
+    with the reason; dropout in eval mode (peft skips it) runs."""
+    def why(m):
+        r = unsupported_reason(m)
+        assert (r is None) == (make_batch(m, 2, 0, torch.device("cpu")) is not None)
+        return r
+
+    assert why(lora(qwen2(), dropout=0.1)) is None  # eval mode: no dropout
+    assert "dropout in training mode" in why(lora(qwen2(), dropout=0.1).train())
+    assert why(lora(qwen2(), dropout=0.0).train()) is None  # p = 0: nn.Identity
+    assert "DoRA" in why(lora(qwen2(), use_dora=True))
+    merged = lora(qwen2())
+    merged.merge_adapter()
+    assert "merged" in why(merged)
+    off = lora(qwen2())
+    with off.disable_adapter():
+        assert "disabled" in why(off)
+    assert why(off) is None

@@ -28,9 +28,12 @@ transformers module stack, mask building and cache bookkeeping are gone.
 
 Supported: ``Qwen2ForCausalLM`` and ``LlamaForCausalLM`` (full attention, SiLU
 MLP, plain ``nn.Linear`` projections, any RoPE type the model's own rotary
-module computes). Anything else (another architecture, sliding-window layers,
-LoRA-wrapped or quantized layers, forward hooks, a subclass that overrides
-``forward``) is refused by :func:`unsupported_reason` and the engine falls back
+module computes), bare or inside a peft ``PeftModel`` whose projections carry
+LoRA adapters: a LoRA projection runs as one matmul by ``W + s B A``, formed
+once per rollout call (what peft computes as ``x W^T + s (x A^T) B^T``, up to
+rounding). Anything else (another architecture, sliding-window layers,
+quantized layers, DoRA, merged or disabled adapters, LoRA dropout in training
+mode, forward hooks, a subclass that overrides ``forward``) is refused by :func:`unsupported_reason` and the engine falls back
 to the transformers forward. A subclass that overrides ``forward`` only to
 change the logits it returns may opt in by defining
 ``slca_rollout_logits(logits, input_ids, valid, position_ids, fresh)`` (see
@@ -79,6 +82,7 @@ def _stock_classes() -> dict[str, tuple[type, type, type]]:
 
 def unsupported_reason(model: torch.nn.Module) -> str | None:
     """Why :class:`FastDecoder` cannot run ``model`` exactly (None: it can)."""
+    model = base_model(model)
     cfg = getattr(model, "config", None)
     known = _stock_classes()
     mt = getattr(cfg, "model_type", None)
@@ -108,8 +112,12 @@ def unsupported_reason(model: torch.nn.Module) -> str | None:
             return f"decoder layer {type(layer).__name__}"
         a, m = layer.self_attn, layer.mlp
         for lin in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj):
-            if type(lin) is not torch.nn.Linear or not lin.weight.is_floating_point():
-                return f"projection {type(lin).__name__} is not a plain floating-point nn.Linear (LoRA, quantized?)"
+            why = _lora_problem(lin) if _is_lora(lin) else None
+            plain = lin.base_layer if _is_lora(lin) else lin
+            if why is None and (type(plain) is not torch.nn.Linear or not plain.weight.is_floating_point()):
+                why = f"projection {type(lin).__name__} is not a plain floating-point nn.Linear (quantized?)"
+            if why is not None:
+                return why
         for extra in ("q_norm", "k_norm"):
             if getattr(a, extra, None) is not None:
                 return f"attention has {extra}"
@@ -134,16 +142,73 @@ class _Layer:
     bd: torch.Tensor | None
 
 
+def base_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The causal LM inside a peft ``PeftModel`` (``get_base_model()``: its projections carry the LoRA layers);
+    any other model as it is."""
+    get = getattr(model, "get_base_model", None)
+    return get() if callable(get) and hasattr(model, "peft_config") else model
+
+
+def _is_lora(lin: torch.nn.Module) -> bool:
+    """A peft LoRA layer (``lora_A`` / ``lora_B`` beside a ``base_layer``)."""
+    return hasattr(lin, "base_layer") and hasattr(lin, "lora_A") and hasattr(lin, "lora_B")
+
+
+def _active(lin: torch.nn.Module) -> list[str]:
+    names = lin.active_adapters if hasattr(lin, "active_adapters") else [lin.active_adapter]
+    return [n for n in ([names] if isinstance(names, str) else names) if n in lin.lora_A]
+
+
+def _lora_problem(lin: torch.nn.Module) -> str | None:
+    """Why a peft LoRA layer's output is not ``x @ (W + s B A)^T + b`` exactly (None: it is).
+
+    Refused: adapters disabled or merged (peft then computes something else), DoRA, dropout that is
+    active (a module in training mode with p > 0), a LoRA bias, a non-Linear LoRA pair."""
+    if getattr(lin, "disable_adapters", False):
+        return "LoRA adapters are disabled"
+    if getattr(lin, "merged", False):
+        return "LoRA adapters are merged into the base layer"
+    if getattr(lin, "fan_in_fan_out", False):
+        return "LoRA fan_in_fan_out"
+    for n in _active(lin):
+        if getattr(lin, "use_dora", {}).get(n, False):
+            return "DoRA adapters"
+        drop = lin.lora_dropout[n] if hasattr(lin, "lora_dropout") else None
+        if drop is not None and not isinstance(drop, torch.nn.Identity) and drop.training and getattr(drop, "p", 0) > 0:
+            return "LoRA dropout in training mode"
+        A, B = lin.lora_A[n], lin.lora_B[n]
+        if type(A) is not torch.nn.Linear or type(B) is not torch.nn.Linear or B.bias is not None or A.bias is not None:
+            return "a LoRA pair that is not two bias-free nn.Linear layers"
+    return None
+
+
+def _weight(lin: torch.nn.Module) -> torch.Tensor:
+    """The (out, in) weight a projection applies: its own, or for a LoRA layer ``W + sum_a s_a B_a A_a``
+    (computed in the weights' dtype, as peft adds the adapter's output to the base one)."""
+    if not _is_lora(lin):
+        return lin.weight
+    w = lin.base_layer.weight
+    for n in _active(lin):
+        A, B = lin.lora_A[n].weight, lin.lora_B[n].weight  # (r, in), (out, r)
+        w = w + lin.scaling[n] * (B.to(w.dtype) @ A.to(w.dtype))
+    return w
+
+
+def _bias(lin: torch.nn.Module) -> torch.Tensor | None:
+    return (lin.base_layer if _is_lora(lin) else lin).bias
+
+
 def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
     """``x @ w + b`` with ``w`` stored (in, out): at decode sizes (32 rows) a contiguous
     (in, out) weight multiplies ~30% faster than ``F.linear``'s (out, in) one (docs/performance.md)."""
     return torch.matmul(x, w) if b is None else torch.addmm(b, x.reshape(-1, x.shape[-1]), w).view(*x.shape[:-1], w.shape[1])
 
 
-def _cat_bias(*lins: torch.nn.Linear) -> torch.Tensor | None:
-    if all(lin.bias is None for lin in lins):
+def _cat_bias(*lins: torch.nn.Module) -> torch.Tensor | None:
+    bs = [_bias(lin) for lin in lins]
+    if all(b is None for b in bs):
         return None
-    return torch.cat([lin.bias if lin.bias is not None else lin.weight.new_zeros(lin.out_features) for lin in lins])
+    return torch.cat([b if b is not None else _weight(lin).new_zeros(_weight(lin).shape[0]) for b, lin in zip(bs, lins)])
 
 
 _FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)  # (out, logsumexp)
@@ -195,6 +260,7 @@ class FastDecoder:
         if why is not None:
             raise ValueError(f"FastDecoder: {why}")
         self.model = model
+        model = base_model(model)
         cfg = model.config
         base = model.model
         a0 = base.layers[0].self_attn
@@ -214,13 +280,13 @@ class FastDecoder:
             a, m = layer.self_attn, layer.mlp
             self.layers.append(_Layer(
                 ln1=layer.input_layernorm.weight,
-                wqkv=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).t().contiguous(),
+                wqkv=torch.cat([_weight(a.q_proj), _weight(a.k_proj), _weight(a.v_proj)]).t().contiguous(),
                 bqkv=_cat_bias(a.q_proj, a.k_proj, a.v_proj),
-                wo=a.o_proj.weight.t().contiguous(), bo=a.o_proj.bias,
+                wo=_weight(a.o_proj).t().contiguous(), bo=_bias(a.o_proj),
                 ln2=layer.post_attention_layernorm.weight,
-                wgu=torch.cat([m.gate_proj.weight, m.up_proj.weight]).t().contiguous(),
+                wgu=torch.cat([_weight(m.gate_proj), _weight(m.up_proj)]).t().contiguous(),
                 bgu=_cat_bias(m.gate_proj, m.up_proj),
-                wd=m.down_proj.weight.t().contiguous(), bd=m.down_proj.bias,
+                wd=_weight(m.down_proj).t().contiguous(), bd=_bias(m.down_proj),
             ))
         self.dtype = self.layers[0].wqkv.dtype
         self.device = self.embed.device
