@@ -25,6 +25,7 @@ from slca._fs import writing
 from slca._procs import Children
 from slca.core.registry import _entry_points, resolve_estimator
 from slca.reporting.report import final_eval, md_header, md_row, mean_of, metric_range, read_metrics
+from slca.training.baseline_cache import BASELINE_CACHE_ENV
 from slca.training.config import config_diff, load_config
 from slca.models.named import model_fingerprint
 from slca.training.runs import RESUME_MAY_CHANGE, RunFolder, checkpoint_step, model_record_problem, newest_intact_checkpoint, write_atomic
@@ -252,7 +253,10 @@ def run_compare(estimators: list[str], seeds: list[int], out: Path, overrides: l
                 *, overwrite: bool = False, poll: float = 0.5) -> list[RunSpec]:
     """Train every (estimator, seed) pair; returns the specs. Raises if a run failed.
 
-    A run folder already in ``out`` is reused if it finished with the same
+    Runs start estimator by estimator (all seeds of the first, then the next), so that a seed's later runs find
+    its step-0 evaluation in the comparison's baseline cache (``<out>/baseline_cache``, or ``$SLCA_BASELINE_CACHE``;
+    :mod:`slca.training.baseline_cache`): the estimators of one seed start from the same weights, and the runs
+    that start together are of different seeds. A run folder already in ``out`` is reused if it finished with the same
     config, resumed if it was interrupted, and refused (retrained with
     ``overwrite``) if its config differs: see :func:`run_status`. The runs are
     ``slca train`` processes, ``jobs`` at a time, started and watched from this
@@ -277,6 +281,7 @@ def run_compare(estimators: list[str], seeds: list[int], out: Path, overrides: l
         status = run_status(sp, overrides)[0]
         if status != "done":
             todo.append((sp, _FLAGS[status]))
+    todo.sort(key=lambda item: (estimators.index(item[0].estimator), seeds.index(item[0].seed)))
     t0, trained = time.time(), bool(todo)
     failed = []
     roots = _import_roots(estimators)
@@ -288,7 +293,8 @@ def run_compare(estimators: list[str], seeds: list[int], out: Path, overrides: l
                     spec, flag = todo.pop(0)
                     with writing(out / "logs" / f"{spec.run_dir.name}.log", "the run's log"):
                         log = open(out / "logs" / f"{spec.run_dir.name}.log", "w")
-                    p = train_process(_run_args(spec, overrides, flag), log, roots, children=kids, label=spec.run_dir.name)
+                    p = kids.start(spec.run_dir.name, train_command(_run_args(spec, overrides, flag)), log=log,
+                                   env={**train_env(roots), BASELINE_CACHE_ENV: os.environ.get(BASELINE_CACHE_ENV) or str(out / "baseline_cache")})
                     running[spec.run_dir.name] = (spec, p, log, time.time())
                 for label, (spec, p, log, started) in list(running.items()):
                     rc = p.poll()

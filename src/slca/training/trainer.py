@@ -29,7 +29,7 @@ import random
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ from slca.rewards.batch import ScoredBatch, score_batch
 from slca.rewards.execution import eval_scores
 from slca.rewards.turns import subgroup_fraction
 from slca.models.named import model_fingerprint
+from slca.training.baseline_cache import baseline_key, cached_baseline
 from slca.training.config import ConfigError, TrainConfig, config_diff, estimator_options, to_dict, validate
 from slca.models.loading import load_policy, policy_options, prepare_policy
 from slca.training.runs import (
@@ -447,6 +448,20 @@ class Trainer:
         m.update(self.parallel_probe())
         return m
 
+    def evaluate_baseline(self) -> dict[str, float]:
+        """:meth:`evaluate` before any update, read from the step-0 cache when a run with the same weights, tasks
+        and settings stored it there (``SLCA_BASELINE_CACHE``; :mod:`slca.training.baseline_cache`)."""
+        def key() -> str:
+            tok = self.tok
+            settings = {"rollout": asdict(self.rollout_config(0, eval_mode=True)), "device": str(self.cfg.device),
+                        "chat_template": getattr(tok, "chat_template", None), "vocab": sorted(tok.get_vocab().items())}
+            return baseline_key(self.model, {M.EVAL_SET: self.eval_tasks, **self.ood_tasks}, settings)
+
+        m, path = cached_baseline(self.evaluate, key)
+        if path is not None:
+            print(f"[slca] step-0 evaluation read from the baseline cache ({path})")
+        return m
+
     @torch.no_grad()
     def evaluate_on(self, tasks: list[Task], prefix: str) -> dict[str, float]:
         """One greedy rollout per task, scored as ``slca eval`` scores its in-domain suites
@@ -638,7 +653,7 @@ def train(
         _truncate_metrics(tr.run_dir / "metrics.jsonl", tr.step)
         try:
             if cfg.eval_on_start and tr.step == 0 and tr.eval_tasks:
-                tr.log({M.STEP.name: 0, **tr.evaluate()})  # the baseline, before any update
+                tr.log({M.STEP.name: 0, **tr.evaluate_baseline()})  # the baseline, before any update
             done = 0
             while tr.step < cfg.steps:
                 m = tr.train_step()
