@@ -9,16 +9,23 @@
 # q_proj,v_proj) on smollm2-toolworld, micro_batch_size 4; evaluations (greedy) at steps 0, 6, 12 on the first
 # 250 train_heldout tasks of the seed and 100 test tasks; BFCL's five categories x 50 records at the end.
 #   OUT     records (default docs/results/study42)   SEEDS  override the seeds   SETS  extra --set k=v (smoke only)
+#   FROZEN  a folder to run the code from: `git worktree add --detach FROZEN HEAD` is made there if it is missing
+#           (PYTHONPATH=FROZEN/src), so edits to this checkout cannot reach running or resumed runs
 set -u
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-SLCA=${SLCA:-.venv/bin/slca}
-OUT=${OUT:-docs/results/study42}
+SLCA=${SLCA:-$PWD/.venv/bin/slca}
+OUT=${OUT:-$PWD/docs/results/study42}
+if [[ -n ${FROZEN:-} ]]; then
+  [[ -d $FROZEN/src/slca ]] || git worktree add --detach "$FROZEN" HEAD
+  export PYTHONPATH=$FROZEN/src
+  echo "$(date '+%F %T') code from $FROZEN at $(git -C "$FROZEN" rev-parse --short HEAD)" >> "$OUT.frozen.log"
+fi
 COMMON=(--set model=smollm2-toolworld --set lora_r=8 --set lora_alpha=16 --set lora_target_modules=q_proj,v_proj
         --set steps=12 --set tasks_per_step=4 --set group_size=4 --set lr=5e-5 --set micro_batch_size=4
         --set eval_on_start=true --set eval_every=6 --set eval_tasks=250 --set eval_split=train_heldout
         --set ood_splits=test --set ood_eval_tasks=100
-        --set save_every=0 --set keep_checkpoints=1 --set sample_html_every=0 --set report_to=none --jobs 2)
+        --set save_every=1 --set keep_checkpoints=1 --set sample_html_every=0 --set report_to=none --jobs 2)
 for kv in ${SETS:-}; do COMMON+=(--set "$kv"); done
 BFCL_LIMIT=${BFCL_LIMIT:-50}
 mkdir -p "$OUT"
