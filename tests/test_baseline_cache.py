@@ -76,3 +76,24 @@ def test_two_estimators_of_one_seed_share_the_step0_evaluation(tmp_path, tiny, m
     monkeypatch.setenv(BASELINE_CACHE_ENV, str(cache))
     train(_cfg(tmp_path, run_dir=str(tmp_path / "g1"), estimator="grpo", seed=1, **kw), **_trainer_kwargs(tiny, seed=1))
     assert len(list(cache.glob("*.json"))) == 2
+
+
+def test_evaluation_in_batches_scores_as_one_batch(tmp_path, tiny):
+    """eval_batch_size=1 (each task alone) and 0 (auto: all in one batch for this model) give the same greedy
+    evaluation; the auto size is what a 2 GiB KV cache holds (SmolLM2-135M's OOM on 250 tasks in one batch)."""
+    from slca.generation.kvcache import kv_bytes_per_token, rows_within
+    from slca.training.trainer import EVAL_KV_BUDGET, Trainer
+
+    rows = {}
+    for bs in (0, 1):
+        tr = Trainer(_cfg(tmp_path, run_dir=str(tmp_path / f"b{bs}"), eval_batch_size=bs, eval_tasks=6), **_trainer_kwargs(tiny))
+        assert tr.eval_batch() == (bs or rows_within(tr.model, tr.cfg.max_total_tokens, EVAL_KV_BUDGET))
+        rows[bs] = tr.evaluate_on(tr.eval_tasks, "eval")
+    assert rows[0].keys() == rows[1].keys()
+    assert all(rows[1][k] == pytest.approx(v, abs=1e-6, nan_ok=True) for k, v in rows[0].items())
+    m = tr.model
+    per_tok = kv_bytes_per_token(m)
+    c = m.config
+    assert per_tok == c.num_hidden_layers * 2 * c.num_key_value_heads * (c.hidden_size // c.num_attention_heads) * 4
+    assert rows_within(m, 1000, per_tok * 1000 * 3 + 5) == 3 and rows_within(m, 10**9, 1) == 1
+    assert rows_within(torch.nn.Linear(2, 2), 100, 1) > 10**6  # no transformers config: no limit

@@ -28,7 +28,7 @@ except ImportError:  # transformers < 4.56 has no cache layers: make_cache falls
     Cache = None
     DynamicLayer = object
 
-__all__ = ["KVBatch", "CacheBatch", "Parked", "GrowingLayer", "make_cache", "pad_chunk", "chunk_positions", "merge_order"]
+__all__ = ["KVBatch", "kv_bytes_per_token", "rows_within", "CacheBatch", "Parked", "GrowingLayer", "make_cache", "pad_chunk", "chunk_positions", "merge_order"]
 
 
 class KVBatch(Protocol):
@@ -52,6 +52,26 @@ class KVBatch(Protocol):
     def park(self, keep: torch.Tensor) -> Any | None: ...
 
     def unpark(self, parked: Any, here: torch.Tensor, there: torch.Tensor) -> torch.Tensor: ...
+
+
+def kv_bytes_per_token(model: torch.nn.Module) -> int:
+    """Bytes of KV cache one token of one row takes: layers x 2 (keys, values) x KV heads x head size x the
+    parameters' element size (a model without a transformers config: 0, unknown)."""
+    cfg = getattr(model, "config", None)
+    layers, heads = getattr(cfg, "num_hidden_layers", None), getattr(cfg, "num_attention_heads", None)
+    if not layers or not heads:
+        return 0
+    kv = getattr(cfg, "num_key_value_heads", None) or heads
+    head = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    size = next(model.parameters()).element_size()
+    return int(layers * 2 * kv * head * size)
+
+
+def rows_within(model: torch.nn.Module, tokens_per_row: int, budget_bytes: int) -> int:
+    """How many rows of ``tokens_per_row`` tokens fit a KV cache of ``budget_bytes`` (at least 1; a model whose
+    cache size is unknown: no limit, a very large number)."""
+    per_row = kv_bytes_per_token(model) * tokens_per_row
+    return max(1, budget_bytes // per_row) if per_row > 0 else 1 << 30
 
 
 def pad_chunk(seqs: Sequence[Sequence[int] | None], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -245,6 +245,11 @@ class TrainConfig:
         False,
         'Also evaluate before any update (logged at step 0), so every held-out curve starts at the baseline.')
     eval_tasks: Annotated[int, gt(0)] = _field(32, 'Held-out tasks per evaluation (logged as eval/*).')
+    eval_batch_size: Annotated[int, ge(0)] = _field(
+        0,
+        'Tasks rolled out together in an evaluation; 0 (auto): as many as a KV cache of 2 GiB holds at max_total_tokens '
+        'a row (1024 rows of 1024 tokens for the embedded model; 45 for SmolLM2-135M), so that a real model does '
+        'not run out of memory on a large eval_tasks. Greedy results are the same up to float rounding.')
     eval_suite: Annotated[str, _eval_suite] = _field(
         "",
         "Held-out tasks to evaluate on during training, loaded like suite ('' = none; toolworld uses its own "

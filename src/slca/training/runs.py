@@ -47,11 +47,12 @@ STATE_TENSORS = "trainer_state.safetensors"
 FORMAT_VERSION = 1
 RUN_MARKERS = ("metrics.jsonl", "checkpoints")
 """What makes a folder hold a run (something to lose); a lone config.json of a start that failed does not."""
-RESUME_MAY_CHANGE = ("steps", "micro_batch_size", "eval_every", "diag_every", "volatility_window", "sample_html_every",
+RESUME_MAY_CHANGE = ("steps", "micro_batch_size", "eval_batch_size", "eval_every", "diag_every", "volatility_window", "sample_html_every",
                      "save_every", "keep_checkpoints", "report_to", "project", "mask_check_max_mismatch")
 """Fields ``--resume`` lets differ from the stored config: ``steps`` (extend a run) and those that leave every update
 as it is, up to float rounding: ``micro_batch_size`` (rows per forward and backward: the same gradient, summed in
-another order; the fix for a run killed for memory), when the run evaluates (``eval_every``), computes and logs
+another order; the fix for a run killed for memory), ``eval_batch_size`` (tasks rolled out together in an
+evaluation: each row decodes as it would alone), when the run evaluates (``eval_every``), computes and logs
 diagnostics (``diag_every``: the per-segment gradients, two backward passes summing to the same gradient;
 ``volatility_window``; ``sample_html_every``; ``mask_check_max_mismatch``: when a mask check stops the run), checkpoints (``save_every``, ``keep_checkpoints``) and where it reports
 (``report_to``, ``project``). Evaluation and checkpoints draw no random numbers of training (rollouts and

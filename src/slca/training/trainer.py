@@ -47,6 +47,7 @@ from slca.core.segments import segment_masks
 from slca.env.simulators import new_tool_run
 from slca.env.suites import fit_suites, load_suites
 from slca.generation.batching import RolloutBatch, collate, response_logprobs
+from slca.generation.kvcache import rows_within
 from slca.generation.rollout import RolloutConfig, generate_rollouts, stop_token_ids
 from slca.rewards.batch import ScoredBatch, score_batch
 from slca.rewards.execution import eval_scores
@@ -136,6 +137,12 @@ class Credit:
 
 
 # --------------------------------------------------------------------------- trainer
+
+
+EVAL_KV_BUDGET = 2 << 30
+"""Bytes of KV cache an evaluation batch may take when ``eval_batch_size`` is 0 (auto): SmolLM2-135M takes 45 KB a
+token, so 45 rows of 1024 tokens (the default ``max_total_tokens``); the embedded model takes 2 KB a token, so 1024
+rows. The engine's buffer doubles its capacity when full, so it may hold up to twice that."""
 
 
 class Trainer:
@@ -448,12 +455,18 @@ class Trainer:
         m.update(self.parallel_probe())
         return m
 
+    def eval_batch(self) -> int:
+        """Tasks rolled out together in an evaluation: ``eval_batch_size``, or (0) as many as a KV cache of
+        :data:`EVAL_KV_BUDGET` bytes holds at ``max_total_tokens`` a row."""
+        return self.cfg.eval_batch_size or rows_within(self.model, self.cfg.max_total_tokens, EVAL_KV_BUDGET)
+
     def evaluate_baseline(self) -> dict[str, float]:
         """:meth:`evaluate` before any update, read from the step-0 cache when a run with the same weights, tasks
         and settings stored it there (``SLCA_BASELINE_CACHE``; :mod:`slca.training.baseline_cache`)."""
         def key() -> str:
             tok = self.tok
-            settings = {"rollout": asdict(self.rollout_config(0, eval_mode=True)), "device": str(self.cfg.device),
+            settings = {"rollout": asdict(self.rollout_config(0, eval_mode=True)), "eval_batch": self.eval_batch(),
+                        "device": str(self.cfg.device),
                         "chat_template": getattr(tok, "chat_template", None), "vocab": sorted(tok.get_vocab().items())}
             return baseline_key(self.model, {M.EVAL_SET: self.eval_tasks, **self.ood_tasks}, settings)
 
@@ -470,10 +483,13 @@ class Trainer:
         both of slca's reward tiers, whatever the run's ``reward`` preset, so that runs of either preset compare
         on one scale."""
         self.model.eval()
-        res = generate_rollouts(self.model, self.tok, tasks, self.make_env, self.rollout_config(self.step, eval_mode=True))
-        sb = score_batch(res.trajectories)
+        n, rc = self.eval_batch(), self.rollout_config(self.step, eval_mode=True)
+        trajs = [t for i in range(0, len(tasks), n)  # batch k sampled with seed + k (greedy: no sampling)
+                 for t in generate_rollouts(self.model, self.tok, tasks[i : i + n], self.make_env,
+                                            replace(rc, seed=rc.seed + i // n)).trajectories]
+        sb = score_batch(trajs)
         out: dict[str, list[float]] = {}  # metric key -> one value per rollout that has it
-        for t, rs in zip(res.trajectories, sb.summary.tolist()):
+        for t, rs in zip(trajs, sb.summary.tolist()):
             scores = eval_scores(t.task, t.turns, final_text=t.final_text)
             row = {M.EVAL_IN_DOMAIN[k].key(set=prefix): v for k, v in scores.items()}
             row[M.EVAL_KIND_SUCCESS.key(set=prefix, kind=t.task.kind)] = scores["success"]
