@@ -60,3 +60,19 @@ def test_views_select_declared_metrics_and_ranges_bound_bands():
     assert M.metric_range("probe/parallel_pref") == (-math.inf, math.inf)
     assert M.eval_sets_of(["eval_test/success", "reward/tool", "eval/success"]) == ["eval", "eval_test"]
     assert len({m.name for m in M.VOCABULARY}) == len(M.VOCABULARY)
+
+
+def test_the_ood_panel_follows_the_split_the_runs_logged():
+    """The demo evaluates toolworld's ``fresh`` split, not ``test``: its curves' OOD panel draws ``eval_fresh``
+    (it was drawn empty); runs that logged ``eval_test`` keep it; runs with no OOD split keep the panel as is."""
+    from slca.metrics import COMPARE_PANELS, RUN_PLOTS, with_logged_ood_split
+
+    test_key, fresh_key = "eval_test/tool_tasks/success", "eval_fresh/tool_tasks/success"
+    for panels in (RUN_PLOTS, COMPARE_PANELS):
+        assert [p.key for p in panels].count(test_key) == 1
+        fresh = with_logged_ood_split(panels, {"eval/tool_tasks/success", fresh_key, "eval_fresh/success"})
+        assert fresh_key in [p.key for p in fresh] and test_key not in [p.key for p in fresh]
+        assert "fresh split" in next(p.title for p in fresh if p.key == fresh_key)
+        assert len(fresh) == len(panels)
+        assert with_logged_ood_split(panels, {test_key, fresh_key}) == list(panels)
+        assert with_logged_ood_split(panels, {"eval/tool_tasks/success"}) == list(panels)

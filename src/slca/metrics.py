@@ -24,10 +24,11 @@ import functools
 import math
 import re
 from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 __all__ = ["Metric", "Panel", "SLOTS", "VOCABULARY", "lookup", "metric_range", "eval_set_of", "eval_sets_of", "EVAL_SET", "TEST_SET", "AUC_PREFIX",
-           "RUN_PLOTS", "RUN_FINAL", "RUN_DIAGNOSTICS", "CLI_FINAL", "CLI_DIAGNOSTICS", "COMPARE_PANELS", "COMPARE_SUMMARY",
+           "RUN_PLOTS", "with_logged_ood_split", "RUN_FINAL", "RUN_DIAGNOSTICS", "CLI_FINAL", "CLI_DIAGNOSTICS", "COMPARE_PANELS", "COMPARE_SUMMARY",
            "COMPARE_DIAGNOSTICS"]
 
 _INF = math.inf
@@ -265,6 +266,19 @@ COMPARE_PANELS = (
     Panel(GRAD_COSINE.name), Panel(ADV_CONTAMINATION.name),
 )
 """``slca compare``'s panels (``curves_compare.png``): one line per estimator with its band."""
+
+
+def with_logged_ood_split(panels: Sequence[Panel], keys: Iterable[str]) -> list[Panel]:
+    """``panels`` with the out-of-distribution panel (toolworld's ``test`` split) drawn for the split the runs
+    logged: kept when ``keys`` hold ``eval_test``'s tool-task Success; else the first other ``eval_<split>``
+    that has it (``slca demo`` evaluates ``fresh``), titled with that split; kept as it is when there is none."""
+    keys = set(keys)
+    sets = [s for s in eval_sets_of(keys) if s not in (EVAL_SET, TEST_SET) and EVAL_TOOL_TASKS.key(set=s) in keys]
+    if _TEST in keys or not sets:
+        return list(panels)
+    split = sets[0][len(EVAL_SET) + 1:]
+    return [Panel(EVAL_TOOL_TASKS.key(set=sets[0]), f"tool-task Success, toolworld {split} split\n(out of distribution)")
+            if p.key == _TEST else p for p in panels]
 COMPARE_SUMMARY = (AUC_TOOL_TASKS.key(set=EVAL_SET), _HELD_OUT, EVAL_SUCCESS.key(set=EVAL_SET), EVAL_ARG_MATCH.key(set=EVAL_SET),
                    EVAL_PARALLEL_SPLIT.key(set=EVAL_SET), EVAL_REWARD_SUMMARY.key(set=EVAL_SET), _TEST)
 """``slca compare``'s per-run numbers: the area under the held-out tool-task Success curve, final held-out

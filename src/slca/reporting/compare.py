@@ -509,7 +509,8 @@ def _plot_curves(specs: list[RunSpec], ests: list[str], png: Path) -> None:
     from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(3, 3, figsize=(16, 12))
-    for ax, (key, ttl) in zip(axes.flat, PANELS):
+    logged = {k for sp in specs for r in read_metrics(sp.run_dir) for k in r}
+    for ax, (key, ttl) in zip(axes.flat, [(p.key, p.title) for p in M.with_logged_ood_split(M.COMPARE_PANELS, logged)]):
         for est in ests:
             xs, mu, hw = _curve(specs, est, key)
             if not xs:

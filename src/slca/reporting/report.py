@@ -197,7 +197,8 @@ def write_report(runs: dict[str, str | Path], out_dir: str | Path, title: str = 
     data = {label: read_metrics(d) for label, d in runs.items()}
     configs = {label: read_config(d) for label, d in runs.items()}
     fig, axes = plt.subplots(2, 5, figsize=(23, 7.5))
-    for ax, (key, ttl) in zip(axes.flat, PLOTS):
+    logged = {k for rows in data.values() for r in rows for k in r}
+    for ax, (key, ttl) in zip(axes.flat, [(p.key, p.title) for p in M.with_logged_ood_split(M.RUN_PLOTS, logged)]):
         for label, rows in data.items():
             xs, ys = _series(rows, key)
             if not xs:
