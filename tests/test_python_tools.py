@@ -141,3 +141,26 @@ def test_slca_train_runs_the_example_with_your_own_tools(tmp_path):
     assert "get_weather(city: string)" in sample["prompt"] and "convert_temperature(celsius: number" in sample["prompt"]
     metrics = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
     assert metrics[-1]["step"] == 1 and any(k.startswith("eval/") for k in metrics[-1])
+
+
+def test_slca_eval_takes_your_own_tools_as_slca_train_does(tmp_path):
+    """``slca eval --suite toucan --data rows --tools tools.py``: the rows take their schemas from the functions and
+    the functions answer the calls (an in-process check of the loaded suite), the report runs end to end on the
+    embedded model; --tools with another suite is refused in one line before a model loads."""
+    from slca.eval.runner import EvalConfig, _in_domain, run_eval
+    from slca.eval.agent import GenerationConfig
+    from slca.env.python_tools import PythonSimulator
+
+    cfg = EvalConfig(model="default", suite="toucan", data=str(EXAMPLE / "tasks.jsonl"), tools=str(EXAMPLE / "tools.py"),
+                     limit=2, gen=GenerationConfig(max_new_tokens=24), progress=False)
+    suite = _in_domain(cfg)
+    tasks, make_env = suite.keywords["tasks"], suite.keywords["make_env"]
+    env = make_env(tasks[0])
+    assert isinstance(env, PythonSimulator) and len(tasks) == 2
+    assert {t["function"]["name"] for t in tasks[0].tools} <= {"get_weather", "convert_temperature"}
+    rep = run_eval(cfg, tmp_path / "out")
+    assert rep.config["tasks"] == 2 and (tmp_path / "out" / "toucan.json").exists()
+    r = slca("eval", "--model", "default", "--suite", "toolworld", "--tools", str(EXAMPLE / "tools.py"), cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert [ln for ln in r.stderr.splitlines() if ln.strip()][-1] == \
+        "error: --tools: your own tool functions answer the calls of --suite toucan --data rows, not --suite toolworld"

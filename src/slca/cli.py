@@ -886,6 +886,7 @@ def eval_(
     format: str = typer.Option("hermes", "--format", help="Tool-call format the model writes."),
     out: Path = typer.Option(Path("runs/eval"), "--out", help="Folder for <suite>.json and <suite>.md."),
     data: Optional[Path] = typer.Option(None, "--data", help="Rows for --suite toucan (Toucan, verl/paper or slca format)."),
+    tools: str = typer.Option("", "--tools", help="Your own Python tool functions answer the --data rows' calls (--suite toucan): a module or a .py file, as slca train's tools (docs/integrations.md)."),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Tokens per assistant turn."),
     temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature (default 0 = greedy for K=1, 0.7 for K>1)."),
     batch_size: int = typer.Option(8, "--batch-size", help="Conversations generated together."),
@@ -927,7 +928,7 @@ def eval_(
         )
         cfg = EvalConfig(
             model=model, suite=suite, categories=[c.strip() for c in categories.split(",") if c.strip()], limit=limit, samples=samples, format=format,
-            data=str(data) if data else None, split=split, gen=gen, user=user, user_base_url=user_url, user_model=user_model,
+            data=str(data) if data else None, tools=tools, split=split, gen=gen, user=user, user_base_url=user_url, user_model=user_model,
             user_api_key=os.environ.get("SLCA_USER_API_KEY"), user_max_tokens=user_max_tokens, max_steps=max_steps,
         )
         _quiet_loading()

@@ -42,6 +42,9 @@ class EvalConfig:
     """Tool-call format the model writes (:func:`slca.chat.get_format`)."""
     data: str | None = None
     """Rows to load for the toucan suite (Toucan, verl/paper or slca format)."""
+    tools: str = ""
+    """Your own Python tool functions answer the calls of the ``data`` rows (``--suite toucan``): a module or a ``.py``
+    file, as ``slca train``'s ``tools`` (:mod:`slca.env.python_tools`); '' = the schema-guided simulator."""
     split: str = "test"
     """toolworld split for ``--suite toolworld`` (:data:`slca.env.toolworld.SPLITS`): ``test`` (unseen names and
     phrasings), ``fresh`` (names and phrasings new to toolworld, never used to choose anything) or
@@ -119,7 +122,7 @@ def _tau2(cfg: EvalConfig) -> SuiteRun:
 def _in_domain(cfg: EvalConfig) -> SuiteRun:
     """toolworld / toucan: the tasks load (and ``--categories``, their kinds, are checked) here."""
     # slca train's loader: a toolworld task file gets toolworld's world here too
-    tasks, make_env = load_suite("toolworld" if cfg.suite == "toolworld" else cfg.data, cfg.split, cfg.gen.seed)
+    tasks, make_env = load_suite("toolworld" if cfg.suite == "toolworld" else cfg.data, cfg.split, cfg.gen.seed, tools=cfg.tools)
     if cfg.categories:
         kinds = sorted({t.kind for t in tasks})
         bad = [c for c in cfg.categories if c not in kinds]
@@ -148,6 +151,8 @@ def _check(cfg: EvalConfig) -> None:
         raise ValueError(f"--split is for --suite toolworld, not {cfg.suite}")
     if cfg.suite == "toucan" and not cfg.data:
         raise ValueError("--suite toucan needs --data PATH (Toucan, verl/paper or slca rows)")
+    if cfg.tools and cfg.suite != "toucan":
+        raise ValueError(f"--tools: your own tool functions answer the calls of --suite toucan --data rows, not --suite {cfg.suite}")
     get_format(cfg.format)
 
 
