@@ -132,15 +132,18 @@ def test_slca_train_refuses_bad_tools_in_one_line_before_a_model_loads(tmp_path)
 def test_slca_train_runs_the_example_with_your_own_tools(tmp_path):
     run = tmp_path / "run"
     r = slca("train", "--set", f"suite={EXAMPLE / 'tasks.jsonl'}", "--set", f"tools={EXAMPLE / 'tools.py'}",
+             "--set", f"reward={EXAMPLE / 'rewards.py'}:reward",
              "--set", "eval_fraction=0.25", "--set", "steps=1", "--set", "tasks_per_step=2", "--set", "group_size=2",
              "--set", "minibatches=1", "--set", "eval_tasks=2", "--set", "report_to=none", "--set", f"run_dir={run}", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert json.loads((run / "config.json").read_text())["tools"] == str(EXAMPLE / "tools.py")
+    stored = json.loads((run / "config.json").read_text())
+    assert stored["tools"] == str(EXAMPLE / "tools.py") and stored["reward"] == f"{EXAMPLE / 'rewards.py'}:reward"
     sample = json.loads((run / "samples.json").read_text())[0]
     # the prompt declares the functions' schemas
     assert "get_weather(city: string)" in sample["prompt"] and "convert_temperature(celsius: number" in sample["prompt"]
     metrics = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
     assert metrics[-1]["step"] == 1 and any(k.startswith("eval/") for k in metrics[-1])
+    assert 0.0 <= metrics[-1]["reward/tool"] <= 1.0  # the example reward's execution tier: a share of the gold calls
 
 
 def test_slca_eval_takes_your_own_tools_as_slca_train_does(tmp_path):

@@ -25,20 +25,21 @@ from slca.env.loaders import RowError, read_rows, task_from_row
 from slca.env.simulators import PythonSimulator
 from slca.types import Task
 
-__all__ = ["load_tool_functions", "tool_schemas", "load_python_tasks", "python_env"]
+__all__ = ["import_module_ref", "load_tool_functions", "tool_schemas", "load_python_tasks", "python_env"]
 
 STATE_PARAMETER = "state"
 """A function parameter of this name receives the episode's state dict; it is not shown to the model."""
 
 
-def _import(module_ref: str, ref: str) -> Any:
+def import_module_ref(module_ref: str, ref: str, what: str = "tools") -> Any:
     """The module ``module_ref`` names: a ``.py`` file or an importable module path; ValueError in one line
-    naming ``ref`` (what the user gave) otherwise."""
+    naming the setting ``what`` and ``ref`` (what the user gave) otherwise. The user's tools and reward functions
+    (:func:`slca.rewards.batch.user_reward`) load through it."""
     if module_ref.endswith(".py"):
         path = Path(module_ref).expanduser()
         if not path.is_file():
-            raise ValueError(f"tools {ref!r}: no such file")
-        spec = importlib.util.spec_from_file_location(f"slca_user_tools_{path.stem}", path)
+            raise ValueError(f"{what} {ref!r}: no such file")
+        spec = importlib.util.spec_from_file_location(f"slca_user_{what}_{path.stem}", path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module  # as an import does: a dataclass or pickle in the file looks itself up there
         spec.loader.exec_module(module)
@@ -46,7 +47,7 @@ def _import(module_ref: str, ref: str) -> Any:
     try:
         return importlib.import_module(module_ref)
     except ModuleNotFoundError as e:
-        raise ValueError(f"tools {ref!r}: cannot import {e.name!r} (give a .py file, or put the package on "
+        raise ValueError(f"{what} {ref!r}: cannot import {e.name!r} (give a .py file, or put the package on "
                          "PYTHONPATH / install it)") from None
 
 
@@ -59,7 +60,7 @@ def load_tool_functions(ref: str) -> dict[str, Callable[..., Any]]:
     the module itself (imported helpers are not tools).
     """
     module_ref, _, attr = ref.partition(":")
-    module = _import(module_ref, ref)
+    module = import_module_ref(module_ref, ref)
     if attr or hasattr(module, "TOOLS"):
         name = attr or "TOOLS"
         if not isinstance(getattr(module, name, None), (list, tuple)):

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import numbers
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from slca import metrics as M
+from slca.env.python_tools import import_module_ref
 from slca.rewards.hierarchical import hierarchical_rewards
 from slca.types import RewardBreakdown, Trajectory
 
-__all__ = ["REWARD_PRESETS", "RewardComponents", "ScoredBatch", "score_batch"]
+__all__ = ["REWARD_PRESETS", "RewardComponents", "ScoredBatch", "reward_problem", "score_batch", "user_reward"]
 
 REWARD_PRESETS = ("slca", "paper")
 """The rewards :func:`score_batch` gives: ``"slca"``, slca's hierarchical tiers
@@ -65,18 +68,72 @@ class ScoredBatch:
     reasons: list[str] = field(default_factory=list)
 
 
+def _tier(ref: str, task_id: str, which: str, v: Any) -> RewardBreakdown:
+    """One tier of a user reward function's answer: a number, None (unscored) or a RewardBreakdown."""
+    if isinstance(v, RewardBreakdown):
+        return v
+    if v is None:
+        return RewardBreakdown(float("nan"), reason=f"reward {ref!r} returned None for the {which} tier")
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)):
+        raise ValueError(f"reward {ref!r} returned {v!r} as the {which} reward of task {task_id!r}: give a finite number, "
+                         "None (unscored) or a RewardBreakdown")
+    return RewardBreakdown(float(v))
+
+
+def user_reward(ref: str) -> Callable[[Trajectory], tuple[RewardBreakdown, RewardBreakdown]]:
+    """A reward function the user names, as the two tiers :func:`score_batch` takes.
+
+    ``ref`` is ``"my_pkg.rewards:fn"`` or ``"path/to/rewards.py:fn"``. ``fn(trajectory)`` gets one
+    :class:`~slca.types.Trajectory` (``.task`` with its ``gold`` and ``answer_facts``, ``.turns`` with the parsed
+    calls and their results, ``.final_text``, ``.stop_reason``) and returns ``(execution, summary)``, each a finite
+    number, None (that tier unscored for this rollout: its advantage is 0, the reason is printed) or a
+    :class:`~slca.types.RewardBreakdown`. Anything else, or an exception, stops the run with an error naming the
+    function and the task: a reward bug is not a property of the rollout.
+    """
+    module_ref, sep, attr = ref.partition(":")
+    if not sep or not attr:
+        raise ValueError(f"reward {ref!r}: one of {list(REWARD_PRESETS)}, or your function as 'module:function' or 'file.py:function'")
+    fn = getattr(import_module_ref(module_ref, ref, "reward"), attr, None)
+    if not callable(fn):
+        raise ValueError(f"reward {ref!r}: {module_ref!r} has no function {attr!r}")
+
+    def tiers(t: Trajectory) -> tuple[RewardBreakdown, RewardBreakdown]:
+        try:
+            out = fn(t)
+        except Exception as e:
+            raise RuntimeError(f"reward {ref!r} raised on task {t.task.id!r}: {type(e).__name__}: {e}") from e
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise ValueError(f"reward {ref!r} returned {type(out).__name__} for task {t.task.id!r}: give a pair (execution, summary)")
+        return _tier(ref, t.task.id, "execution", out[0]), _tier(ref, t.task.id, "summary", out[1])
+
+    return tiers
+
+
+def reward_problem(reward: str) -> str | None:
+    """Why ``reward`` (a preset or a user function reference) cannot be used (None: it can)."""
+    if reward in REWARD_PRESETS:
+        return None
+    try:
+        user_reward(reward)
+    except ValueError as e:
+        return str(e).removeprefix(f"reward {reward!r}: ")
+    return None
+
+
 def score_batch(trajs: list[Trajectory], *, reward: str = "slca") -> ScoredBatch:
     """The two reward tiers of every rollout (NaN + reason when unscorable).
 
     ``reward`` names the preset (:data:`REWARD_PRESETS`): ``"slca"`` (default),
     :func:`~slca.rewards.hierarchical.hierarchical_rewards`; ``"paper"``, :func:`~slca.rewards.paper.paper_rewards`
-    (no judge is served here: slca's rule summary tier stands in for the authors' judge).
+    (no judge is served here: slca's rule summary tier stands in for the authors' judge); or the user's own
+    function, ``"module:function"`` / ``"file.py:function"`` (:func:`user_reward`).
     """
     from slca.rewards.paper import paper_rewards
 
-    if reward not in REWARD_PRESETS:
-        raise ValueError(f"reward must be one of {REWARD_PRESETS}, got {reward!r}")
-    tiers = hierarchical_rewards if reward == "slca" else paper_rewards
+    if reward in REWARD_PRESETS:
+        tiers = hierarchical_rewards if reward == "slca" else paper_rewards
+    else:
+        tiers = user_reward(reward)
     tool, summ, comps, reasons = [], [], RewardComponents(), []
     for t in trajs:
         e, s = tiers(t)

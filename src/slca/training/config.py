@@ -49,7 +49,7 @@ from slca.core.losses import AGG_MODES, KL_KINDS
 from slca.env.python_tools import load_tool_functions, tool_schemas
 from slca.generation.rollout import MAX_NEW_TOKENS_FIELD, TEMPERATURE_FIELD, TOP_P_FIELD
 from slca.models.named import NAMED_MODELS, named_model_problem
-from slca.rewards.batch import REWARD_PRESETS
+from slca.rewards.batch import reward_problem
 from slca.models.loading import CHAT_TEMPLATE_FIELD, DEVICE_FIELD, DTYPE_FIELD, hub_model_problem, lora_base, looks_like_path
 from slca.training.tracking import parse_report_to
 
@@ -188,11 +188,13 @@ class TrainConfig:
     summary_noise: Annotated[float, ge(0)] = _field(
         0.0,
         'Std of Gaussian noise added to summary rewards (sensitivity studies; 0 = off).')
-    reward: Literal[REWARD_PRESETS] = _field(
+    reward: Annotated[str, _reward] = _field(
         "slca",
-        "Reward the rollouts are trained on: 'slca' (slca's hierarchical tiers) or 'paper' (the authors' released reward: "
+        "Reward the rollouts are trained on: 'slca' (slca's hierarchical tiers), 'paper' (the authors' released reward: "
         'their process score on the tool tier, -0.5 when a needed call is missing, their summary score with slca\'s rule '
-        'tier standing in for their LLM judge; docs/environment.md). Evaluation scores every run the same way.')
+        "tier standing in for their LLM judge; docs/environment.md), or your own function, 'my_pkg.rewards:fn' or "
+        "'rewards.py:fn', fn(trajectory) -> (execution, summary) (slca.rewards.batch.user_reward; docs/integrations.md). "
+        'Evaluation scores every run the same way (slca\'s tiers).')
 
     # ---- optimisation: the policy update
     lr: Annotated[float, gt(0)] = _field(
@@ -371,6 +373,10 @@ def _suite(v: str) -> str | None:
     if p.suffix not in (".jsonl", ".json", ".parquet"):
         return f"{v!r}: a task file must be .jsonl, .json or .parquet"
     return None
+
+
+def _reward(v: str) -> str | None:
+    return reward_problem(v)
 
 
 def _tools(v: str) -> str | None:
