@@ -237,7 +237,7 @@ def _top_level(inputs, *, scale="group"):
 
 def test_compare_refuses_at_the_start_what_its_runs_could_not_resolve(user_pkg, tmp_path):
     """Before any run trains: a name registered only in this process, an unresolvable path, one estimator twice."""
-    from slca.reporting.compare import run_compare
+    from slca.training.experiments import run_compare
 
     prefix, pkg = user_pkg
     out = tmp_path / "cmp"
@@ -266,7 +266,7 @@ def test_compare_refuses_at_the_start_what_its_runs_could_not_resolve(user_pkg, 
 
 def test_compare_runs_get_the_folder_this_process_imported_a_path_from(user_pkg, tmp_path):
     """A folder added to sys.path in this process (a notebook) reaches the runs' PYTHONPATH; the installation's do not."""
-    from slca.reporting.compare import _import_roots
+    from slca.training.experiments import _import_roots
 
     _, pkg = user_pkg
     resolve_estimator(f"{pkg}.estimators:half_slca")

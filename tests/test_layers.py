@@ -136,8 +136,8 @@ STRING_ROUTES = {m: _string_routes(p.read_text()) for m, p in MODULES.items()}
 
 # (importer, module named in a string) that reach up a layer, with why
 UPWARD_STRINGS = {
-    ("slca.reporting.compare", "slca.cli"): "train_command starts each run as `python -m slca.cli train` (issue 46 "
-                                            "moves the experiment runner to training)",
+    ("slca.training.experiments", "slca.cli"): "train_command starts each run of a comparison (and each arm of slca demo) "
+                                               "as its own process, `python -m slca.cli train`: a process, not an import",
 }
 
 

@@ -19,7 +19,7 @@ import torch
 from typer.testing import CliRunner
 
 from slca.cli import app
-from slca.reporting.compare import RunSpec, check_runs, run_status
+from slca.training.experiments import RunSpec, check_runs, run_status
 from slca.training.config import ConfigError, TrainConfig, to_dict, validate
 from slca.training.runs import (
     RunFolder, decode_state, encode_state, list_checkpoints, load_checkpoint, newest_intact_checkpoint, read_jsonl, rng_state,

@@ -362,7 +362,8 @@ def test_a_run_writes_nothing_to_stderr(tmp_path, tiny_model_dir):
 def test_plots_tick_whole_steps(tmp_path, monkeypatch):
     import matplotlib.figure
 
-    from slca.reporting.compare import RunSpec, _plot_curves
+    from slca.reporting.compare import _plot_curves
+    from slca.training.experiments import RunSpec
     from slca.reporting.report import write_report
 
     figures = []

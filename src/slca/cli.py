@@ -318,7 +318,7 @@ def _demo_runs(cfgs: dict[str, Any], out: Path, jobs: int, baseline, *, poll: fl
 
     from slca._fs import writing
     from slca._procs import Children
-    from slca.reporting.compare import train_process
+    from slca.training.experiments import train_process
     from slca.training.config import to_dict
 
     logs = out / "logs"
@@ -792,7 +792,8 @@ def compare(
     overwrite: bool = typer.Option(False, help="Retrain runs in --out whose stored config differs (default: refuse)."),
 ) -> None:
     """Train several estimators over several seeds on the same budget and report honestly."""
-    from slca.reporting.compare import run_compare, write_compare_report
+    from slca.reporting.compare import write_compare_report
+    from slca.training.experiments import run_compare
 
     from slca.core.registry import list_estimators
 
@@ -811,7 +812,7 @@ def compare(
         _fail(f"--jobs: must be >= 1, got {jobs}")
     if not math.isfinite(level):
         _fail(f"--level: must be a finite number, got {level}")
-    from slca.reporting.compare import check_out, check_runs
+    from slca.training.experiments import check_out, check_runs
 
     _refuse_value_errors(lambda: check_out(out))
     from slca.training.config import file_overrides

@@ -14,7 +14,7 @@ import jinja2
 
 import slca
 from slca import metrics as M
-from slca.training.runs import read_jsonl
+from slca.training.runs import read_metrics
 from slca.training.samples import SampleGroup, SampleRollout, is_finite_number, samples_from_json
 
 __all__ = ["read_metrics", "read_config", "write_report", "write_token_html", "md_row", "md_header", "final_eval", "eval_prefixes", "mean_of", "run_labels", "provenance", "metric_range", "smoothed", "PLOTS", "SMOOTH_K"]
@@ -83,19 +83,6 @@ def read_config(run_dir: str | Path) -> dict[str, Any] | None:
     if not isinstance(cfg, dict):
         raise ValueError(f"{str(p)!r}: expected a JSON object of config fields")
     return cfg
-
-
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The records of a run's ``metrics.jsonl``; ``step`` is the 1-based index of the update
-    (0: the evaluation before training). Runs written before slca counted steps that way
-    (their first training record is step 0) are read with every step shifted by one."""
-    p = Path(run_dir) / "metrics.jsonl"
-    if not p.exists():
-        raise ValueError(f"{str(p)!r} does not exist: is {str(run_dir)!r} a run folder?")
-    rows = read_jsonl(p)  # a torn last line (a run killed mid-write) is dropped; any other bad line is an error
-    if any(r.get("step") == 0 and "loss" in r for r in rows):  # 0-based training steps: the old layout
-        rows = [{**r, "step": r["step"] + 1} for r in rows]
-    return rows
 
 
 def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:

@@ -34,7 +34,7 @@ from safetensors.torch import load_file, save_file
 from slca._fs import temp_dir, umask, umask_modes, write_error, writing
 from slca.training.config import ConfigError, TrainConfig, config_diff, read_stored_config, to_dict
 
-__all__ = [
+__all__ = ["read_metrics", 
     "RunFolder", "read_jsonl", "write_atomic", "save_checkpoint", "verify_checkpoint", "list_checkpoints",
     "newest_intact_checkpoint", "load_checkpoint", "encode_state", "decode_state", "rng_state", "set_rng_state",
     "RESUME_MAY_CHANGE", "RUN_FILES", "checkpoint_step",
@@ -592,3 +592,16 @@ class RunFolder:
         elif (_step_of(ckpt) or 0) > self.cfg.steps:
             raise ConfigError("steps", f"{self.cfg.steps} is below the step of the newest checkpoint ({ckpt.name}); a resumed run cannot shorten")
         return ckpt
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The records of a run's ``metrics.jsonl``; ``step`` is the 1-based index of the update
+    (0: the evaluation before training). Runs written before slca counted steps that way
+    (their first training record is step 0) are read with every step shifted by one."""
+    p = Path(run_dir) / "metrics.jsonl"
+    if not p.exists():
+        raise ValueError(f"{str(p)!r} does not exist: is {str(run_dir)!r} a run folder?")
+    rows = read_jsonl(p)  # a torn last line (a run killed mid-write) is dropped; any other bad line is an error
+    if any(r.get("step") == 0 and "loss" in r for r in rows):  # 0-based training steps: the old layout
+        rows = [{**r, "step": r["step"] + 1} for r in rows]
+    return rows
