@@ -174,7 +174,7 @@ def test_the_demos_cited_study_figures_are_those_of_docs_results():
     assert cli.DEMO_NOISE == 0.5  # study 25's stage-B summary_noise
 
 
-# ------------------------------------------------------------------ demo_verdict (more cases: test_models_copying.py)
+# ------------------------------------------------------------------ demo_verdict (more cases: test_warmstart_sft.py)
 
 
 def _rows(final, tool, start=0.25):

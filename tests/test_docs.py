@@ -53,7 +53,7 @@ EXCEPTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("docs/environment.md", "from slca.env import (SchemaSimulator"): ("skip", "an API listing with signatures (`-> list[Task]`), not a program"),
     ("docs/environment.md", "from slca.env import load_tasks\ntasks = load_tasks(\"toucan/"): ("compile", "paths of a user's own data (Toucan shards, a saved folder)"),
     ("docs/warmstart.md", "from slca.models import load_default"): (
-        "compile", "builds the full default model (minutes on 2 cores); tests/test_models_build.py runs load_default at a tiny size"),
+        "compile", "builds the full default model (minutes on 2 cores); tests/test_warmstart_build.py runs load_default at a tiny size"),
     ("docs/chat_formats.md", "OMP_NUM_THREADS=1 .venv/bin/python - <<'EOF'"): (
         "compile", "a throughput measurement (32 rollouts of a 5-layer model, minutes); the engine is tested in tests/test_rollout*.py"),
     ("docs/evaluation.md", "slca eval --model PATH --suite toolworld|toucan|bfcl|tau2"): ("skip", "a usage synopsis with placeholders; the commands below are parsed"),

@@ -534,7 +534,7 @@ def test_environment_factory_step_with_slca_rewards(tmp_path):
 def test_example_runs_as_shipped_on_cpu_with_the_embedded_model(tmp_path):
     """examples/trl/train_slca_trl.py, unchanged, on CPU: TrlParser flags, the embedded model (built at the tiny
     test size), its chat template through TRL's tool loop, slca's simulator per rollout, one optimizer step."""
-    from test_models_build import TINY
+    from test_warmstart_build import TINY
     from transformers import AutoTokenizer
 
     from slca.models import default_model_dir, load_default

@@ -3,7 +3,7 @@
 The tokenizer here is trained in the test on a few conversations (no hub); its
 conversations (``CONVERSATION``, ``EXPECTED``) and the ``tok`` fixture also serve
 the chat template's tests (tests/test_models_tokenizer.py). The whole build
-pipeline at a tiny size: tests/test_models_build.py.
+pipeline at a tiny size: tests/test_warmstart_build.py.
 """
 
 from __future__ import annotations

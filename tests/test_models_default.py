@@ -4,7 +4,7 @@ Cache entries and shipped-weight lookup on temporary folders (the recipe stubbed
 where a test must show it is not needed, or stands in for a 40-minute build);
 ``load_default`` on the weights shipped in the package (seconds). The build
 itself at a tiny size, and the shipped fingerprint against the recipe's:
-tests/test_models_build.py.
+tests/test_warmstart_build.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_models_build import TINY
+from test_warmstart_build import TINY
 
 from recipes.warmstart import BuildConfig
 from slca.models import default as dm
@@ -147,7 +147,7 @@ def test_load_default_gives_the_shipped_model_and_a_tokenizer_that_parses_its_tu
 def test_load_default_builds_another_config_once_and_again_on_rebuild(tmp_path, monkeypatch):
     """Another config is built into its cache entry on first use and loaded from it after; ``rebuild=True``
     removes the entry and builds again. The recipe is a stand-in that copies the shipped folder (a real
-    build: tests/test_models_build.py)."""
+    build: tests/test_warmstart_build.py)."""
     _needs_shipped()
     built = []
 

@@ -3,7 +3,7 @@
 On this checkout and on fake checkouts in temporary folders (a ``recipes``
 package with a ``warmstart`` subpackage that only defines a marker), with
 ``sys.modules`` restored after each test that imports one. Building with the
-recipe: tests/test_models_build.py.
+recipe: tests/test_warmstart_build.py.
 """
 
 from __future__ import annotations
