@@ -76,3 +76,26 @@ def test_the_ood_panel_follows_the_split_the_runs_logged():
         assert len(fresh) == len(panels)
         assert with_logged_ood_split(panels, {test_key, fresh_key}) == list(panels)
         assert with_logged_ood_split(panels, {"eval/tool_tasks/success"}) == list(panels)
+
+
+def test_every_metric_name_the_scripts_spell_is_declared():
+    """The study scripts read records by metric name; every name they spell (a string literal of a metric family:
+    eval*/, reward/, adv/, grad/, rollout/, probe/, ppo/, perf/, auc/) must be one slca.metrics declares, so a
+    renamed metric breaks this test, not a study table."""
+    import ast
+    import re
+    from pathlib import Path
+
+    from slca.metrics import lookup
+
+    family = re.compile(r"^(eval[a-z_]*|reward|adv|grad|rollout|probe|ppo|perf|auc)/[a-z0-9_/]+$")
+    bad, seen = [], 0
+    for path in sorted((Path(__file__).resolve().parents[1] / "scripts").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and family.match(node.value):
+                seen += 1
+                try:
+                    lookup(node.value)
+                except ValueError as e:
+                    bad.append(f"{path.name}:{node.lineno}: {e}")
+    assert seen > 20 and not bad, bad
