@@ -113,3 +113,30 @@ def test_position_dependent_rope_is_not_shared():
     model.model.rotary_emb.rope_type = "dynamic"
     assert not _can_share(model)
 
+
+
+@pytest.mark.parametrize("group", [1, 3], ids=["distinct-prompts", "shared-prompts"])
+@pytest.mark.parametrize("build", [qwen2, llama], ids=["qwen2", "llama"])
+def test_lora_models_take_the_fast_training_pass_with_peft_gradients(build, group):
+    """A peft LoRA model (the shape of study 42's runs, which died here: the pass called the PeftModel's inner
+    model as if it were the base model): the fast pass runs through the LoRA layers, so log-probabilities and the
+    adapters' gradients equal peft's own forward; the base weights get none."""
+    from test_fastpath_decode import lora
+
+    model = lora(build()).train()
+    assert unsupported_reason(model) is None
+    batch = random_batch(300, n=9, group=group)
+    valid = batch.valid_mask.bool()
+
+    def run(fast):
+        model.zero_grad()
+        lp = response_logprobs(model, batch, 0.7, fast=fast)
+        (lp * batch.model_mask).sum().backward()
+        grads = {n: p.grad.flatten() for n, p in model.named_parameters() if p.grad is not None}
+        return lp.detach(), grads
+
+    (lf, gf), (lp, gp) = run(True), run(False)
+    assert gf.keys() == gp.keys() and gf and all("lora_" in n for n in gf)
+    torch.testing.assert_close(lf[valid], lp[valid], atol=1e-5, rtol=0)
+    f, p = torch.cat(list(gf.values())), torch.cat(list(gp.values()))
+    assert float((f - p).norm() / p.norm()) < 1e-4

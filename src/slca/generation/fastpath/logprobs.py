@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from slca.core.losses import token_logprobs
-from slca.generation.fastpath.decode import unsupported_reason
+from slca.generation.fastpath.decode import base_model, unsupported_reason
 from slca.generation.kvcache import cache_arg
 
 __all__ = ["fast_response_logprobs", "right_padded", "shared_prompts"]
@@ -92,7 +92,8 @@ def fast_response_logprobs(model: torch.nn.Module, batch: Any, temperature: floa
     """``log p(response_t | prefix)`` of every real response token, right-padded and mask-free.
 
     Args:
-        model: a model :func:`slca.generation.fastpath.unsupported_reason` accepts.
+        model: a model :func:`slca.generation.fastpath.unsupported_reason` accepts (a peft LoRA model included: the
+            pass runs through its LoRA layers, so their gradients are peft's own).
         batch: a :class:`slca.training.trainer.RolloutBatch` (``input_ids``,
             ``attention_mask``, ``prompt_len``, ``valid_mask``).
         temperature: logits are divided by it.
@@ -106,6 +107,7 @@ def fast_response_logprobs(model: torch.nn.Module, batch: Any, temperature: floa
     why = unsupported_reason(model)
     if why is not None:
         raise ValueError(f"fast_response_logprobs: {why}")
+    model = base_model(model)  # a PeftModel: its causal LM, whose projections run the LoRA layers (gradients reach them)
     P = batch.prompt_len
     valid = batch.valid_mask.bool()  # (B, T)
     b, t = valid.nonzero(as_tuple=True)  # (N,) each
