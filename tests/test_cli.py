@@ -166,6 +166,19 @@ def test_demo_budgets_are_valid_configs(budget):
         validate(TrainConfig(estimator=est, summary_noise=noise, **cli.DEMO_OVERRIDES[budget]))
 
 
+@pytest.mark.parametrize("budget", ["full", "quick"])
+@pytest.mark.parametrize("model", sorted(cli.DEMO_MODEL_OVERRIDES))
+def test_a_named_real_models_demo_budget_is_study42s_setting_at_three_evaluations(model, budget):
+    """``slca demo --model smollm2-toolworld``: study 42's setting (a fresh LoRA r 8 on q and v, lr 5e-5) at a budget one seed
+    affords, evaluated at the start, mid-run and the end on the fresh split too, two arms at a time by default."""
+    b = cli.DEMO_MODEL_OVERRIDES[model][budget]
+    for est, noise, _ in cli.DEMO_ARMS.values():
+        cfg = validate(TrainConfig(model=model, estimator=est, summary_noise=noise, eval_on_start=True, **b))
+        assert (cfg.lora_r, cfg.lora_target_modules, cfg.lr) == (8, ["q_proj", "v_proj"], 5e-5)
+        assert cfg.steps == 2 * cfg.eval_every and cfg.ood_eval_splits == ["fresh"]
+    assert cli.DEMO_MODEL_JOBS[model] == 2
+
+
 def test_the_demos_cited_study_figures_are_those_of_docs_results():
     results = (Path(__file__).resolve().parents[1] / "docs" / "results.md").read_text(encoding="utf-8")
     for name, fig in cli.STUDY_FIGURES.items():

@@ -161,6 +161,23 @@ DEMO_OVERRIDES = {
                   save_every=0, sample_html_every=3),
 }
 
+DEMO_MODEL_OVERRIDES = {
+    # smollm2-toolworld (SmolLM2-135M after stage-1 SFT, issue 42): study 42's setting (a fresh LoRA r 8 on q and v,
+    # lr 5e-5, micro_batch_size 4) at a budget one seed can afford on 2 cores; evaluations at the start, mid-run and end
+    "smollm2-toolworld": {
+        "full": dict(lora_r=8, lora_alpha=16, lora_target_modules=["q_proj", "v_proj"], micro_batch_size=4, steps=8,
+                     tasks_per_step=4, group_size=4, lr=5e-5, eval_every=4, eval_tasks=48, ood_splits=["fresh"],
+                     ood_eval_tasks=24, save_every=0, sample_html_every=4),
+        "quick": dict(lora_r=8, lora_alpha=16, lora_target_modules=["q_proj", "v_proj"], micro_batch_size=4, steps=2,
+                      tasks_per_step=2, group_size=4, lr=5e-5, eval_every=1, eval_tasks=12, ood_splits=["fresh"],
+                      ood_eval_tasks=8, save_every=0, sample_html_every=1),
+    },
+}
+"""The demo's budget for a named real model, replacing :data:`DEMO_OVERRIDES` (sized for the embedded model) when
+``--model`` names it; ``--set`` still overrides any field. Such a demo runs two arms at a time unless ``--jobs`` says
+otherwise (four copies of a 135M model and their KV caches do not fit 24 GB beside each other)."""
+DEMO_MODEL_JOBS = {"smollm2-toolworld": 2}
+
 DEMO_NOISE = 0.5
 """The noisy judge's summary_noise: study 25's stage-B setting (docs/results.md)."""
 
@@ -537,10 +554,11 @@ def demo(
     out: Path = typer.Option(Path("runs/demo"), help="Folder for the runs and the report."),
     seed: int = typer.Option(0, help="Seed shared by every run."),
     model_spec: str = typer.Option("default", "--model", "-m", help="The policy: 'default' (the embedded tiny model), 'smollm2' "
-                                   "(SmolLM2-135M-Instruct, the smollm2 extra), a save_pretrained folder or a hub id. The budget is "
-                                   "sized for the embedded model: a 135M model on CPU takes hours (use --quick, or --set lora_r=8)."),
+                                   "(SmolLM2-135M-Instruct, the smollm2 extra), 'smollm2-toolworld' (SmolLM2 after stage-1 SFT: its own budget, a fresh "
+                                   "LoRA, 8 steps, two arms at a time; hours on 2 cores, --quick about half an hour), a save_pretrained "
+                                   "folder or a hub id (the embedded model's budget: a 135M model on CPU takes hours; --quick, --set lora_r=8)."),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a training field of every run: --set lora_r=8 (repeatable)."),
-    jobs: int = typer.Option(4, "--jobs", "-j", help="Runs trained at a time, each its own process (4: all four arms side by side; "
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Runs trained at a time, each its own process (default 4: all four arms side by side, 2 for smollm2-toolworld; "
                              "1: one after the other, for a 1-core machine or a model too big to hold several times in memory)."),
 ) -> None:
     """Train GRPO and SLCA on toolworld side by side (same seed, same budget), each with a clean and with a noisy
@@ -560,9 +578,12 @@ def demo(
     if bad:
         _fail(f"--set {bad[0]}: the demo sets {', '.join(fixed)} itself (use --out, --seed, --model)")
 
+    budget = DEMO_MODEL_OVERRIDES.get(model_spec, DEMO_OVERRIDES)["quick" if quick else "full"]
+    jobs = jobs if jobs is not None else DEMO_MODEL_JOBS.get(model_spec, 4)
+
     def demo_cfg(est: str, noise: float, folder: str) -> TrainConfig:
         cfg = TrainConfig(run_dir=str(out / folder), estimator=est, seed=seed, model=model_spec, eval_on_start=True, summary_noise=noise,
-                          **DEMO_OVERRIDES["quick" if quick else "full"])
+                          **budget)
         return validate(apply_overrides(cfg, list(set_)))
 
     if jobs < 1:
