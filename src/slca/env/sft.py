@@ -79,21 +79,9 @@ import json
 import re
 from typing import Any
 
-from slca.env.loaders import (
-    RowError,
-    _as_dict,
-    _as_list,
-    _Bad,
-    _call,
-    _decoded,
-    _json,
-    _messages,
-    _TOOL_DECLARE,
-    _toucan_tools,
-    _tools,
-    checked_row_id,
-    read_rows,
-)
+from slca.env.loaders import checked_row_id, read_rows
+from slca.env.rows.fields import BadValue, RowError, as_dict, as_list, decoded, json_value, row_call, row_messages, row_tools
+from slca.env.rows.toucan import TOOL_DECLARE, toucan_tools
 
 __all__ = ["SFT_FORMATS", "REASONING", "detect_sft_format", "sft_example_from_row", "load_sft_examples", "sft_dataset"]
 
@@ -128,7 +116,7 @@ def _with_reasoning(msg: Message, thoughts: list[str], reasoning: str) -> Messag
 
 def _unclosed(text: str, tag: str, field: str) -> None:
     if text.count(f"<{tag}>") != text.count(f"</{tag}>"):
-        raise _Bad(field, f"<{tag}> and </{tag}> do not pair up ({text.count(f'<{tag}>')} opened, {text.count(f'</{tag}>')} closed)")
+        raise BadValue(field, f"<{tag}> and </{tag}> do not pair up ({text.count(f'<{tag}>')} opened, {text.count(f'</{tag}>')} closed)")
 
 
 def _gpt_message(text: str, field: str, turn: int, reasoning: str) -> Message:
@@ -144,11 +132,11 @@ def _gpt_message(text: str, field: str, turn: int, reasoning: str) -> Message:
             continue
         f = f"{field}.tool_call[{len(calls)}]"
         try:
-            body = _json(m.group(2).strip())
+            body = json_value(m.group(2).strip())
         except ValueError as e:
-            raise _Bad(f, str(e)) from None
+            raise BadValue(f, str(e)) from None
         for k, c in enumerate(body if isinstance(body, list) else [body]):
-            call = _call(c, f"{f}[{k}]")
+            call = row_call(c, f"{f}[{k}]")
             calls.append(_openai_call(call.name, call.arguments, f"call_{turn}_{len(calls)}"))
     rest.append(text[pos:])
     msg: Message = {"role": "assistant", "content": "".join(rest).strip()}
@@ -184,22 +172,22 @@ def _declared_tools(system: str, field: str) -> tuple[str, list[dict[str, Any]] 
         return system, None
     body = m.group(1).strip()
     try:
-        tools = _json(body) if body.startswith("[") else [_json(line) for line in body.splitlines() if line.strip()]
+        tools = json_value(body) if body.startswith("[") else [json_value(line) for line in body.splitlines() if line.strip()]
     except ValueError as e:
-        raise _Bad(f"{field}.<tools>", str(e)) from None
-    return (system[:m.start()] + system[m.end():]).strip(), _tools(tools, f"{field}.<tools>")
+        raise BadValue(f"{field}.<tools>", str(e)) from None
+    return (system[:m.start()] + system[m.end():]).strip(), row_tools(tools, f"{field}.<tools>")
 
 
 def _turns(row: dict[str, Any]) -> list[dict[str, Any]]:
     if row.get("conversations") is None:
-        raise _Bad("conversations", f"missing (the row has {sorted(row)})")
-    turns = _as_list(_decoded(row["conversations"], "conversations"), "conversations")
+        raise BadValue("conversations", f"missing (the row has {sorted(row)})")
+    turns = as_list(decoded(row["conversations"], "conversations"), "conversations")
     for i, t in enumerate(turns):
-        t = _as_dict(t, f"conversations[{i}]")
+        t = as_dict(t, f"conversations[{i}]")
         if t.get("from") not in _ROLES:
-            raise _Bad(f"conversations[{i}].from", f"must be one of {list(_ROLES)}, got {t.get('from')!r:.40}")
+            raise BadValue(f"conversations[{i}].from", f"must be one of {list(_ROLES)}, got {t.get('from')!r:.40}")
         if not isinstance(t.get("value"), str):
-            raise _Bad(f"conversations[{i}].value", f"must be a string, got {type(t.get('value')).__name__}")
+            raise BadValue(f"conversations[{i}].value", f"must be a string, got {type(t.get('value')).__name__}")
     return turns
 
 
@@ -207,12 +195,12 @@ def _from_sharegpt(row: dict[str, Any], reasoning: str) -> dict[str, Any]:
     turns = _turns(row)
     system = row.get("system")
     if system is not None and not isinstance(system, str):
-        raise _Bad("system", f"must be a string, got {type(system).__name__}")
+        raise BadValue("system", f"must be a string, got {type(system).__name__}")
     sys_field = "system"
     if turns and turns[0]["from"] == "system":
         system, sys_field, turns = turns[0]["value"], "conversations[0].value", turns[1:]
     offset = 1 if sys_field != "system" else 0
-    tools = _tools(row["tools"], "tools") if row.get("tools") is not None else None
+    tools = row_tools(row["tools"], "tools") if row.get("tools") is not None else None
     messages: list[Message] = []
     if system is not None:
         text, declared = _declared_tools(system, sys_field)
@@ -224,14 +212,14 @@ def _from_sharegpt(row: dict[str, Any], reasoning: str) -> dict[str, Any]:
         i = j + offset
         want = "human" if j % 2 == 0 else "gpt"
         if t["from"] != want:
-            raise _Bad(f"conversations[{i}].from", f"expected {want!r} (human and gpt turns alternate after the system turn), got {t['from']!r}")
+            raise BadValue(f"conversations[{i}].from", f"expected {want!r} (human and gpt turns alternate after the system turn), got {t['from']!r}")
         if want == "human":
             messages += _human_messages(t["value"], f"conversations[{i}].value", pending)
         else:
             messages.append(_gpt_message(t["value"], f"conversations[{i}].value", i, reasoning))
             pending = messages[-1].get("tool_calls", [])
     if not turns or turns[-1]["from"] != "gpt":
-        raise _Bad("conversations", "must end with a gpt turn (there is nothing to learn after the last human turn)")
+        raise BadValue("conversations", "must end with a gpt turn (there is nothing to learn after the last human turn)")
     return {"messages": messages, "tools": tools or []}
 
 
@@ -241,13 +229,13 @@ def _from_sharegpt(row: dict[str, Any], reasoning: str) -> dict[str, Any]:
 def _toucan_calls(m: Message, f: str) -> list[tuple[Any, str]]:
     calls = []
     if "function_call" in m:
-        calls.append((_call(m["function_call"], f"{f}.function_call"), f"{f}.function_call"))
-    for k, tc in enumerate(_as_list(m.get("tool_calls") or [], f"{f}.tool_calls")):
+        calls.append((row_call(m["function_call"], f"{f}.function_call"), f"{f}.function_call"))
+    for k, tc in enumerate(as_list(m.get("tool_calls") or [], f"{f}.tool_calls")):
         tf = f"{f}.tool_calls[{k}]"
-        tc = _as_dict(tc, tf)
+        tc = as_dict(tc, tf)
         if "function" in tc:
             tf, tc = f"{tf}.function", tc["function"]
-        calls.append((_call(tc, tf), tf))
+        calls.append((row_call(tc, tf), tf))
     return calls
 
 
@@ -264,14 +252,14 @@ def _toucan_result(m: Message, pending: list[dict[str, Any]]) -> Message:
 
 def _from_toucan(row: dict[str, Any], reasoning: str) -> dict[str, Any]:
     if row.get("messages") is None:
-        raise _Bad("messages", f"missing (the row has {sorted(row)})")
-    msgs = _messages(row["messages"], "messages")
-    tools = _toucan_tools(row, msgs)
+        raise BadValue("messages", f"missing (the row has {sorted(row)})")
+    msgs = row_messages(row["messages"], "messages")
+    tools = toucan_tools(row, msgs)
     out: list[Message] = []
     pending: list[dict[str, Any]] = []
     for i, m in enumerate(msgs):
         f = f"messages[{i}]"
-        if m["role"] == "system" and m["content"].startswith(_TOOL_DECLARE):
+        if m["role"] == "system" and m["content"].startswith(TOOL_DECLARE):
             continue  # the chat template declares the tools
         if m["role"] in ("system", "user"):
             out.append({"role": m["role"], "content": m["content"]})
@@ -290,7 +278,7 @@ def _from_toucan(row: dict[str, Any], reasoning: str) -> dict[str, Any]:
                 out.append(msg)
             pending += calls
     if not out or out[-1]["role"] != "assistant":
-        raise _Bad("messages", "must end with an assistant message (there is nothing to learn after the last one)")
+        raise BadValue("messages", "must end with an assistant message (there is nothing to learn after the last one)")
     return {"messages": out, "tools": tools}
 
 
@@ -299,32 +287,32 @@ def _from_toucan(row: dict[str, Any], reasoning: str) -> dict[str, Any]:
 
 def _lf_messages(row: dict[str, Any]) -> list[Message]:
     if row.get("messages") is None:
-        raise _Bad("messages", f"missing (the row has {sorted(row)})")
-    msgs = _as_list(_decoded(row["messages"], "messages"), "messages")
+        raise BadValue("messages", f"missing (the row has {sorted(row)})")
+    msgs = as_list(decoded(row["messages"], "messages"), "messages")
     for i, m in enumerate(msgs):
         f = f"messages[{i}]"
-        m = _as_dict(m, f)
+        m = as_dict(m, f)
         if m.get("role") not in _LF_ROLES:
-            raise _Bad(f"{f}.role", f"must be one of {list(_LF_ROLES)}, got {m.get('role')!r:.40}")
+            raise BadValue(f"{f}.role", f"must be one of {list(_LF_ROLES)}, got {m.get('role')!r:.40}")
         if m["role"] == "system" and i:
-            raise _Bad(f"{f}.role", "a system message must come first")
+            raise BadValue(f"{f}.role", "a system message must come first")
         if not isinstance(m.get("content"), str):
-            raise _Bad(f"{f}.content", f"must be a string, got {type(m.get('content')).__name__}")
+            raise BadValue(f"{f}.content", f"must be a string, got {type(m.get('content')).__name__}")
     return msgs
 
 
 def _lf_calls(text: str, field: str) -> list[Any]:
     """A ``tool_call`` message's content: a call (or a list of calls) as JSON or as a Python literal."""
     try:
-        value = _json(text)
+        value = json_value(text)
     except ValueError:
         try:
             value = ast.literal_eval(text.strip())
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as e:
             why = re.sub(r" at 0x[0-9a-fA-F]+", "", f"{type(e).__name__}: {e}".splitlines()[0])[:160]
-            raise _Bad(field, "a tool_call's content must be a call {'name': ..., 'arguments': ...} written as JSON or as a "
+            raise BadValue(field, "a tool_call's content must be a call {'name': ..., 'arguments': ...} written as JSON or as a "
                               f"Python literal; it is neither ({why})") from None
-    return [_call(c, f"{field}[{k}]") for k, c in enumerate(value)] if isinstance(value, list) else [_call(value, field)]
+    return [row_call(c, f"{field}[{k}]") for k, c in enumerate(value)] if isinstance(value, list) else [row_call(value, field)]
 
 
 def _lf_text(text: str, field: str, reasoning: str) -> Message:
@@ -336,7 +324,7 @@ def _lf_text(text: str, field: str, reasoning: str) -> Message:
 
 def _from_llamafactory(row: dict[str, Any], reasoning: str) -> dict[str, Any]:
     msgs = _lf_messages(row)
-    tools = _tools(row["tools"], "tools") if row.get("tools") is not None else []
+    tools = row_tools(row["tools"], "tools") if row.get("tools") is not None else []
     out: list[Message] = []
     pending: list[dict[str, Any]] = []  # the latest call turn's calls not answered yet
     prev = None
@@ -356,7 +344,7 @@ def _from_llamafactory(row: dict[str, Any], reasoning: str) -> dict[str, Any]:
                 pending = list(calls)
         elif role == "tool_response":
             if not pending:
-                raise _Bad(f"{f}.role", "a tool_response with no call to answer: each tool_response answers the next "
+                raise BadValue(f"{f}.role", "a tool_response with no call to answer: each tool_response answers the next "
                                         "unanswered call of the tool_call messages before it, in order, and none is left")
             call = pending.pop(0)
             out.append({"role": "tool", "content": text, "name": call["function"]["name"], "tool_call_id": call["id"]})
@@ -368,7 +356,7 @@ def _from_llamafactory(row: dict[str, Any], reasoning: str) -> dict[str, Any]:
             out.append({"role": role, "content": text})
         prev = role
     if not out or out[-1]["role"] != "assistant":
-        raise _Bad("messages", "must end with an assistant or tool_call message (there is nothing to learn after the last one)")
+        raise BadValue("messages", "must end with an assistant or tool_call message (there is nothing to learn after the last one)")
     return {"messages": out, "tools": tools}
 
 
@@ -381,7 +369,7 @@ def _has_lf_roles(messages: Any) -> bool:
         if "tool_call" not in messages and "tool_response" not in messages:
             return False  # a Toucan row's messages are not decoded twice
         try:
-            messages = _json(messages)
+            messages = json_value(messages)
         except ValueError:
             return False  # the reader names the problem
     return isinstance(messages, list) and any(isinstance(m, dict) and m.get("role") in ("tool_call", "tool_response")
@@ -417,7 +405,7 @@ def sft_example_from_row(row: Any, format: str = "auto", *, reasoning: str = "co
     try:
         fmt = detect_sft_format(row) if format == "auto" else format
         return _READERS[fmt](row, reasoning)
-    except _Bad as e:
+    except BadValue as e:
         raise RowError(where, index, e.field, e.problem, rid) from None
     except ValueError as e:  # detect_sft_format
         raise RowError(where, index, "", str(e), rid) from None
