@@ -286,7 +286,7 @@ def check_gold(box: ToolBox, steps: list[list[ToolCall]], paths: list[list[str]]
                 raise BadValue(p, f"gold call violates its schema: {err}")
 
 
-# ---------------------------------------------------------------- Toucan
+# ---------------------------------------------------------------- target tools (Toucan), the tool box
 
 
 def parse_target_tools(value: Any, field: str = "target_tools") -> list[str]:
@@ -324,7 +324,7 @@ def toolbox(tools: list[dict[str, Any]], field: str) -> ToolBox:
         raise BadValue(field, str(e)) from None
 
 
-# ---------------------------------------------------------------- verl, slca
+# ---------------------------------------------------------------- ground truth (verl, paper), fields kept in meta
 
 
 GT = "reward_model.ground_truth"
