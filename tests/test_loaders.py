@@ -13,13 +13,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from slca.env import SchemaSimulator, load_tasks, save_tasks, toolworld as tw
-from slca.env.loaders import RowError, detect_format, fit_prompts, parse_target_tools, split_tasks, task_from_row, task_to_row
+from slca.env.loaders import RowError, detect_format, fit_prompts, split_tasks
 from slca.env.schema import ToolBox
-from slca.types import Task, ToolCall
 
 FIX = Path(__file__).parent / "fixtures" / "env"
 TOUCAN_COLUMNS = ["uuid", "subset_name", "messages", "question", "available_tools", "target_tools",
@@ -52,148 +49,7 @@ def edit(row, col, fn):
     return row
 
 
-# ---------------------------------------------------------------- Toucan as published
-
-
-@pytest.fixture(params=["toucan_small.jsonl", "toucan_small.parquet"])
-def toucan_path(request):
-    return FIX / request.param
-
-
-def test_parquet_fixture_is_the_published_schema():
-    schema = pq.read_schema(FIX / "toucan_small.parquet")
-    assert schema.names == TOUCAN_COLUMNS and all(t == pa.string() for t in schema.types)
-    first = rows("toucan_small.jsonl")[1]
-    assert first["target_tools"] == "company_research_exa, competitor_finder_exa, linkedin_search_exa"  # a string, not JSON
-    assert json.loads(first["messages"])[0]["content"].startswith("<|im_system|>tool_declare<|im_middle|>[")
-
-
-def test_toucan_rows(toucan_path):
-    t = by_tail(load_tasks(toucan_path))
-    assert list(t) == ["a001", "a002", "a003", "a004", "a005", "a006"]
-    s = t["a001"]  # Kimi-K2 style: the tool_declare system message is dropped, the template declares the tools
-    assert s.messages == [{"role": "user", "content": "What does the fintech startup StellarPay actually do? Give me a short overview."}]
-    assert s.meta["tool_declare_dropped"] is True and s.kind == "single"
-    assert s.gold == [[ToolCall("exa-search-company_research_exa", {"companyName": "StellarPay", "numResults": 3})]]
-    assert s.meta["target_tools"] == ["company_research_exa"]
-    assert s.meta["target_tool_matches"] == {"company_research_exa": ["exa-search-company_research_exa"]}
-    assert s.reference_answer.startswith("StellarPay is a payments startup") and len(s.meta["gold_results"]) == 1
-    assert s.meta["subset"] == "single-turn-original" and s.meta["question"].startswith("What does")
-
-    c = t["a002"]  # two calls with no result between them are one parallel step; the third saw their results
-    assert c.kind == "chain"
-    assert [[x.name for x in st_] for st_ in c.gold] == [["exa-search-company_research_exa", "exa-search-competitor_finder_exa"],
-                                                         ["exa-search-linkedin_search_exa"]]
-    assert c.gold[1][0].arguments == {"query": "StellarPay engineering", "searchType": "profiles", "numResults": 5}
-    assert c.meta["target_tools"] == ["company_research_exa", "competitor_finder_exa", "linkedin_search_exa"]
-    assert all(len(v) == 1 for v in c.meta["target_tool_matches"].values())
-
-    p = t["a003"]  # a reasoning-only assistant message between two calls does not split the step
-    assert p.kind == "parallel" and [m["role"] for m in p.messages] == ["system", "user"]
-    assert [c_.arguments["location"]["latitude"] for c_ in p.gold[0]] == [39.74, 42.36]
-    assert p.reference_answer == "Denver will be warmer (18 C today) than Boston (12 C today)."
-
-    f = t["a004"]  # OSS style: bare names, call_id in function_call, reasoning between sequential calls
-    assert f.kind == "chain" and [[x.name for x in s_] for s_ in f.gold] == [["search_flights"], ["book_flight"]]
-    assert f.gold[0][0].arguments["passengers"] == [{"type": "adult"}, {"type": "child", "age": 8}]
-    assert "call_id" not in f.gold[0][0].arguments
-
-    i = t["a005"]
-    assert i.kind == "unservable" and i.gold == [] and i.refusal is True
-    assert i.meta["target_tool_matches"] == {"book_appointment": []}  # the irrelevant subset offers other tools
-    assert i.reference_answer.startswith("Sorry, I can't book")
-
-    m = t["a006"]  # multi-turn: gold of the first request; the follow-up kept, checked, in meta
-    assert m.kind == "single" and m.meta["user_turns"] == 2 and m.meta["subset"] == "multi-turn"
-    assert m.gold[0][0].arguments["entities"][0]["name"] == "Ada Lovelace"  # an argument checked through a #/$defs ref
-    (fu,) = m.meta["followups"]
-    assert fu["user"] == "What do you have stored about her now?"
-    assert fu["gold"] == [[{"name": "memory-bank-search_nodes", "arguments": {"query": "Ada Lovelace", "limit": 5}}]]
-    assert fu["reference_answer"].startswith("One entity")
-
-
-def test_jsonl_and_parquet_agree():
-    a, b = load_tasks(FIX / "toucan_small.jsonl"), load_tasks(FIX / "toucan_small.parquet")
-    assert [(x.id, x.gold, x.messages, x.tools, x.kind, x.meta) for x in a] == [(x.id, x.gold, x.messages, x.tools, x.kind, x.meta) for x in b]
-
-
-def test_loaded_toucan_tasks_run_in_the_schema_simulator():
-    for t in load_tasks(FIX / "toucan_small.jsonl"):
-        sim = SchemaSimulator(t.tools, seed=0)
-        for step in t.gold:
-            for c in step:
-                assert sim.call(c.name, c.arguments).ok
-
-
-@pytest.mark.parametrize("value,want", [
-    ("company_research_exa, competitor_finder_exa, linkedin_search_exa", ["company_research_exa", "competitor_finder_exa", "linkedin_search_exa"]),
-    ("web_search_exa", ["web_search_exa"]),
-    ("Exa Search::web_search_exa, Memory Bank::create_entities", ["web_search_exa", "create_entities"]),
-    (" a ,, b ,", ["a", "b"]),
-    ("", []),
-    (None, []),
-    ('["x", "y"]', ["x", "y"]),
-])
-def test_target_tools_parsing(value, want):
-    assert parse_target_tools(value) == want
-
-
-def test_tools_from_metadata_or_tool_declare_when_available_tools_is_absent(tmp_path):
-    src = rows("toucan_small.jsonl")
-    ref = load_tasks(FIX / "toucan_small.jsonl")
-    no_avail = [{k: v for k, v in r.items() if k != "available_tools"} for r in src]
-    got = load_tasks(write(tmp_path, no_avail))  # a001/a002/a006 from tool_declare, the rest from metadata.mcp_servers
-    assert [t.gold for t in got[:3]] == [t.gold for t in ref[:3]]
-    assert [t.tools for t in got[:3]] == [t.tools for t in ref[:3]]
-    only_meta = [{k: v for k, v in r.items() if k != "available_tools"} for r in src[2:3]]
-    (w,) = load_tasks(write(tmp_path, only_meta, "m.jsonl"))
-    assert [x["function"]["name"] for x in w.tools] == ["national-weather-service-get_forecast", "national-weather-service-get_alerts"]
-    assert w.gold == ref[2].gold and w.tools == ref[2].tools
-    bare = [{k: v for k, v in src[3].items() if k not in ("available_tools", "metadata")}]
-    with pytest.raises(RowError, match=r"row 0 \(id .*a004\): field 'available_tools': missing, and no tools"):
-        load_tasks(write(tmp_path, bare, "n.jsonl"))
-
-
-def test_bare_call_name_resolves_to_the_one_prefixed_tool(tmp_path):
-    def unprefix(ms):
-        ms[2]["function_call"]["name"] = "company_research_exa"
-    (t,) = load_tasks(write(tmp_path, [edit(rows("toucan_small.jsonl")[0], "messages", unprefix)]))
-    assert t.gold[0][0].name == "exa-search-company_research_exa"
-    assert t.meta["renamed_calls"] == {"company_research_exa": "exa-search-company_research_exa"}
-
-
-def test_duplicate_tool_names(tmp_path, caplog):
-    r = rows("toucan_small.jsonl")[0]
-    same = edit(r, "available_tools", lambda ts: ts + [copy.deepcopy(ts[1])])
-    with caplog.at_level(logging.WARNING, logger="slca.env"):
-        (t,) = load_tasks(write(tmp_path, [same]))
-    assert len(t.tools) == 4 and "listed twice with the same schema" in caplog.text
-
-    def clash(ts):
-        d = copy.deepcopy(ts[1])
-        d["function"]["description"] = "Another server's tool of the same name."
-        d["function"]["parameters"]["properties"]["region"] = {"type": "string"}
-        ts.append(d)
-    with pytest.raises(RowError, match=r"bad.jsonl row 0 \(id .*a001\): field 'available_tools\[4\]': tool 'exa-search-company_research_exa' "
-                                       r"is defined twice with different schemas"):
-        load_tasks(write(tmp_path, [edit(r, "available_tools", clash)]))
-
-
-# ---------------------------------------------------------------- the paper's verl rows, slca rows
-
-
-@pytest.fixture(params=["jsonl", "parquet"])
-def verl_path(request, tmp_path):
-    return FIX / "verl_small.jsonl" if request.param == "jsonl" else write(tmp_path, rows("verl_small.jsonl"), "v.parquet")
-
-
-def test_verl_rows(verl_path):
-    tasks = load_tasks(verl_path)
-    assert [t.id for t in tasks] == ["0", "1", "2", "3"]
-    assert [t.kind for t in tasks] == ["single", "parallel", "chain", "no_tool"]
-    assert tasks[0].messages[1]["content"] == "3-day forecast for Rome (41.9, 12.5)?" and tasks[0].answer_facts == ["18", "sunny"]
-    assert tasks[2].gold[1] == [ToolCall("book_flight", {"flight_id": "TP1203", "contact": {"name": "Kari Nord", "email": "kari@example.com"}})]
-    assert tasks[1].meta["data_source"] == "toucan_slca"
+# ---------------------------------------------------------------- formats
 
 
 def test_format_detection_and_explicit_format():
@@ -218,24 +74,6 @@ def test_save_and_reload_toolworld(tmp_path, fmt, suffix):
         assert [t.id for t in back] == [t.id for t in tasks] and back[0].meta == tasks[0].meta
         assert [(t.reference_answer, t.refusal) for t in back] == [(t.reference_answer, t.refusal) for t in tasks]
         assert tw.make_env(back[0]).__class__.__name__ == "PythonSimulator"
-
-
-def test_reference_answer_and_refusal_are_fields_files_keep_in_meta(tmp_path):
-    """A task file keeps both in its meta object (as before they were Task fields): an old file loads into the
-    fields, a written one stores them there, and a wrong type is refused naming the field."""
-    t = tw.make_tasks("train", n=1, seed=0)[0]
-    row = task_to_row(t)
-    meta = json.loads(row["meta"])
-    assert meta["reference_answer"] == t.reference_answer and meta["refusal"] is t.refusal is False
-    old = {**row, "meta": json.dumps({"split": "train", "reference_answer": "It is 3 C.", "refusal": True})}
-    back = task_from_row(old, "slca")
-    assert (back.reference_answer, back.refusal, back.meta) == ("It is 3 C.", True, {"split": "train"})
-    assert task_from_row({**row, "meta": "{}"}, "slca").reference_answer is None
-    with pytest.raises(RowError, match=r"field 'meta.refusal': must be true or false"):
-        task_from_row({**row, "meta": json.dumps({"refusal": "yes"})}, "slca")
-    with pytest.raises(ValueError, match=r"meta\['reference_answer'\] is a Task field now"):
-        Task(id="x", messages=[], tools=[], meta={"reference_answer": "hi"})
-    assert Task(id="x", messages=[], tools=[], kind="unservable").refusal is True
 
 
 # ---------------------------------------------------------------- Hugging Face datasets
@@ -526,84 +364,3 @@ def test_split_tasks():
             split_tasks(tasks, bad)
     with pytest.raises(ValueError, match="need at least 2"):
         split_tasks(tasks[:1], 0.5)
-
-
-# ---------------------------------------------------------------- property: same gold, or refused with row and field
-
-
-NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True)
-SCALARS = st.one_of(st.integers(-10**6, 10**6), st.text(max_size=8), st.booleans(), st.floats(allow_nan=False, allow_infinity=False, width=32))
-
-
-@st.composite
-def sources(draw):
-    """A task (tools with typed parameters, gold calls valid against them) and its row in one of the three formats."""
-    n_tools = draw(st.integers(1, 3))
-    tool_names = draw(st.lists(NAMES, min_size=n_tools, max_size=n_tools, unique=True))
-    tools, arg_types = [], {}
-    for name in tool_names:
-        props = draw(st.dictionaries(NAMES, st.sampled_from(["integer", "string", "boolean", "number"]), max_size=3))
-        arg_types[name] = props
-        tools.append({"type": "function", "function": {"name": name, "description": "d",
-                                                       "parameters": {"type": "object", "properties": {k: {"type": v} for k, v in props.items()}}}})
-    gen = {"integer": st.integers(-10**6, 10**6), "string": st.text(max_size=8), "boolean": st.booleans(),
-           "number": st.floats(allow_nan=False, allow_infinity=False, width=32)}
-    steps = []
-    for _ in range(draw(st.integers(0, 3))):
-        step = []
-        for _ in range(draw(st.integers(1, 2))):
-            name = draw(st.sampled_from(tool_names))
-            args = {k: draw(gen[v]) for k, v in arg_types[name].items() if draw(st.booleans())}
-            step.append({"name": name, "arguments": args})
-        steps.append(step)
-    fmt = draw(st.sampled_from(["toucan", "verl", "slca"]))
-    user = draw(st.text(min_size=1, max_size=20))
-    if fmt == "toucan":
-        msgs = [{"role": "user", "content": user}]
-        for step in steps:
-            msgs += [{"role": "assistant", "content": "", "function_call": {"name": c["name"], "arguments": json.dumps(c["arguments"])}} for c in step]
-            msgs += [{"role": "function", "name": c["name"], "content": "{}"} for c in step]
-        msgs.append({"role": "assistant", "content": "done"})
-        row = {"uuid": "u", "subset_name": "single-turn-original", "messages": json.dumps(msgs), "available_tools": json.dumps(tools),
-               "target_tools": ", ".join(tool_names)}
-    elif fmt == "verl":
-        row = {"prompt": [{"role": "user", "content": user}], "tools": json.dumps(tools),
-               "reward_model": {"ground_truth": json.dumps({"gold_tool_calls": steps})}, "extra_info": {"index": 0}}
-    else:
-        row = {"id": "s", "messages": json.dumps([{"role": "user", "content": user}]), "tools": json.dumps(tools), "gold": json.dumps(steps)}
-    return row, [[ToolCall(c["name"], c["arguments"]) for c in s] for s in steps]
-
-
-def _mutate(row, draw):
-    """Damage one column: drop it, replace it by a random scalar, truncate its JSON, or wrap it in a list."""
-    col = draw(st.sampled_from(sorted(row)))
-    how = draw(st.sampled_from(["drop", "scalar", "truncate", "wrap"]))
-    row = dict(row)
-    if how == "drop":
-        del row[col]
-    elif how == "scalar":
-        row[col] = draw(SCALARS)
-    elif how == "truncate":
-        text = row[col] if isinstance(row[col], str) else json.dumps(row[col])
-        row[col] = text[: draw(st.integers(0, max(0, len(text) - 1)))]
-    else:
-        row[col] = [row[col]]
-    return row, col
-
-
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(src=sources(), data=st.data())
-def test_rows_load_with_their_gold_or_are_refused_naming_row_and_field(src, data):
-    row, gold = src
-    (task,) = load_tasks([row])
-    assert task.gold == gold  # the untouched row loads with the gold it was made from
-    bad, col = _mutate(row, data.draw)
-    try:
-        (t,) = load_tasks([bad])  # the list is the source; the row is row 0
-    except RowError as e:
-        assert e.source == "rows" and e.row == 0 and str(e).startswith("rows row 0")
-        assert e.field or "format" in e.problem, str(e)  # a field is named, or the row's format cannot be told
-        if e.field:
-            assert f"field {e.field!r}" in str(e)
-    else:
-        assert t.gold == gold, (col, bad)  # harmless damage (e.g. an optional column): still the same gold

@@ -330,7 +330,7 @@ def test_score_batch_paper_preset():
     assert sb.components.execution["no_call"] == [1.0, 0.0] and sb.components.summary["rule_stand_in"] == [0.0, 1.0]
     assert "key_match" in sb.components.execution and "arg_match" not in sb.components.execution
     assert "arg_match" in score_batch(rows).components.execution  # the default is slca's
-    with pytest.raises(ValueError, match="reward must be one of"):
+    with pytest.raises(ValueError, match=r"reward 'nope': one of \['slca', 'paper'\], or your function"):
         score_batch(rows, reward="nope")
 
 

@@ -187,7 +187,7 @@ def test_resume_run_dir_continues_with_the_stored_config(tmp_path, tiny_model_di
     assert first.returncode == 0, first.stderr[-2000:]
     line = one_error_line(slca("train", "--resume", "runs/x", *sets("steps=2", "lr=1e-3"), cwd=tmp_path))
     assert line == ("error: --resume: the config differs from the run's config.json: lr: 0.0005 -> 0.001 "
-                    "(on resume only steps, micro_batch_size, eval_every, diag_every, volatility_window, sample_html_every, save_every, "
+                    "(on resume only steps, micro_batch_size, eval_batch_size, eval_every, diag_every, volatility_window, sample_html_every, save_every, "
                     "keep_checkpoints, report_to, project, mask_check_max_mismatch may change; for another config train a new run_dir, or pass --overwrite to "
                     "delete this run and start over)")
     line = one_error_line(slca("train", "runs/x", cwd=tmp_path))
