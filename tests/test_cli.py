@@ -176,7 +176,8 @@ def test_a_named_real_models_demo_budget_is_study42s_setting_at_three_evaluation
         cfg = validate(TrainConfig(model=model, estimator=est, summary_noise=noise, eval_on_start=True, **b))
         assert (cfg.lora_r, cfg.lora_target_modules, cfg.lr) == (8, ["q_proj", "v_proj"], 5e-5)
         assert cfg.steps == 2 * cfg.eval_every and cfg.ood_eval_splits == ["fresh"]
-    assert cli.DEMO_MODEL_JOBS[model] == 2
+    assert cli.demo_budget(model, budget == "quick", None) == (b, 2) and cli.demo_budget(model, False, 1)[1] == 1
+    assert cli.demo_budget("default", budget == "quick", None) == (cli.DEMO_OVERRIDES[budget], 4)
 
 
 def test_the_demos_cited_study_figures_are_those_of_docs_results():

@@ -178,6 +178,15 @@ DEMO_MODEL_OVERRIDES = {
 otherwise (four copies of a 135M model and their KV caches do not fit 24 GB beside each other)."""
 DEMO_MODEL_JOBS = {"smollm2-toolworld": 2}
 
+
+
+def demo_budget(model: str, quick: bool, jobs: int | None) -> tuple[dict[str, Any], int]:
+    """The demo's training fields for ``model`` (:data:`DEMO_MODEL_OVERRIDES` for a named real model, else
+    :data:`DEMO_OVERRIDES`) and the runs at a time (``jobs``, else the model's default: 4, or 2 for a real model)."""
+    budget = DEMO_MODEL_OVERRIDES.get(model, DEMO_OVERRIDES)["quick" if quick else "full"]
+    return budget, jobs if jobs is not None else DEMO_MODEL_JOBS.get(model, 4)
+
+
 DEMO_NOISE = 0.5
 """The noisy judge's summary_noise: study 25's stage-B setting (docs/results.md)."""
 
@@ -578,8 +587,7 @@ def demo(
     if bad:
         _fail(f"--set {bad[0]}: the demo sets {', '.join(fixed)} itself (use --out, --seed, --model)")
 
-    budget = DEMO_MODEL_OVERRIDES.get(model_spec, DEMO_OVERRIDES)["quick" if quick else "full"]
-    jobs = jobs if jobs is not None else DEMO_MODEL_JOBS.get(model_spec, 4)
+    budget, jobs = demo_budget(model_spec, quick, jobs)
 
     def demo_cfg(est: str, noise: float, folder: str) -> TrainConfig:
         cfg = TrainConfig(run_dir=str(out / folder), estimator=est, seed=seed, model=model_spec, eval_on_start=True, summary_noise=noise,

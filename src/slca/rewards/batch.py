@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections.abc import Callable, Iterator
@@ -80,6 +81,7 @@ def _tier(ref: str, task_id: str, which: str, v: Any) -> RewardBreakdown:
     return RewardBreakdown(float(v))
 
 
+@functools.lru_cache(maxsize=8)
 def user_reward(ref: str) -> Callable[[Trajectory], tuple[RewardBreakdown, RewardBreakdown]]:
     """A reward function the user names, as the two tiers :func:`score_batch` takes.
 
@@ -89,6 +91,8 @@ def user_reward(ref: str) -> Callable[[Trajectory], tuple[RewardBreakdown, Rewar
     number, None (that tier unscored for this rollout: its advantage is 0, the reason is printed) or a
     :class:`~slca.types.RewardBreakdown`. Anything else, or an exception, stops the run with an error naming the
     function and the task: a reward bug is not a property of the rollout.
+
+    Resolved once per process (cached by ``ref``): a ``.py`` file is executed once, not at every step.
     """
     module_ref, sep, attr = ref.partition(":")
     if not sep or not attr:
