@@ -18,6 +18,7 @@ from slca import (
     segment_masks,
     slca_advantages,
 )
+from slca.core.segments import SPAN_CALL, SPAN_THINK
 
 
 # ----------------------------------------------------------------- slow reference
@@ -390,6 +391,7 @@ def _batch(B: int = 6, T: int = 7, K: int = 2, seed: int = 0) -> dict:
         tool_rewards=torch.rand(B, generator=g), summary_rewards=torch.rand(B, generator=g),
         group_ids=[i // 3 for i in range(B)], model_mask=model, tool_mask=tm, summary_mask=sm,
         tool_signatures=[i % 2 for i in range(B)], turn_rewards=torch.rand(B, K, generator=g),
+        span_labels=torch.where(model.bool(), torch.tensor([SPAN_THINK, SPAN_CALL] * T)[:T], 0),  # slca_think
         extra={  # the released estimators' inputs (slca.core.paper)
             "should_no_call": torch.tensor([float(i % 3 == 1) for i in range(B)]),
             "toolpo_correct_ratio": torch.rand(B, generator=g),

@@ -151,6 +151,44 @@ def _split_think(text: str) -> tuple[str | None, str, list[ParseError]]:
     return body[:end].strip("\n"), body[end + len(_THINK_CLOSE):].lstrip("\n"), []
 
 
+def think_span(text: str) -> tuple[int, int] | None:
+    """``(start, end)`` of the turn's leading reasoning, ``<think>`` and ``</think>`` included, as
+    :func:`_split_think` reads it; an unclosed ``<think>`` runs to the end of the text. None without one."""
+    stripped = text.lstrip()
+    if not stripped.startswith(_THINK_OPEN):
+        return None
+    start = len(text) - len(stripped)
+    end = text.find(_THINK_CLOSE, start + len(_THINK_OPEN))
+    return (start, len(text)) if end < 0 else (start, end + len(_THINK_CLOSE))
+
+
+def _after_think(text: str) -> int:
+    """Where the text after the leading reasoning starts (0 without reasoning; the end when it is unclosed)."""
+    th = think_span(text)
+    return 0 if th is None else th[1]
+
+
+def _tag_spans(text: str, start: int) -> list[tuple[int, int]]:
+    """``(start, end)`` of every ``<tool_call>`` block of ``text[start:]``, tags included, as :func:`_tag_blocks`
+    reads them: a closed tag up to its ``</tool_call>``, an unclosed one up to the next tag or the end. A stray
+    ``</tool_call>`` is no block."""
+    tags = [(m.start(), m.group() == _OPEN) for m in _TAG.finditer(text, start)]
+    out: list[tuple[int, int]] = []
+    i = 0
+    while i < len(tags):
+        at, is_open = tags[i]
+        if not is_open:
+            i += 1
+            continue
+        if i + 1 < len(tags) and not tags[i + 1][1]:  # the next tag closes this one
+            out.append((at, tags[i + 1][0] + len(_CLOSE)))
+            i += 2
+            continue
+        out.append((at, tags[i + 1][0] if i + 1 < len(tags) else len(text)))
+        i += 1
+    return out
+
+
 def _tag_blocks(text: str) -> tuple[str, list[str], list[ParseError]]:
     """Split text on ``<tool_call>`` tags (one pass over the tag positions: linear time).
 
@@ -217,6 +255,12 @@ class ToolCallFormat(ABC):
     def render(self, calls: list[ToolCall], content: str = "", reasoning: str | None = None) -> str:
         """The assistant text a model should generate for these calls."""
 
+    def call_spans(self, text: str) -> list[tuple[int, int]] | None:
+        """``(start, end)`` character ranges of the calls in one assistant turn's text, as :meth:`parse` finds them
+        (outside the leading reasoning; broken calls included, up to where the parser stops reading them). Never
+        raises. None: this format does not write its calls as spans of the turn's text (the default)."""
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -262,6 +306,10 @@ class HermesFormat(ToolCallFormat):
         parts += [f'{_OPEN}\n{{"name": {_dumps_in_tag(c.name)}, "arguments": {_dumps_in_tag(c.arguments)}}}\n{_CLOSE}' for c in calls]
         return _think_prefix(reasoning) + "\n".join(parts)
 
+    def call_spans(self, text: str) -> list[tuple[int, int]]:
+        """Each ``<tool_call>...</tool_call>`` block after the reasoning."""
+        return _tag_spans(text, _after_think(text))
+
 
 class JsonListFormat(ToolCallFormat):
     """The SLCA paper's format: ``<tool_call>\\n[{"name": .., "arguments": {..}}, ...]\\n</tool_call>``.
@@ -297,6 +345,10 @@ class JsonListFormat(ToolCallFormat):
             body = _dumps_in_tag([{"name": c.name, "arguments": c.arguments} for c in calls])
             parts.append(f"{_OPEN}\n{body}\n{_CLOSE}")
         return _think_prefix(reasoning) + "\n".join(parts)
+
+    def call_spans(self, text: str) -> list[tuple[int, int]]:
+        """Each ``<tool_call>`` block (the JSON list with its tags) after the reasoning."""
+        return _tag_spans(text, _after_think(text))
 
 
 _PY_TAG = "<|python_tag|>"
@@ -347,6 +399,32 @@ class Llama3JsonFormat(ToolCallFormat):
                 errors.append(ParseError("text_around_calls", "text after the tool calls is ignored", _short(body[q: q + 201], 200)))
             break
         return ParsedTurn(content="", calls=calls, errors=errors, reasoning=reasoning)
+
+    def call_spans(self, text: str) -> list[tuple[int, int]]:
+        """One span: from ``<|python_tag|>`` (or the first call's ``{``) to the end of the last call :meth:`parse`
+        reads (to the end of the text when a call is not valid JSON: the parser stops there)."""
+        start = _after_think(text)
+        p = _WS.match(text, start).end()
+        end = len(text.rstrip())
+        had_tag = text.startswith(_PY_TAG, p)
+        q = _WS.match(text, p + len(_PY_TAG)).end() if had_tag else p
+        if not text.startswith("{", q):
+            m = _LLAMA_START.search(text, q, max(end, q))
+            if m is None:
+                return [(p, end)] if had_tag and end > p else []
+            q = m.start()
+        first, last, pos = (p if had_tag else q), q, q
+        while pos < end:  # the parse loop: every step moves past one call
+            _, stop, reason = _bounded_raw_decode(text[:end], pos)
+            if reason is not None and stop == pos:
+                return [(first, end)]
+            last = stop
+            r = _WS.match(text, stop).end()
+            if r < end and text[r] == ";":
+                pos = _WS.match(text, r + 1).end()
+                continue
+            break
+        return [(first, last)] if last > first else []
 
     def render(self, calls: list[ToolCall], content: str = "", reasoning: str | None = None) -> str:
         if calls and content:

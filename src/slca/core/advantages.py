@@ -251,19 +251,31 @@ def slca_advantages(
 def _route(
     rt: torch.Tensor, a_sum: torch.Tensor, group_ids: Any, tm: torch.Tensor, sm: torch.Tensor, scale: str, eps: float,
     empty_tool: str, empty_summary: str = EMPTY_SUMMARY_DEFAULT,
+    think: tuple[torch.Tensor, torch.Tensor | None] | None = None,
 ) -> torch.Tensor:
     """SLCA's routing: the normalised tool reward to tool tokens, ``a_sum`` (B,) to summary tokens.
 
     ``rt`` (B,) are the raw tool rewards (normalised here, with ``empty_tool``'s
     rule for rollouts without a tool segment); ``tm``, ``sm`` (B, T) the
     segments; ``empty_summary`` the rule for rollouts without a summary segment.
+    ``think``: ``(think_mask (B, T) bool, a subset of tm; think_rewards (B,) or None)``:
+    those tool tokens get the reasoning tier's advantage instead (its rewards
+    normalised as the tool tier's, ``empty_tool`` included; None: the tool tier's
+    advantage itself, so the result is the one without ``think``).
     Returns (B, T) float32.
     """
     has_tool = tm.any(dim=1)  # (B,)
     if empty_tool == "exclude":
         rt = torch.where(has_tool, rt, torch.full_like(rt, float("nan")))
     a_tool = group_normalize(rt, group_ids, scale=scale, eps=eps)  # (B,)
-    adv = a_tool.unsqueeze(1) * tm.float() + a_sum.unsqueeze(1) * sm.float()
+    tool_tok = a_tool.unsqueeze(1)  # (B, 1), or (B, T) with a reasoning tier
+    if think is not None and think[1] is not None:
+        th, rk = think
+        if empty_tool == "exclude":
+            rk = torch.where(has_tool, rk, torch.full_like(rk, float("nan")))
+        a_think = group_normalize(rk, group_ids, scale=scale, eps=eps)  # (B,)
+        tool_tok = torch.where(th, a_think.unsqueeze(1), tool_tok)
+    adv = tool_tok * tm.float() + a_sum.unsqueeze(1) * sm.float()
     if empty_tool in ("response", "both"):
         mixed = 0.5 * (a_tool + a_sum) if empty_tool == "response" else a_tool + a_sum  # (B,)
         adv = torch.where(has_tool.unsqueeze(1), adv, mixed.unsqueeze(1) * sm.float())

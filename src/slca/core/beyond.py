@@ -1,11 +1,14 @@
-"""Beyond SLCA: two estimators for its known limits (docs/beyond.md).
+"""Beyond SLCA: estimators for its known limits (docs/beyond.md).
 
 ``slca_cond``: a summary baseline conditioned on the tool outcome (the summary group
 mixes rollouts whose tool segments diverged); ``slca_turn``: per-turn credit inside
 the tool segment (one scalar per segment cannot tell a good first call from a bad
-second one). Each reduces exactly to :func:`slca.core.advantages.slca_advantages`
-when its extra term is switched off. Their inputs (``tool_signatures``,
-``turn_rewards``) are computed by :mod:`slca.rewards.turns`.
+second one); ``slca_think``: the reasoning before a call as a third segment with its
+own tier (the paper's tool segment includes reasoning). Each reduces exactly to
+:func:`slca.core.advantages.slca_advantages` when its extra term is switched off.
+Their inputs (``tool_signatures``, ``turn_rewards``) are computed by
+:mod:`slca.rewards.turns`; ``span_labels`` by the host from the token ids
+(:func:`slca.chat.spans.span_labels`).
 
 Shapes: ``B`` rollouts (prompts x G samples), ``T`` response tokens.
 """
@@ -19,7 +22,7 @@ from typing import Any, Literal
 
 import torch
 
-from slca._checks import as_1d, as_2d, check_same_shape, group_index
+from slca._checks import as_1d, as_2d, check_mask, check_same_shape, group_index
 from slca.core.advantages import (
     EMPTY_SUMMARY_DEFAULT,
     EMPTY_TOOL_DEFAULT,
@@ -31,8 +34,16 @@ from slca.core.advantages import (
     group_normalize,
     slca_advantages,
 )
-from slca.core.registry import AdvantageInputs, NonNegative, SLCAOptions, option, register_estimator
-from slca.core.segments import tool_turn_index
+from slca.core.registry import (
+    AdvantageInputs,
+    InputSpec,
+    NonNegative,
+    SLCAOptions,
+    option,
+    register_estimator,
+    register_input,
+)
+from slca.core.segments import think_mask, tool_turn_index
 
 __all__ = [
     "COND_STDS",
@@ -42,7 +53,12 @@ __all__ = [
     "slca_turn_advantages",
     "SLCACondOptions",
     "SLCATurnOptions",
+    "slca_think_advantages",
+    "THINK_REWARDS",
 ]
+
+THINK_REWARDS = "think_rewards"
+"""The name of the reasoning tier's reward, an optional (B,) input of ``slca_think`` (:func:`_slca_think`)."""
 
 
 COND_STDS = ("group", "subgroup")
@@ -307,4 +323,77 @@ def _slca_turn(inputs: AdvantageInputs, *, scale: str, eps: float, empty_tool: s
         inputs.tool_rewards, inputs.summary_rewards, inputs.turn_rewards, inputs.group_ids, inputs.tool_mask,
         inputs.summary_mask, ti, turn_lambda=turn_lambda, scale=scale, eps=eps, empty_tool=empty_tool,
         empty_summary=empty_summary,
+    )
+
+
+def slca_think_advantages(
+    tool_rewards: torch.Tensor,
+    summary_rewards: torch.Tensor,
+    group_ids: Any,
+    tool_mask: torch.Tensor,
+    summary_mask: torch.Tensor,
+    think_mask: torch.Tensor,
+    *,
+    think_rewards: torch.Tensor | None = None,
+    scale: str = "group",
+    eps: float = 1e-6,
+    empty_tool: str = EMPTY_TOOL_DEFAULT,
+    empty_summary: str = EMPTY_SUMMARY_DEFAULT,
+) -> torch.Tensor:
+    """SLCA with three segments: reasoning, call, summary (``slca_think``).
+
+    The paper puts the reasoning before a call in the tool segment. Here the
+    reasoning tokens of the execution segment (``think_mask``,
+    :func:`slca.core.segments.think_mask`) form a segment of their own with its own
+    tier:
+
+        ``A_{i,t} = norm_g(r^think)_i``   on reasoning tokens of the execution segment,
+        ``A_{i,t} = norm_g(r^tool)_i``    on its other tokens (the calls),
+        ``A_{i,t} = norm_g(r^sum)_i``     on summary tokens,
+
+    each normalised within the group on its own (:func:`group_normalize`), with
+    ``empty_tool`` / ``empty_summary`` and NaN handling as in :func:`slca_advantages`
+    (the reasoning tier is left out of its statistics where the tool tier is, under
+    ``empty_tool="exclude"``; ``empty_summary="last_turn"`` adds the summary
+    advantage to the whole last tool turn, reasoning included). Reasoning in the
+    summary segment stays summary: it is the thinking that writes the answer, which
+    the summary tier judges.
+
+    ``think_rewards`` None inherits the call tier: ``r^think = r^tool``, so every
+    token gets exactly :func:`slca_advantages`'s advantage (bit for bit).
+
+    Args:
+        tool_rewards: (B,) execution-tier reward (NaN = unscored).
+        summary_rewards: (B,) summary-tier reward (NaN = unscored).
+        group_ids: (B,) group ids.
+        tool_mask, summary_mask: (B, T) 0/1, disjoint.
+        think_mask: (B, T) 0/1 reasoning tokens, a subset of ``tool_mask``.
+        think_rewards: (B,) reasoning-tier reward (NaN = unscored), or None.
+
+    Returns:
+        (B, T) float32, zero outside ``tool_mask | summary_mask``.
+    """
+    tm, sm, rt, rs = _segment_checks(tool_rewards, summary_rewards, tool_mask, summary_mask, empty_tool, empty_summary)
+    th = check_mask("think_mask", as_2d("think_mask", think_mask)).to(tm.device)
+    check_same_shape(tool_mask=tm, think_mask=th)
+    if (th & ~tm).any():
+        raise ValueError("think_mask has 1 outside tool_mask: reasoning tokens of the summary segment stay summary "
+                         "(slca.core.segments.think_mask)")
+    rk = None if think_rewards is None else as_1d("think_rewards", think_rewards, tm.shape[0]).to(tm.device)
+    a_sum = group_normalize(rs, group_ids, scale=scale, eps=eps)
+    return _route(rt, a_sum, group_ids, tm, sm, scale, eps, empty_tool, empty_summary, think=(th, rk))
+
+
+SPAN_LABELS_INPUT = register_input(InputSpec(
+    "span_labels", "(B, T) int: each response token's span label (slca.core.segments.SPAN_*: text, think, call; 0 off "
+    "policy tokens), computed by the host from the token ids with its tokenizer (slca.chat.spans.span_labels)"))
+
+
+@register_estimator("slca_think", needs=("span_labels",), options=SLCAOptions)
+def _slca_think(inputs: AdvantageInputs, *, scale: str, eps: float, empty_tool: str, empty_summary: str) -> torch.Tensor:
+    """SLCA with the reasoning before a call as its own segment (reward: think_rewards, else the call tier's)."""
+    return slca_think_advantages(
+        inputs.tool_rewards, inputs.summary_rewards, inputs.group_ids, inputs.tool_mask, inputs.summary_mask,
+        think_mask(inputs.tool_mask, inputs.span_labels), think_rewards=inputs.get(THINK_REWARDS), scale=scale, eps=eps,
+        empty_tool=empty_tool, empty_summary=empty_summary,
     )

@@ -79,6 +79,10 @@ class AdvantageInputs:
             (``slca_turn``; see :func:`slca.rewards.turns.turn_scores`).
         turn_index: (B, T) long tool-turn index of each tool token, -1 elsewhere
             (``slca_turn``); None: derived from ``model_mask`` and ``tool_mask``.
+        span_labels: (B, T) integer span label of each response token
+            (:data:`slca.core.segments.SPAN_TEXT` / ``SPAN_THINK`` / ``SPAN_CALL``, 0 off
+            policy tokens; ``slca_think``), computed by the host from the token ids
+            (:func:`slca.chat.spans.span_labels`); None when not computed.
         extra: inputs beyond these fields, by name (a new estimator's new
             input, see :class:`InputSpec`).
 
@@ -89,7 +93,7 @@ class AdvantageInputs:
     One input contract for every estimator: rewards and masks may be given as
     tensors, numpy arrays or (nested) lists; they are converted here, once, so
     every estimator reads tensors (rewards: 1-D float; masks, ``turn_rewards``,
-    ``turn_index``: 2-D). ``B = 0`` and ``T = 0`` are valid shapes.
+    ``turn_index``, ``span_labels``: 2-D). ``B = 0`` and ``T = 0`` are valid shapes.
     """
 
     tool_rewards: torch.Tensor
@@ -102,12 +106,13 @@ class AdvantageInputs:
     tool_signatures: Sequence[Hashable] | None = None
     turn_rewards: torch.Tensor | None = None
     turn_index: torch.Tensor | None = None
+    span_labels: torch.Tensor | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("tool_rewards", "summary_rewards"):
             object.__setattr__(self, name, as_1d(name, getattr(self, name)))
-        for name in ("model_mask", "tool_mask", "summary_mask", "turn_rewards", "turn_index"):
+        for name in ("model_mask", "tool_mask", "summary_mask", "turn_rewards", "turn_index", "span_labels"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, as_2d(name, value))
@@ -612,9 +617,10 @@ def compute_advantages(name: str, inputs: AdvantageInputs, **options: Any) -> to
 
 
 def fill_inputs(inputs: AdvantageInputs, name: str, trajectories: Sequence[Any]) -> AdvantageInputs:
-    """``inputs`` with every input estimator ``name`` needs computed from the batch's trajectories."""
+    """``inputs`` with every input estimator ``name`` needs computed from the batch's trajectories
+    (an input the caller already set, such as ``span_labels``, is kept)."""
     spec = get_estimator(name)
-    return inputs.with_inputs({n: get_input(n).from_trajectories(trajectories) for n in spec.needs})
+    return inputs.with_inputs({n: get_input(n).from_trajectories(trajectories) for n in spec.needs if inputs.get(n) is None})
 
 
 @register_estimator("grpo", options=GroupOptions, reference=True, trajectory=True)

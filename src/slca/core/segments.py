@@ -1,8 +1,15 @@
-"""Execution / summary segments from the environment-boundary mask.
+"""Execution / summary segments from the environment-boundary mask, and their span-level refinement.
 
 SLCA-GRPO (arXiv 2609.29050, Sec. 3.3): the *execution segment* is every policy
 token before the last environment (tool-response) token; the *summary segment* is
 every policy token after it. The split is deterministic: no learned segmenter.
+
+Beyond the paper (docs/beyond.md, "Reasoning and calls inside text"): each policy
+token may also carry a span label (:data:`SPAN_TEXT`, :data:`SPAN_THINK`,
+:data:`SPAN_CALL`), read from its turn's text by :func:`slca.chat.spans.span_labels`;
+:func:`span_segment_masks` moves the text around a turn's calls to the summary
+segment (``segmentation="span"``), :func:`think_mask` picks the reasoning tokens
+of the execution segment (``slca_think``).
 """
 
 from __future__ import annotations
@@ -11,7 +18,30 @@ import torch
 
 from slca._checks import as_2d, check_mask, check_same_shape
 
-__all__ = ["segment_masks", "environment_mask", "turn_index", "tool_turn_index", "last_tool_turn"]
+__all__ = [
+    "segment_masks",
+    "environment_mask",
+    "turn_index",
+    "tool_turn_index",
+    "last_tool_turn",
+    "SPAN_NONE",
+    "SPAN_TEXT",
+    "SPAN_THINK",
+    "SPAN_CALL",
+    "SPAN_KINDS",
+    "SEGMENTATIONS",
+    "span_segment_masks",
+    "think_mask",
+]
+
+SPAN_NONE, SPAN_TEXT, SPAN_THINK, SPAN_CALL = 0, 1, 2, 3
+"""Span labels of response tokens: not a policy token, other policy text, reasoning (``<think>...</think>``, tags
+included), a tool call (``<tool_call>...</tool_call>`` for hermes; the JSON list for json_list). A token that straddles
+two spans takes the larger label (call over reasoning over text; :func:`slca.chat.spans.token_labels`)."""
+SPAN_KINDS = ("none", "text", "think", "call")
+"""The name of each span label, by value."""
+SEGMENTATIONS = ("boundary", "span")
+"""``boundary``: the segments of :func:`segment_masks` (the paper's); ``span``: :func:`span_segment_masks` of them."""
 
 
 def _last_true(mask: torch.Tensor) -> torch.Tensor:
@@ -157,3 +187,81 @@ def last_tool_turn(tool_mask: torch.Tensor) -> torch.Tensor:
     if k.shape[1] == 0:
         return torch.zeros_like(tm)
     return tm & (k == k.amax(dim=1, keepdim=True))
+
+
+def _span_checks(tool_mask: torch.Tensor, span_labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    tm = check_mask("tool_mask", as_2d("tool_mask", tool_mask))
+    labels = as_2d("span_labels", span_labels)
+    check_same_shape(tool_mask=tm, span_labels=labels)
+    if labels.numel() == 0:  # an empty list has no integer dtype
+        labels = labels.long()
+    if torch.is_floating_point(labels) or labels.dtype == torch.bool:
+        raise ValueError(f"span_labels must be an integer tensor (slca.chat.spans.span_labels), got {labels.dtype}")
+    labels = labels.to(tm.device)
+    if ((labels < SPAN_NONE) | (labels > SPAN_CALL)).any():
+        raise ValueError(f"span_labels must hold {SPAN_NONE}..{SPAN_CALL} ({', '.join(SPAN_KINDS)}), got "
+                         f"{sorted(set(labels.unique().tolist()))}")
+    if (tm & (labels == SPAN_NONE)).any():
+        raise ValueError("span_labels is 0 (not a policy token) on a tool-segment token: labels and masks are of "
+                         "different rows or tokens")
+    return tm, labels
+
+
+def span_segment_masks(
+    tool_mask: torch.Tensor, summary_mask: torch.Tensor, span_labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Span-level segments (``segmentation="span"``): text around the calls of a tool turn joins the summary segment.
+
+    A tool turn is a run of the tool mask (tool turns are separated by environment
+    tokens). In a tool turn that holds a :data:`SPAN_CALL` token, its
+    :data:`SPAN_TEXT` tokens move from the execution to the summary segment; its
+    call and reasoning tokens stay. A tool turn without a call token (an attempt
+    the environment answered as failed, written without the format's call span)
+    keeps all its tokens: it is execution as a whole, as in the boundary split.
+    The summary segment keeps every token it had.
+
+    ``tool'[i, t] = tool[i, t] and not (L[i, t] == TEXT and turn k(i, t) has a CALL)``,
+    ``summary'[i, t] = summary[i, t] or (tool[i, t] and not tool'[i, t])``.
+
+    Args:
+        tool_mask, summary_mask: (B, T) 0/1, disjoint (:func:`segment_masks`).
+        span_labels: (B, T) integer labels (:data:`SPAN_NONE` .. :data:`SPAN_CALL`), a
+            policy label on every tool token.
+
+    Returns:
+        ``(tool_mask, summary_mask)``, each (B, T) in ``tool_mask``'s dtype; disjoint,
+        with the same union as the inputs.
+
+    Example:
+        >>> import torch
+        >>> tool = torch.tensor([[1, 1, 1, 0, 1, 1]])           # turn 0: text + call; turn 1: text, no call
+        >>> summ = torch.zeros_like(tool)
+        >>> labels = torch.tensor([[1, 3, 3, 0, 1, 1]])
+        >>> [m.tolist() for m in span_segment_masks(tool, summ, labels)]
+        [[[0, 1, 1, 0, 1, 1]], [[1, 0, 0, 0, 0, 0]]]
+    """
+    raw = as_2d("tool_mask", tool_mask)
+    tm, labels = _span_checks(raw, span_labels)
+    sm = check_mask("summary_mask", as_2d("summary_mask", summary_mask))
+    check_same_shape(tool_mask=tm, summary_mask=sm)
+    B, T = tm.shape
+    k = tool_turn_index(tm, tm)  # (B, T) run of the tool mask, -1 elsewhere
+    K = int(k.max()) + 1 if k.numel() else 0
+    call = (tm & (labels == SPAN_CALL)).long()
+    has_call = torch.zeros(B, K + 1, dtype=torch.long, device=tm.device).scatter_reduce(1, k + 1, call, "amax")  # slot 0: k = -1
+    moved = tm & (labels == SPAN_TEXT) & has_call.gather(1, k + 1).bool()
+    return (tm & ~moved).to(raw.dtype), (sm | moved).to(raw.dtype)
+
+
+def think_mask(tool_mask: torch.Tensor, span_labels: torch.Tensor) -> torch.Tensor:
+    """(B, T) bool: the reasoning (:data:`SPAN_THINK`) tokens of the execution segment.
+
+    Reasoning in the summary segment (the thinking before the final answer) is not
+    in it: it stays summary (``slca_think``, docs/beyond.md).
+
+    Args:
+        tool_mask: (B, T) 0/1 execution segment.
+        span_labels: (B, T) integer span labels.
+    """
+    tm, labels = _span_checks(tool_mask, span_labels)
+    return tm & (labels == SPAN_THINK)
