@@ -160,13 +160,17 @@ def test_empty_shapes_and_bad_labels():
         compute_advantages("slca_think", inputs)
 
 
-def test_a_user_reasoning_reward_is_an_input_declared_as_others():
+def test_a_user_reasoning_reward_is_an_input_declared_as_others(monkeypatch):
     """The reasoning reward travels as the input ``think_rewards``: an estimator that declares it (with how to compute
     it from the rollouts) gets it filled by every host's input machinery; span_labels, set by the host, is kept."""
 
     def thought_length(trajectories):
         return torch.tensor([float(t) for t in trajectories])
 
+    from slca.core import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # undone after the test (docs/beyond.md
+    monkeypatch.setattr(registry, "_INPUTS", dict(registry._INPUTS))  # registers its own think_rewards)
     spec = get_estimator("slca_think")
 
     @register_estimator("test_think_judged", needs=("span_labels", InputSpec("think_rewards", "(B,) test reasoning reward", thought_length)),

@@ -796,6 +796,12 @@ def test_every_registered_estimator_takes_a_trainer_step_with_its_inputs(tmp_pat
         torch.tensor(r_tool), torch.tensor(r_sum), torch.arange(16) // 4, model_tok, tool_seg, sum_seg,
         tool_signatures=signatures, turn_rewards=torch.tensor(turns), extra={"call_counts": torch.tensor(n_calls), **paper},
     )
+    if "span_labels" in get_estimator(name).needs:  # slca_think: the labels of the completion ids, as the trainer makes them
+        from slca.chat.spans import span_labels
+
+        lengths = [int(torch.nonzero(m).max()) + 1 if m.any() else 0 for m in cm]
+        inputs = inputs.with_inputs({"span_labels": span_labels(ids, model_tok, tokenizer=tok, fmt="hermes",
+                                                                end_of_turn=trainer._turn_ends(), lengths=lengths)})
     host = get_estimator(name).pick({"scale": "group", "eps": EPS})  # empty_tool / empty_summary: the defaults
     expect = compute_advantages(name, inputs, **host, **OPTIONS.get(name, {}))
     # rltr_planner may leave the policy where it was on this batch: its only groups with two process segments
@@ -810,6 +816,45 @@ def test_every_registered_estimator_takes_a_trainer_step_with_its_inputs(tmp_pat
     if name in OPTIONS:  # the estimator's own option and input changed something: not plain SLCA
         plain = compute_advantages("slca", inputs, scale="group", eps=EPS)
         assert not torch.allclose(adv, plain, atol=1e-4)
+
+
+def test_span_segmentation_and_slca_think_through_the_batch_function(tmp_path):
+    """trl_batch_advantages with segmentation='span': the advantages are slca's on the span segments; slca_think with
+    the reasoning reward inherited equals slca; without labels, and with a format that has no call spans, refused."""
+    from slca import compute_advantages, segment_masks
+    from slca.core.segments import SPAN_CALL, SPAN_TEXT, SPAN_THINK, span_segment_masks
+
+    B, T = 8, 6
+    g = torch.Generator().manual_seed(0)
+    rpf = torch.rand(B, 2, generator=g)
+    valid = torch.ones(B, T, dtype=torch.long)
+    env = torch.tensor([[1, 1, 1, 0, 1, 1]] * B)  # a tool turn, a tool result, the answer
+    labels = torch.tensor([[SPAN_THINK, SPAN_TEXT, SPAN_CALL, 0, SPAN_TEXT, SPAN_TEXT]] * B, dtype=torch.int8)
+    w = torch.tensor([1.0, 1.0])
+    adv, used = trl_batch_advantages(rpf, ["tool", "summary"], w, valid, env, 4, segmentation="span", span_labels=labels)
+    tm, sm = span_segment_masks(*segment_masks(env, valid), labels)
+    assert torch.equal(used.tool_mask, tm) and torch.equal(used.summary_mask, sm) and tm[0].tolist() == [1, 0, 1, 0, 0, 0]
+    assert torch.equal(adv, compute_advantages("slca", used, eps=EPS))
+    assert torch.equal(adv[:, 1], adv[:, 4])  # the text in the tool turn has the answer's advantage
+    think, _ = trl_batch_advantages(rpf, ["tool", "summary"], w, valid, env, 4, estimator="slca_think", span_labels=labels)
+    plain, _ = trl_batch_advantages(rpf, ["tool", "summary"], w, valid, env, 4)
+    assert torch.equal(think, plain)
+    with pytest.raises(ValueError, match="needs span_labels"):
+        trl_batch_advantages(rpf, ["tool", "summary"], w, valid, env, 4, segmentation="span")
+    with pytest.raises(ValueError, match="segmentation='span' needs each policy token labelled.*'openai'"):
+        base_args(tmp_path, segmentation="span", tool_format="openai")
+    with pytest.raises(ValueError, match="segmentation must be one of"):
+        base_args(tmp_path, segmentation="turns")
+
+
+def test_slca_think_labels_the_completions_itself(tmp_path):
+    tok = build_tokenizer()
+    kw = dict(model=build_policy(tok), processing_class=tok, reward_funcs=[execution_reward, summary_reward],
+              train_dataset=dataset(8))
+    t = SLCAGRPOTrainer(args=base_args(tmp_path, advantage_estimator="slca_think"), **kw)
+    assert t.slca_spans and t.slca_input_funcs == {}
+    with pytest.raises(ValueError, match="may not give 'span_labels': the trainer labels the completion ids itself"):
+        SLCAGRPOTrainer(args=base_args(tmp_path, advantage_estimator="slca_think"), estimator_inputs={"span_labels": lambda **_: None}, **kw)
 
 
 def test_needed_inputs_and_options_are_checked_when_the_trainer_is_built(tmp_path):

@@ -490,7 +490,16 @@ def test_chain_task_scores_the_same_through_verl_and_slca(tmp_path):
 # tool advantage of a correct-call ratio that is 0 everywhere here; rltr_planner: the planner reward is the rltr_*
 # inputs, all 0 here, and the score is not read: 0 everywhere)
 SCORE_ONLY = {"grpo": "grpo", "gdpo": "grpo", "slca": "segments", "slca_cond": "segments", "slca_turn": "segments",
-              "slca_paper": "segments", "toolpo_grpo": "grpo", "rltr_planner": "zero"}
+              "slca_paper": "segments", "toolpo_grpo": "grpo", "rltr_planner": "zero", "slca_think": "segments"}
+
+
+def _default_tokenizer_dir() -> str:
+    from slca.models.default import resolve_default_dir
+
+    path, must_build = resolve_default_dir()
+    if must_build:
+        pytest.skip("the embedded default model is not built here (no shipped weights)")
+    return str(path)
 
 
 def verls_layouts():
@@ -534,7 +543,7 @@ def _extras(name, B):
             out[n] = np.zeros(B, dtype=np.float32)
     if "rltr_format_valid" in needs:
         out["rltr_format_valid"] = np.ones(B, dtype=np.float32)
-    assert set(out) == set(needs), f"{name} needs {needs}: add them here"
+    assert set(out) == set(needs) - {"span_labels"}, f"{name} needs {needs}: add them here"  # span labels: from batch=
     return out or None
 
 
@@ -556,8 +565,12 @@ def test_every_estimator_on_verls_layouts_through_verls_registry(monkeypatch, na
     monkeypatch.setenv("SLCA_ESTIMATOR", name)
     monkeypatch.setenv("SLCA_EMPTY_TOOL", mode)
     fn = core_algos.get_adv_estimator_fn("slca")
+    batch = None
+    if "span_labels" in slca.get_estimator(name).needs:  # slca_think: token ids (verl's newer batch=) and a tokenizer
+        monkeypatch.setenv("SLCA_TOKENIZER", _default_tokenizer_dir())
+        batch = {"responses": torch.full(mask.shape, 65, dtype=torch.long)}  # plain text: no reasoning, as verl's rows
     got, ret = fn(token_level_rewards=R, response_mask=mask, index=uids, config=AlgoConfig(adv_estimator="slca"),
-                  non_tensor_batch=_extras(name, len(uids)))
+                  non_tensor_batch=_extras(name, len(uids)), batch=batch)
     assert torch.equal(got, ret)
     t, s = sv.unpack_token_rewards(R, mask)
     assert torch.equal(t, torch.zeros(len(uids))) and torch.equal(s, score)  # the 1-token rows too
@@ -625,3 +638,38 @@ def test_verl_refuses_the_mask_check_with_the_reason(monkeypatch):
     monkeypatch.setenv(V.MASK_CHECK_ENV, "0.1")
     with pytest.raises(ValueError, match="cannot run under verl"):
         V.compute_slca_outcome_advantage(torch.zeros(2, 3), torch.ones(2, 3), index=["a", "a"])
+
+
+def test_span_labels_under_verl_need_the_token_ids_and_a_tokenizer(monkeypatch):
+    """SLCA_SEGMENTATION=span and SLCA_ESTIMATOR=slca_think read batch['responses'] (verl's newer batch=, upstream PR
+    #7473) with SLCA_TOKENIZER; verl 0.9.1 passes no ids: refused in one line saying so, as a missing tokenizer is."""
+    from transformers import AutoTokenizer
+
+    from slca.core.segments import span_segment_masks
+
+    path = _default_tokenizer_dir()
+    tok = AutoTokenizer.from_pretrained(path)
+    eot = tok.convert_tokens_to_ids("<|im_end|>")
+    turn = tok("Let me check.\n<tool_call>\n[{\"name\": \"f\", \"arguments\": {}}]\n</tool_call>", add_special_tokens=False)["input_ids"] + [eot]
+    env = tok("<tool_response>{}</tool_response>", add_special_tokens=False)["input_ids"]
+    ans = tok("Done.", add_special_tokens=False)["input_ids"] + [eot]
+    ids = torch.tensor([turn + env + ans] * 2)
+    mask = torch.tensor([[1] * len(turn) + [0] * len(env) + [1] * len(ans)] * 2)
+    uids = np.array(["a", "a"], dtype=object)
+    ntb = {"tool_reward": np.array([0.0, 1.0], dtype=np.float32), "summary_reward": np.array([1.0, 0.0], dtype=np.float32)}
+    R = torch.zeros(mask.shape)
+    fn = core_algos.get_adv_estimator_fn("slca")
+    monkeypatch.setenv("SLCA_SEGMENTATION", "span")
+    with pytest.raises(ValueError, match="verl 0.9.1 passes only token_level_rewards.*PR #7473"):
+        fn(token_level_rewards=R, response_mask=mask, index=uids, non_tensor_batch=ntb)
+    with pytest.raises(ValueError, match="set SLCA_TOKENIZER"):
+        fn(token_level_rewards=R, response_mask=mask, index=uids, non_tensor_batch=ntb, batch={"responses": ids})
+    monkeypatch.setenv("SLCA_TOKENIZER", path)
+    got, _ = fn(token_level_rewards=R, response_mask=mask, index=uids, non_tensor_batch=ntb, batch={"responses": ids})
+    labels = sv.span_inputs({"responses": ids}, mask)
+    tm, sm = span_segment_masks(*slca.segment_masks(mask), labels)
+    assert tm.sum() < slca.segment_masks(mask)[0].sum()  # "Let me check." left the execution segment
+    torch.testing.assert_close(got, slca.slca_advantages(ntb["tool_reward"], ntb["summary_reward"], [0, 0], tm, sm))
+    monkeypatch.setenv("SLCA_TOOL_FORMAT", "openai")
+    with pytest.raises(ValueError, match="SLCA_SEGMENTATION='span', SLCA_TOOL_FORMAT='openai'"):
+        fn(token_level_rewards=R, response_mask=mask, index=uids, non_tensor_batch=ntb, batch={"responses": ids})

@@ -73,6 +73,7 @@ from packaging.version import Version
 from slca import metrics as M
 from slca._fields import did_you_mean, help_of
 from slca.core.advantages import EMPTY_SUMMARY_DEFAULT, EMPTY_TOOL_DEFAULT, group_normalize
+from slca.core.beyond import SPAN_LABELS_INPUT
 from slca.core.registry import (
     AdvantageInputs,
     EmptySummary,
@@ -86,8 +87,9 @@ from slca.core.registry import (
     resolve_estimator,
 )
 from slca.chat import check_segment_masks, enforce_mask_check, list_formats
+from slca.chat.spans import check_segmentation, span_labels, spans_needed
 from slca.core.losses import AGG_MODES
-from slca.core.segments import segment_masks
+from slca.core.segments import SEGMENTATIONS, segment_masks, span_segment_masks
 from slca.env.simulators import exception_result, new_tool_run
 from slca.models.named import NAMED_MODELS, load_named, named_model_problem
 from slca.reporting.report import write_token_html
@@ -264,7 +266,12 @@ class SLCAGRPOConfig(GRPOConfig):
     tool_format: str = field(
         default="hermes",
         metadata={"help": "The slca.chat tool-call format the model writes, which the mask check parses call segments "
-                  "with: " + ", ".join(list_formats()) + "."},
+                  "with (and segmentation='span' / slca_think label tokens with): " + ", ".join(list_formats()) + "."},
+    )
+    segmentation: str = field(
+        default="boundary",
+        metadata={"help": _train_help("segmentation") + " Labels come from the completion ids decoded with the "
+                  "processing_class."},
     )
 
     def __post_init__(self) -> None:
@@ -278,6 +285,7 @@ class SLCAGRPOConfig(GRPOConfig):
         check_host_options(host)
         check_loss_type(self.loss_type)
         check_mask_options(self.mask_check_max_mismatch, self.tool_format)
+        check_segmentation(self.segmentation, self.tool_format, spec)
         if isinstance(self.estimator_options, Mapping):  # a JSON string is parsed by GRPOConfig; checked by the trainer otherwise
             call_options(spec, host, self.estimator_options)  # an unknown or bad option: one line, before any model loads
 
@@ -440,6 +448,8 @@ def trl_batch_advantages(
     aggregation: str = "sum_then_normalize",
     options: Mapping[str, Any] | None = None,
     extra_inputs: Mapping[str, Any] | None = None,
+    segmentation: str = "boundary",
+    span_labels: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, AdvantageInputs]:
     """Per-token advantages for a gathered TRL batch, through slca's registry.
 
@@ -480,6 +490,10 @@ def trl_batch_advantages(
         options: the estimator's own options (:func:`call_options`).
         extra_inputs: the optional inputs the estimator needs (its spec's
             ``needs``), by name, for the B gathered rows.
+        segmentation: ``"boundary"`` (the segments of :func:`slca.segment_masks`) or
+            ``"span"`` (:func:`slca.core.segments.span_segment_masks` of them).
+        span_labels: (B, T) span labels of the gathered rows (:func:`slca.chat.spans.span_labels`);
+            needed with ``"span"`` and by an estimator that reads them (``slca_think``).
 
     Returns:
         ``(advantages (B, T) float32, the AdvantageInputs used)``.
@@ -490,9 +504,15 @@ def trl_batch_advantages(
     check_tiers(list(tiers), estimator)
     check_aggregation(estimator, aggregation)
     spec = get_estimator(estimator)
+    if segmentation not in SEGMENTATIONS:
+        raise ValueError(f"segmentation must be one of {list(SEGMENTATIONS)}, got {segmentation!r}")
+    if span_labels is None and spans_needed(spec, segmentation):
+        raise ValueError(f"segmentation={segmentation!r} with estimator {estimator!r} needs span_labels (slca.chat.spans.span_labels)")
     valid = completion_mask.long()
     model = valid if tool_mask is None else valid * tool_mask.long()
     tool_seg, summary_seg = segment_masks(model, valid)
+    if segmentation == "span":
+        tool_seg, summary_seg = span_segment_masks(tool_seg, summary_seg, span_labels)
     group_ids = torch.arange(B, device=rewards_per_func.device) // num_generations
     if aggregation == "normalize_then_sum":
         rewards_per_func = _normalize_per_function(rewards_per_func, group_ids, eps)
@@ -511,6 +531,7 @@ def trl_batch_advantages(
         model_mask=model,
         tool_mask=tool_seg,
         summary_mask=summary_seg,
+        span_labels=span_labels,
     ).with_inputs(dict(extra_inputs or {}))
     # host options it does not take (empty_tool for grpo) are not passed
     host = {"scale": scale, "eps": eps, "empty_tool": empty_tool, "empty_summary": empty_summary}
@@ -818,12 +839,14 @@ class SplitBatch:
 
     @property
     def tool_mask(self) -> torch.Tensor:
-        """(B, T) the execution segment: policy tokens before the last tool result."""
+        """(B, T) the execution segment: policy tokens before the last tool result (less the text around the calls
+        with ``segmentation="span"``)."""
         return self.inputs.tool_mask
 
     @property
     def summary_mask(self) -> torch.Tensor:
-        """(B, T) the summary segment: policy tokens after the last tool result."""
+        """(B, T) the summary segment: policy tokens after the last tool result (and the text around the calls with
+        ``segmentation="span"``)."""
         return self.inputs.summary_mask
 
 
@@ -944,10 +967,16 @@ class SLCAGRPOTrainer(GRPOTrainer):
         self.slca_mask_max = getattr(a, "mask_check_max_mismatch", TrainConfig.mask_check_max_mismatch)
         self.slca_tool_format = getattr(a, "tool_format", "hermes")
         check_mask_options(self.slca_mask_max, self.slca_tool_format)  # a plain GRPOConfig gets the defaults
+        self.slca_segmentation = getattr(a, "segmentation", "boundary")
+        check_segmentation(self.slca_segmentation, self.slca_tool_format, spec)
+        self.slca_spans = spans_needed(spec, self.slca_segmentation)  # label each policy token: reasoning, call, text
         self._slca_local: tuple[list[Any], list[Any]] = ([], [])  # this process's completions and task ids (mask check)
 
     def _check_needs(self, spec: EstimatorSpec, funcs: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any] | None]:
         """``{need: fn, or None for the input registry}`` for every input ``spec`` needs; ValueError if one has no source."""
+        if SPAN_LABELS_INPUT.name in funcs:
+            raise ValueError(f"estimator_inputs may not give {SPAN_LABELS_INPUT.name!r}: the trainer labels the completion ids "
+                             "itself (slca.chat.spans.span_labels, in SLCAGRPOConfig.tool_format)")
         unused = sorted(set(funcs) - set(spec.needs))
         if unused:
             raise ValueError(f"estimator_inputs {unused} are not inputs advantage_estimator={spec.name!r} needs "
@@ -956,6 +985,8 @@ class SLCAGRPOTrainer(GRPOTrainer):
         for n in spec.needs:
             if n in funcs:
                 out[n] = funcs[n]
+                continue
+            if n == SPAN_LABELS_INPUT.name:  # computed from the completion ids here (_span_labels)
                 continue
             registered = get_input(n)  # ValueError if no InputSpec is registered under n
             if registered.compute is None or self.slca_tasks is None:
@@ -1031,6 +1062,7 @@ class SLCAGRPOTrainer(GRPOTrainer):
         tool_g = acc.gather(acc.pad_across_processes(tool_mask, dim=1, pad_index=0)) if has_tool else None
         mode = "train" if self.model.training else "eval"
         G = self.num_generations if mode == "train" else self.num_generations_eval
+        labels = self._span_labels(out, completion_mask * tool_mask) if self.slca_spans else None
         adv, used = trl_batch_advantages(
             rewards_per_func,
             self.slca_tiers,
@@ -1046,6 +1078,8 @@ class SLCAGRPOTrainer(GRPOTrainer):
             aggregation=self.slca_aggregation,
             options=self.slca_options,
             extra_inputs=self._slca_extra,
+            segmentation=self.slca_segmentation,
+            span_labels=labels,
         )
         start = acc.process_index * B_local
         self.trl_advantages = out["advantages"]
@@ -1054,12 +1088,26 @@ class SLCAGRPOTrainer(GRPOTrainer):
                                                    start, B_local, adv.shape[0])
         self.last_advantages = self._split_batch(out, mode, G, adv, used, valid_g, tool_g, rewards_per_func)
         self._log_slca_metrics(mode, adv, used)
-        self._check_masks(out, used, start, mode, G)
+        boundary = segment_masks(used.model_mask, valid_g.long()) if self.slca_segmentation == "span" else (used.tool_mask, used.summary_mask)
+        self._check_masks(out, boundary, start, mode, G)
         self._warn_lost_split(used, rewards_per_func)
         return out
 
-    def _check_masks(self, out: dict[str, Any], used: AdvantageInputs, start: int, mode: str, G: int) -> None:
-        """:func:`slca.chat.check_segment_masks` on this process's rows against their completions; the share over all
+    def _span_labels(self, out: dict[str, Any], model_mask: torch.Tensor) -> torch.Tensor:
+        """(B_global, T) span labels (:func:`slca.chat.spans.span_labels`) of this process's completion ids, decoded with
+        the processing_class, gathered over all processes as the masks are."""
+        acc, valid = self.accelerator, out["completion_mask"]
+        labels = span_labels(out["completion_ids"], model_mask, tokenizer=self._page_tokenizer(), fmt=self.slca_tool_format,
+                             end_of_turn=self._turn_ends(), lengths=_lengths(valid))
+        return acc.gather(acc.pad_across_processes(labels.to(valid.device), dim=1, pad_index=0))
+
+    def _turn_ends(self) -> list[int]:
+        """The ids that end a completion's turn: TRL's ``eos_token_ids``, else the tokenizer's eos."""
+        return list(getattr(self, "eos_token_ids", None) or [self._page_tokenizer().eos_token_id])
+
+    def _check_masks(self, out: dict[str, Any], boundary: tuple[torch.Tensor, torch.Tensor], start: int, mode: str, G: int) -> None:
+        """:func:`slca.chat.check_segment_masks` of the (B_global, T) environment-boundary segments ``boundary`` (those
+        ``segmentation="span"`` refines) on this process's rows against their completions; the share over all
         processes logged as ``rollout/mask_mismatch``; every process raises :class:`slca.chat.MaskMismatchError` above
         ``mask_check_max_mismatch``. Not under a ``rollout_func``: TRL then decodes the whole completion, environment
         tokens included, as one message, so there is no conversation to read the ``env_mask`` against."""
@@ -1068,12 +1116,12 @@ class SLCAGRPOTrainer(GRPOTrainer):
         acc, valid = self.accelerator, out["completion_mask"]
         B, T = valid.shape
         completions, task_ids = self._slca_local
-        pos = torch.arange(T, device=valid.device)
-        lengths = (torch.where(valid.bool(), pos + 1, 0).amax(dim=1) if T else torch.zeros(B, dtype=torch.long)).tolist()
+        lengths = _lengths(valid)
         names = [f"row {start + i} ({self.slca_task_column} {k!r})" if k is not None else f"row {start + i} (group {(start + i) // G})"
                  for i, k in enumerate(task_ids)]
-        eot = list(getattr(self, "eos_token_ids", None) or [self._page_tokenizer().eos_token_id])
-        found = check_segment_masks(out["completion_ids"], used.tool_mask[start:start + B, :T], used.summary_mask[start:start + B, :T],
+        eot = self._turn_ends()
+        tool_g, summary_g = boundary
+        found = check_segment_masks(out["completion_ids"], tool_g[start:start + B, :T], summary_g[start:start + B, :T],
                                     [_messages(c) for c in completions], tokenizer=self._page_tokenizer(), fmt=self.slca_tool_format,
                                     end_of_turn=eot, lengths=lengths, row_names=names)
         count, rows = (int(x) for x in acc.gather(torch.tensor([[len(found), B]], device=valid.device)).sum(dim=0))
@@ -1206,6 +1254,13 @@ class SLCAGRPOTrainer(GRPOTrainer):
         for name, seg in (("tool", tool), ("summary", summ)):
             a = adv[seg].abs()
             m[M.TRL_ADV_ABS.key(segment=name)].append(a.mean().item() if a.numel() else 0.0)
+
+
+def _lengths(valid: torch.Tensor) -> list[int]:
+    """(B,) each row's real tokens: up to its last 1 in TRL's (B, T) ``completion_mask``."""
+    B, T = valid.shape
+    pos = torch.arange(T, device=valid.device)
+    return (torch.where(valid.bool(), pos + 1, 0).amax(dim=1) if T else torch.zeros(B, dtype=torch.long)).tolist()
 
 
 def _warn_untested_version() -> None:

@@ -47,6 +47,17 @@ How the two rewards reach the estimator (verl 0.9.1)
     reads ``non_tensor_batch["tool_reward"]`` / ``["summary_reward"]`` directly and
     the token layout is no longer needed.
 
+Reasoning and calls inside text
+    ``SLCA_SEGMENTATION=span`` (the text around a turn's calls gets the summary
+    advantage) and ``SLCA_ESTIMATOR=slca_think`` (reasoning as its own segment) label
+    each policy token from the response token ids (:func:`slca.chat.spans.span_labels`),
+    decoded with the tokenizer ``SLCA_TOKENIZER`` names (a model folder or hub id,
+    loaded offline-first) in the format ``SLCA_TOOL_FORMAT`` (default ``json_list``,
+    as :func:`compute_score`). verl 0.9.1 does not hand an estimator the token ids;
+    a verl that passes ``batch=`` (upstream PR #7473) does, as ``batch["responses"]``.
+    Without them, or without ``SLCA_TOKENIZER``, the estimator refuses in one line
+    saying which is missing (:func:`span_inputs`).
+
 Loss aggregation
     This plugin gives verl advantages only; verl's actor aggregates the loss by
     ``actor_rollout_ref.actor.loss_agg_mode``, whose values verl checks against its own
@@ -68,7 +79,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from slca.chat.encoding import ChatRenderer
+from slca.chat.spans import check_segmentation, span_labels, spans_needed
 from slca.core.advantages import EMPTY_TOOL_DEFAULT
+from slca.core.beyond import SPAN_LABELS_INPUT
 from slca.core.registry import (
     AdvantageInputs,
     EstimatorSpec,
@@ -79,7 +93,7 @@ from slca.core.registry import (
     resolve_estimator,
     split_assignments,
 )
-from slca.core.segments import segment_masks
+from slca.core.segments import segment_masks, span_segment_masks
 from slca.types import ToolResult, Trajectory, Turn
 
 __all__ = [
@@ -94,6 +108,8 @@ __all__ = [
     "dump_batch",
     "selected_estimator",
     "selected_options",
+    "selected_segmentation",
+    "span_inputs",
     "register",
     "compute_score",
 ]
@@ -104,6 +120,11 @@ OPTIONS_ENV = "SLCA_ESTIMATOR_OPTIONS"
 EMPTY_TOOL_ENV = "SLCA_EMPTY_TOOL"
 DUMP_ENV = "SLCA_VERL_DUMP_DIR"
 MASK_CHECK_ENV = "SLCA_MASK_CHECK_MAX_MISMATCH"  # refused: see compute_slca_outcome_advantage
+SEGMENTATION_ENV = "SLCA_SEGMENTATION"
+TOKENIZER_ENV = "SLCA_TOKENIZER"
+TOOL_FORMAT_ENV = "SLCA_TOOL_FORMAT"
+DEFAULT_TOOL_FORMAT = "json_list"  # compute_score's default: the paper's system prompt
+_TOKENIZERS: dict[str, Any] = {}  # SLCA_TOKENIZER -> the loaded tokenizer (once per process)
 _DUMPS = 0
 TOOL_KEY = "tool_reward"
 NOT_EXECUTED = "not executed: the rollout ended before the environment answered"
@@ -263,6 +284,7 @@ def compute_slca_outcome_advantage(
     norm_adv_by_std_in_grpo: bool = True,
     config: Any = None,
     non_tensor_batch: Mapping[str, Any] | None = None,
+    batch: Any = None,
     **_: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl estimator ``slca``: :func:`slca.slca_advantages` (or any registered estimator) through slca's registry.
@@ -288,6 +310,9 @@ def compute_slca_outcome_advantage(
         non_tensor_batch: when given and holding ``tool_reward`` /
             ``summary_reward`` (verl's ``reward_extra_info``), the rewards are
             read from there instead of the token layout.
+        batch: verl's tensor batch (upstream PR #7473 passes it); its
+            ``responses`` (B, T) token ids are read when span labels are needed
+            (``SLCA_SEGMENTATION=span``, ``SLCA_ESTIMATOR=slca_think``: :func:`span_inputs`).
 
     With ``SLCA_VERL_DUMP_DIR`` set, each call saves its batch and its advantages
     there (:func:`dump_batch`).
@@ -315,7 +340,11 @@ def compute_slca_outcome_advantage(
     scale = "group" if (norm_adv_by_std_in_grpo and _cfg(config, "norm_adv_by_std_in_grpo", True)) else "none"
     spec = selected_estimator()
     options = selected_options(spec, scale=scale, eps=epsilon)
+    segmentation = selected_segmentation(spec)
+    labels = span_inputs(batch, mask) if spans_needed(spec, segmentation) else None
     tool_seg, summary_seg = segment_masks(mask)
+    if segmentation == "span":
+        tool_seg, summary_seg = span_segment_masks(tool_seg, summary_seg, labels)
     inputs = AdvantageInputs(
         tool_rewards=r_tool.to(mask.device),
         summary_rewards=r_sum.to(mask.device),
@@ -323,13 +352,15 @@ def compute_slca_outcome_advantage(
         model_mask=mask,
         tool_mask=tool_seg,
         summary_mask=summary_seg,
+        span_labels=labels,
     )
     # any registered estimator (SLCA_ESTIMATOR, default slca); the inputs it needs come from reward_extra_info
-    missing = [n for n in spec.needs if non_tensor_batch is None or n not in non_tensor_batch]
+    needs = [n for n in spec.needs if n != SPAN_LABELS_INPUT.name]  # span labels: from the token ids, above
+    missing = [n for n in needs if non_tensor_batch is None or n not in non_tensor_batch]
     if missing:
         ref = os.environ.get(ESTIMATOR_ENV, ESTIMATOR_NAME)
         raise ValueError(f"{ESTIMATOR_ENV}={ref!r} needs {missing} in the batch's reward_extra_info (non_tensor_batch)")
-    inputs = inputs.with_inputs({n: _as_input(non_tensor_batch[n]) for n in spec.needs})
+    inputs = inputs.with_inputs({n: _as_input(non_tensor_batch[n]) for n in needs})
     adv = spec.run(inputs, options)
     adv = adv.to(device=mask.device, dtype=torch.as_tensor(token_level_rewards).dtype)
     if os.environ.get(DUMP_ENV):
@@ -417,6 +448,76 @@ def selected_options(spec: EstimatorSpec, *, scale: str = "group", eps: float = 
         return spec.host_options({"scale": scale, "eps": eps, "empty_tool": empty_tool}, given, where)
     except ValueError as e:
         raise ValueError(f"{OPTIONS_ENV}={raw!r}: {e}") from None
+
+
+def selected_segmentation(spec: EstimatorSpec) -> str:
+    """``SLCA_SEGMENTATION`` (default ``boundary``), checked with the format ``SLCA_TOOL_FORMAT`` and the estimator
+    ``spec`` (:func:`slca.chat.spans.check_segmentation`); ValueError, one line, naming the variable otherwise."""
+    seg = os.environ.get(SEGMENTATION_ENV, "boundary")
+    fmt = os.environ.get(TOOL_FORMAT_ENV, DEFAULT_TOOL_FORMAT)
+    try:
+        check_segmentation(seg, fmt, spec)
+    except ValueError as e:
+        raise ValueError(f"{SEGMENTATION_ENV}={seg!r}, {TOOL_FORMAT_ENV}={fmt!r}: {e}") from None
+    return seg
+
+
+def _tokenizer(ref: str) -> Any:
+    """The tokenizer ``SLCA_TOKENIZER`` names, loaded once per process (from the local cache first, as verl's workers
+    run offline as often as not)."""
+    if ref not in _TOKENIZERS:
+        from transformers import AutoTokenizer
+
+        try:
+            try:
+                tok = AutoTokenizer.from_pretrained(ref, local_files_only=True)
+            except OSError:
+                tok = AutoTokenizer.from_pretrained(ref)
+        except Exception as e:  # one line naming the variable: a typo, or a hub id that cannot be had here
+            raise ValueError(f"{TOKENIZER_ENV}={ref!r}: the tokenizer does not load ({type(e).__name__}: {e})") from None
+        _TOKENIZERS[ref] = (tok, _turn_ends(tok))
+    return _TOKENIZERS[ref]
+
+
+def _turn_ends(tok: Any) -> list[int]:
+    """The ids that end an assistant turn: the chat template's end-of-turn token (Qwen's ``<|im_end|>``) and eos."""
+    ends = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+    if getattr(tok, "chat_template", None):
+        try:
+            ends.add(ChatRenderer(tok).end_of_turn_id())
+        except ValueError:  # a template without a single-token end of turn: eos alone (the labels' rule for it: docs)
+            pass
+    return sorted(ends)
+
+
+def span_inputs(batch: Any, response_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) span labels (:func:`slca.chat.spans.span_labels`) of the batch's responses, for ``SLCA_SEGMENTATION=span``
+    and ``SLCA_ESTIMATOR=slca_think``: ``batch["responses"]`` decoded with ``SLCA_TOKENIZER`` in ``SLCA_TOOL_FORMAT``.
+
+    Raises:
+        ValueError: one line saying what is missing: the token ids (verl 0.9.1 does not pass ``batch`` to an
+            estimator; upstream PR #7473 does), or ``SLCA_TOKENIZER``.
+    """
+    why = f"{SEGMENTATION_ENV}=span or {ESTIMATOR_ENV}=slca_think labels each policy token reasoning / call / text from the token ids"
+    ids = None
+    if batch is not None:
+        try:
+            ids = batch["responses"]
+        except (KeyError, TypeError, IndexError):
+            ids = None
+    if ids is None:
+        raise ValueError(f"{why}, which this verl does not hand the advantage estimator: verl 0.9.1 passes only "
+                         "token_level_rewards, response_mask, index and config; a verl that passes batch= (upstream PR "
+                         "#7473) gives batch['responses']. Unset them, or use slca's trainer or TRL, which have the ids")
+    ref = os.environ.get(TOKENIZER_ENV, "")
+    if not ref:
+        raise ValueError(f"{why}, with a tokenizer verl does not hand the estimator: set {TOKENIZER_ENV} to the policy's "
+                         "model folder or hub id (where Ray starts, like SLCA_ESTIMATOR)")
+    ids = torch.as_tensor(ids)
+    if tuple(ids.shape) != tuple(response_mask.shape):
+        raise ValueError(f"batch['responses'] {tuple(ids.shape)} and response_mask {tuple(response_mask.shape)} must have the same shape")
+    tok, eot = _tokenizer(ref)
+    return span_labels(ids, response_mask, tokenizer=tok, fmt=os.environ.get(TOOL_FORMAT_ENV, DEFAULT_TOOL_FORMAT), end_of_turn=eot)
 
 
 def register() -> None:
@@ -581,10 +682,11 @@ def _warn_if_unresolvable() -> None:
     """At ``import verl`` (this plugin's import, before any model loads): a ``SLCA_ESTIMATOR`` that cannot be
     resolved is logged as a warning now. verl ignores a plugin that raises, so the error itself is raised
     where the estimator runs (:func:`selected_estimator`)."""
-    if not {ESTIMATOR_ENV, OPTIONS_ENV, EMPTY_TOOL_ENV} & set(os.environ):
+    if not {ESTIMATOR_ENV, OPTIONS_ENV, EMPTY_TOOL_ENV, SEGMENTATION_ENV, TOOL_FORMAT_ENV} & set(os.environ):
         return
     try:
         selected_options(selected_estimator())
+        selected_segmentation(selected_estimator())
     except ValueError as e:
         logging.getLogger(__name__).warning("%s (adv_estimator=slca will raise this on the first batch)", e)
 

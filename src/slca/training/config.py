@@ -32,6 +32,7 @@ import yaml
 
 from slca._fields import ConfigError, check_value, coerce, did_you_mean, ge, gt, help_of, hints, within
 from slca.chat import list_formats
+from slca.chat.spans import check_segmentation
 from slca.core.beyond import SLCATurnOptions
 from slca.core.registry import (
     Eps,
@@ -46,6 +47,7 @@ from slca.core.registry import (
     split_assignments,
 )
 from slca.core.losses import AGG_MODES, KL_KINDS
+from slca.core.segments import SEGMENTATIONS
 from slca.env.python_tools import load_tool_functions, tool_schemas
 from slca.generation.rollout import MAX_NEW_TOKENS_FIELD, TEMPERATURE_FIELD, TOP_P_FIELD
 from slca.models.named import NAMED_MODELS, named_model_problem
@@ -179,6 +181,13 @@ class TrainConfig:
     empty_tool: EmptyTool = _option(SLCAOptions, 'empty_tool')
     empty_summary: EmptySummary = _option(SLCAOptions, 'empty_summary')
     turn_lambda: NonNegative = _option(SLCATurnOptions, 'turn_lambda')
+    segmentation: Literal[SEGMENTATIONS] = _field(
+        "boundary",
+        "Which policy tokens each tier's advantage goes to: 'boundary' (the paper's: every policy token before the last "
+        "tool result is execution, every one after it summary) or 'span' (beyond the paper: also the text around the "
+        "calls of a tool turn gets the summary advantage, the calls and reasoning keep the execution one; reads each "
+        "turn's text with tool_format, which must write calls as spans: hermes, json_list, llama3_json). "
+        "slca.core.segments.span_segment_masks; docs/beyond.md.")
     tool_weight: Annotated[float, ge(0)] = _field(
         1.0,
         'Weight of the execution reward in the scalar reward of trajectory-level estimators (grpo).')
@@ -451,6 +460,10 @@ def _cross_checks(cfg: TrainConfig) -> Iterator[tuple[str, str]]:
         yield "eval_fraction", "give eval_suite or eval_fraction, not both"
     if cfg.eval_fraction and cfg.suite == "toolworld":
         yield "eval_fraction", "is for a file suite; toolworld evaluates on its own held-out splits (eval_split)"
+    try:
+        check_segmentation(cfg.segmentation, cfg.tool_format, resolve_estimator(cfg.estimator))
+    except ValueError as e:
+        yield ("segmentation" if cfg.segmentation == "span" else "tool_format"), str(e)
     if cfg.tools and cfg.suite == "toolworld":
         yield "tools", "your own tool functions need a task file as the suite (--set suite=tasks.jsonl), not 'toolworld'"
     if cfg.eval_split in cfg.ood_eval_splits:

@@ -40,10 +40,11 @@ from slca import metrics as M
 from slca._fs import writing
 from slca._checks import group_index
 from slca.chat import ChatRenderer, check_segment_masks, encode_conversation, enforce_mask_check, get_format
-from slca.core.registry import AdvantageInputs, compute_advantages, fill_inputs, list_estimators, option_values
+from slca.chat.spans import span_labels, spans_needed
+from slca.core.registry import AdvantageInputs, compute_advantages, fill_inputs, get_estimator, list_estimators, option_values
 from slca.core.diagnostics import advantage_stats, contamination, flat_grad, grad_cosine, rolling_cv
 from slca.core.losses import aggregate, clipped_surrogate, kl_penalty, token_logprobs, token_weights
-from slca.core.segments import segment_masks
+from slca.core.segments import segment_masks, span_segment_masks
 from slca.env.simulators import new_tool_run
 from slca.env.suites import fit_suites, load_suites
 from slca.generation.batching import RolloutBatch, collate, response_logprobs
@@ -127,6 +128,9 @@ class Credit:
         inputs: what the estimator read (rewards, masks, optional inputs).
         advantages: (B, T) float32.
         mask_mismatch: :meth:`Trainer.check_masks`'s share, or None.
+        boundary: with ``segmentation="span"``, the environment-boundary segments
+            (tool, summary) that ``tool_mask`` / ``summary_mask`` refine; the mask
+            check reads these. None: the segments are the boundary ones.
     """
 
     tool_mask: torch.Tensor
@@ -134,6 +138,7 @@ class Credit:
     inputs: AdvantageInputs
     advantages: torch.Tensor
     mask_mismatch: float | None = None  # share of rollouts whose masks disagree with their conversation; None: not checked
+    boundary: tuple[torch.Tensor, torch.Tensor] | None = None  # segmentation='span': the (B, T) boundary segments it refined
 
 
 # --------------------------------------------------------------------------- trainer
@@ -199,7 +204,7 @@ class Trainer:
         self.grad_norms: list[float] = []
         self.samples: list[SampleGroup] = []
         self._log = log
-        self._turn_ends: list[int] | None = None  # check_masks: the tokens that end a turn, found on first use
+        self._turn_ends: list[int] | None = None  # turn_ends(): the tokens that end a turn, found on first use
         self._trackers = make_trackers(cfg)  # opened on the first record
         self.run_dir.mkdir(parents=True, exist_ok=True)  # last: a refused task file or model leaves no folder behind
 
@@ -264,22 +269,37 @@ class Trainer:
         return option_values(estimator_options(self.cfg, name))
 
     def credit(self, ro: Rollouts, scored: ScoredBatch) -> Credit:
-        """Phase 3: segments from the environment-boundary mask, advantages through the registry."""
+        """Phase 3: segments from the environment-boundary mask (refined to spans with ``segmentation="span"``),
+        advantages through the registry."""
         c, b = self.cfg, ro.batch
-        tool_m, sum_m = segment_masks(b.model_mask, b.valid_mask)
+        tool_m, sum_m = boundary = segment_masks(b.model_mask, b.valid_mask)
+        labels = None
+        if spans_needed(get_estimator(c.estimator), c.segmentation):  # each policy token: reasoning, call or text
+            labels = span_labels(b.input_ids[:, b.prompt_len:], b.model_mask, tokenizer=self.tok, fmt=c.tool_format,
+                                 end_of_turn=self.turn_ends(), lengths=b.valid_mask.sum(dim=1).tolist())
+        if c.segmentation == "span":
+            tool_m, sum_m = span_segment_masks(tool_m, sum_m, labels)
         group_ids = [t.group_id for t in ro.trajs]
-        inputs = AdvantageInputs(scored.tool, scored.summary, group_ids, b.model_mask, tool_m, sum_m, (c.tool_weight, c.summary_weight))
+        inputs = AdvantageInputs(scored.tool, scored.summary, group_ids, b.model_mask, tool_m, sum_m, (c.tool_weight, c.summary_weight),
+                                 span_labels=labels)
         inputs = fill_inputs(inputs, c.estimator, ro.trajs)  # the optional inputs the estimator needs
-        return Credit(tool_m, sum_m, inputs, compute_advantages(c.estimator, inputs, **self.estimator_options(c.estimator)))
+        return Credit(tool_m, sum_m, inputs, compute_advantages(c.estimator, inputs, **self.estimator_options(c.estimator)),
+                      boundary=boundary if c.segmentation == "span" else None)
+
+    def turn_ends(self) -> list[int]:
+        """The tokens that end a sampled turn, as the rollout engine stops on them (found on first use)."""
+        if self._turn_ends is None:
+            self._turn_ends = stop_token_ids(self.tok, self.model, ChatRenderer(self.tok).end_of_turn_id())
+        return self._turn_ends
 
     def check_masks(self, trajs: list[Trajectory], credit: Credit) -> float:
         """The share of rollouts whose segment masks disagree with their conversation (:func:`slca.chat.check_segment_masks`);
-        :class:`slca.chat.MaskMismatchError` naming them when it is above ``mask_check_max_mismatch``."""
-        if self._turn_ends is None:  # the tokens that end a sampled turn, as the rollout engine stops on them
-            self._turn_ends = stop_token_ids(self.tok, self.model, ChatRenderer(self.tok).end_of_turn_id())
+        :class:`slca.chat.MaskMismatchError` naming them when it is above ``mask_check_max_mismatch``. The environment-boundary
+        segments are checked (with ``segmentation="span"``, those the span segments refine: a turn's runs are whole there)."""
+        tool_m, sum_m = credit.boundary if credit.boundary is not None else (credit.tool_mask, credit.summary_mask)
         found = check_segment_masks(
-            [t.response_ids for t in trajs], credit.tool_mask, credit.summary_mask, [t.messages[len(t.task.messages):] for t in trajs],
-            tokenizer=self.tok, fmt=self.cfg.tool_format, end_of_turn=self._turn_ends,
+            [t.response_ids for t in trajs], tool_m, sum_m, [t.messages[len(t.task.messages):] for t in trajs],
+            tokenizer=self.tok, fmt=self.cfg.tool_format, end_of_turn=self.turn_ends(),
             row_names=[f"rollout {i} (task {t.task.id!r})" for i, t in enumerate(trajs)])
         return enforce_mask_check(found, len(trajs), self.cfg.mask_check_max_mismatch)
 
