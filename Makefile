@@ -20,7 +20,7 @@ export OMP_NUM_THREADS ?= 1
 # make test's worker processes for the main line (one torch thread each): 2 fills this project's 2-core machines
 TEST_JOBS ?= 2
 
-.PHONY: setup setup-test demo test test-fast smollm2 trl eval
+.PHONY: setup setup-test demo test test-fast coverage smollm2 trl eval
 
 $(VENV)/bin/python:
 	$(PY) -m venv $(VENV)
@@ -74,9 +74,19 @@ demo: setup
 
 # the main line on TEST_JOBS worker processes (pytest-xdist; a test file stays on one worker), then the verl line
 test: setup-test
-	$(VENV)/bin/python -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not verl" --ignore-glob="tests/test_integration_verl*.py"
-	$(VERL_VENV)/bin/python -m pytest -q -m verl tests/test_integration_verl*.py tests/test_conformance.py tests/test_missing_segments.py
+	$(VENV)/bin/python -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not verl" --ignore-glob="tests/test_integration_verl*.py" --durations=15
+	$(VERL_VENV)/bin/python -m pytest -q -m verl tests/test_integration_verl*.py tests/test_conformance.py tests/test_missing_segments.py --durations=5
 
 # the inner loop: the main line without the tests marked slow, stopping at the first failure
 test-fast: $(VENV)/.test
 	$(VENV)/bin/python -m pytest -q -x -m "not verl and not slow" --ignore-glob="tests/test_integration_verl*.py"
+
+# line and branch coverage of src/slca over the main line of `make test` (coverage.py; child processes included):
+# the total is printed and the per-file table written to .coverage-data/report.txt
+COVERAGE_PKG := "coverage==7.17.3"
+coverage: setup-test
+	$(PIP) install -q $(COVERAGE_PKG)
+	rm -rf .coverage-data && mkdir -p .coverage-data
+	$(VENV)/bin/python -m coverage run -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not verl" --ignore-glob="tests/test_integration_verl*.py"
+	$(VENV)/bin/python -m coverage combine -q
+	$(VENV)/bin/python -m coverage report > .coverage-data/report.txt; tail -1 .coverage-data/report.txt
