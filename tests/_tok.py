@@ -230,3 +230,26 @@ def random_llama(vocab=300, seed=0):
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=1, max_position_embeddings=1024, attention_bias=True, tie_word_embeddings=False)
     return LlamaForCausalLM(cfg).eval()
+
+
+def real_tokenizer(name: str):
+    """A real tokenizer available offline: ``"default"`` (the embedded model's) or ``"smollm2"`` (SmolLM2's, from
+    the smollm2 extra, with slca's tool-calling template). Skips the calling test when it is not there."""
+    import pytest
+    from transformers import AutoTokenizer
+
+    if name == "default":
+        from slca.models.default import resolve_default_dir
+
+        path, must_build = resolve_default_dir()
+        if must_build:
+            pytest.skip("the embedded default model is not built here (no shipped weights)")
+        return AutoTokenizer.from_pretrained(path)
+    if name == "smollm2":
+        from slca.models import smollm2 as S
+
+        problem = S.smollm2_problem()
+        if problem is not None:
+            pytest.skip(f"could not import the smollm2 extra ({problem}); {S.INSTALL_HINT}")
+        return S.prepare_smollm2_tokenizer(AutoTokenizer.from_pretrained(S.smollm2_dir(progress=False)))
+    raise ValueError(f"real_tokenizer: unknown name {name!r} (default, smollm2)")

@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 
+from _tok import real_tokenizer
 from slca.chat import ChatRenderer, MaskMismatchError, check_segment_masks, encode_conversation, enforce_mask_check
 from slca.chat.maskcheck import MISMATCH_KINDS, MaskMismatch, check_row_masks
 from slca.core.segments import segment_masks
@@ -38,31 +39,9 @@ CONVERSATIONS = {
 }
 
 
-def _default_tok():
-    from transformers import AutoTokenizer
-
-    from slca.models.default import resolve_default_dir
-
-    path, must_build = resolve_default_dir()
-    if must_build:
-        pytest.skip("the embedded default model is not built here (no shipped weights)")
-    return AutoTokenizer.from_pretrained(path)
-
-
-def _smollm2_tok():
-    from slca.models import smollm2 as S
-
-    problem = S.smollm2_problem()
-    if problem is not None:
-        pytest.skip(f"could not import the smollm2 extra ({problem}); {S.INSTALL_HINT}")
-    from transformers import AutoTokenizer
-
-    return S.prepare_smollm2_tokenizer(AutoTokenizer.from_pretrained(S.smollm2_dir(progress=False)))
-
-
 @pytest.fixture(scope="module", params=["default", "smollm2"])
 def tok(request):
-    return _default_tok() if request.param == "default" else _smollm2_tok()
+    return real_tokenizer(request.param)
 
 
 def _row(tok, conv):
@@ -210,7 +189,7 @@ def test_the_trainer_checks_each_step_and_stops_naming_the_rollout(tmp_path, mon
     from slca.training.config import TrainConfig, validate
     from slca.training.trainer import Trainer
 
-    tok = _default_tok()
+    tok = real_tokenizer("default")
     size = ModelSize(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64,
                      max_position_embeddings=1024)
     cfg = validate(TrainConfig(run_dir=str(tmp_path / "run"), steps=1, tasks_per_step=2, group_size=2, max_turns=2,

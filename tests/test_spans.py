@@ -12,6 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _tok import real_tokenizer
 from slca.chat import get_format
 from slca.chat.spans import (
     char_labels,
@@ -191,31 +192,9 @@ def test_refusals_name_what_is_wrong():
 # ----------------------------------------------------------------- real tokenizers
 
 
-def _default_tok():
-    from transformers import AutoTokenizer
-
-    from slca.models.default import resolve_default_dir
-
-    path, must_build = resolve_default_dir()
-    if must_build:
-        pytest.skip("the embedded default model is not built here (no shipped weights)")
-    return AutoTokenizer.from_pretrained(path)
-
-
-def _smollm2_tok():
-    from slca.models import smollm2 as S
-
-    problem = S.smollm2_problem()
-    if problem is not None:
-        pytest.skip(f"could not import the smollm2 extra ({problem}); {S.INSTALL_HINT}")
-    from transformers import AutoTokenizer
-
-    return S.prepare_smollm2_tokenizer(AutoTokenizer.from_pretrained(S.smollm2_dir(progress=False)))
-
-
 @pytest.fixture(scope="module", params=["default", "smollm2"])
 def tok(request):
-    return _default_tok() if request.param == "default" else _smollm2_tok()
+    return real_tokenizer(request.param)
 
 
 def _eot(tok):
