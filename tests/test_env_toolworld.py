@@ -99,6 +99,31 @@ def test_gold_is_schema_valid_and_offered(train, test, heldout):
             assert t.refusal is True
 
 
+def test_the_generators_direct_calls_give_the_tasks_of_a_checking_simulator(monkeypatch):
+    """The generator runs a draw's gold calls on the tools' functions directly (toolworld._GoldProbe, for speed); through
+    a PythonSimulator, which checks each argument and result against the schemas and runs each call under a deadline,
+    every split gives the same tasks, the requests train_heldout leaves out included."""
+    fast = {split: tw.make_tasks(split, seed=3) for split in tw.SPLITS}
+    fast_seen = tw._seen_requests(3)
+    checked = []
+
+    def checking_probe():
+        sim = PythonSimulator(tw._all_tools_box(), tw.FUNCTIONS)
+        checked.append(sim)
+        return sim
+
+    monkeypatch.setattr(tw, "_probe", checking_probe)
+    tw._seen_requests.cache_clear()
+    try:
+        assert tw._seen_requests(3) == fast_seen
+        for split in tw.SPLITS:
+            assert tw.make_tasks(split, seed=3) == fast[split], split
+    finally:
+        tw._seen_requests.cache_clear()
+    calls = sum(sim.metrics["calls"] for sim in checked)
+    assert calls > 10_000 and not any(sim.metrics["invalid_arguments"] or sim.metrics["invalid_output"] for sim in checked)
+
+
 def test_answer_facts_come_from_the_env_results(train):
     for t in train[:400]:
         results = tw.run_gold(t)

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -57,7 +58,7 @@ from typing import Any
 
 from slca.env.schema import ToolBox
 from slca.env.simulators import PythonSimulator, SchemaSimulator, Simulator, ToolError
-from slca.types import Task, ToolCall
+from slca.types import Task, ToolCall, ToolResult
 
 __all__ = ["TOOLS", "HELDOUT_TOOLS", "FUNCTIONS", "SPLITS", "FRESH_ENTITIES", "FRESH_TEMPLATES", "KINDS", "WARMSTART_DEMOS", "make_tasks", "request_templates", "make_env", "tool", "run_gold"]
 
@@ -391,6 +392,39 @@ def _call(env: Simulator, name: str, **args: Any) -> tuple[ToolCall, dict[str, A
     if not r.ok:
         raise RuntimeError(f"toolworld generator: gold call {name}({args}) failed: {r.error}")
     return ToolCall(name, args), r.content
+
+
+class _GoldProbe:
+    """The world a draw's gold calls run in while a task is generated: each tool's function called directly, with a
+    state of its own (stateful tools start empty).
+
+    A :class:`PythonSimulator` answers the same (the tools are deterministic) and also checks every argument and
+    result against the schemas and runs each call under a deadline: three quarters of the generation's time, paid
+    by every process that builds a split (``train_heldout`` first generates the 12,000 requests it leaves out). The
+    generator's gold calls are its own; ``tests/test_env_toolworld.py`` generates every split through a
+    ``PythonSimulator`` and gets the same tasks, so the checks still hold for every request generated here."""
+
+    def __init__(self) -> None:
+        self._state: dict[str, Any] = {}
+
+    def call(self, name: str, arguments: dict, episode: str | int = 0) -> ToolResult:
+        fn = FUNCTIONS[name]
+        kwargs = {**arguments, "state": self._state} if name in _takes_state() else dict(arguments)
+        try:
+            return ToolResult(ok=True, content=fn(**kwargs))
+        except (ToolError, ValueError) as e:
+            return ToolResult(ok=False, error=str(e))
+
+
+@functools.cache
+def _takes_state() -> frozenset[str]:
+    """The toolworld tools whose function takes the episode's ``state``."""
+    return frozenset(n for n, f in FUNCTIONS.items() if "state" in inspect.signature(f).parameters)
+
+
+def _probe() -> Simulator | _GoldProbe:
+    """A fresh world for one draw (tests swap in a :class:`PythonSimulator` here to check the generator's calls)."""
+    return _GoldProbe()
 
 
 def _weather(rng, E, env):
@@ -809,8 +843,7 @@ def make_tasks(split: str = "train", n: int | None = None, seed: int = 0, *, kin
         for _ in range(_MAX_DRAWS if seen is not None else 1):
             tt = rng.choice(by_kind[kind])
             template = rng.choice(_templates(tt, split))
-            probe = PythonSimulator(_all_tools_box(), FUNCTIONS)  # a fresh world per draw: stateful tools start empty
-            draw = tt.build(rng, E, probe)
+            draw = tt.build(rng, E, _probe())  # a fresh world per draw: stateful tools start empty
             request = template.format(**draw.slots)
             if seen is None or request not in seen:
                 break
