@@ -125,3 +125,24 @@ class Started:
             self.p.wait(timeout=30)
         self._out.close()
         self._err.close()
+
+
+def in_process(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``slca <args>`` run in this process (typer's test runner, through the command line's own one-line error handling),
+    as a :class:`subprocess.CompletedProcess`: for refusals and usage errors, where the process is not what is under
+    test. No torch or task generation is paid again, so it costs milliseconds where a process costs seconds.
+    ``cwd``: the folder relative paths are read from (changed for the call, then restored)."""
+    from typer.testing import CliRunner
+
+    from slca.cli import app
+
+    here = os.getcwd()
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        r = CliRunner().invoke(app, list(args))
+    finally:
+        os.chdir(here)
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return subprocess.CompletedProcess(["slca", *args], r.exit_code, r.stdout, r.stderr)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from _slca_procs import ENV, HAS_PROC, SLCA, Started, alive, sets, sigint_default, wait_until
+from _slca_procs import ENV, HAS_PROC, SLCA, Started, alive, in_process, sets, sigint_default, wait_until
 
 from slca.reporting.compare import t_interval
 
@@ -84,11 +84,9 @@ def test_compare_cli_tiny_budget(tmp_path, tiny_model_dir):
 
 
 def test_compare_refuses_bad_input(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "slca.cli", "compare", "--estimators", "grpo,nope", "--seeds", "0", "--out", str(tmp_path),
-                        "--set", "model=/nonexistent"], capture_output=True, text=True, timeout=120)
+    r = in_process("compare", "--estimators", "grpo,nope", "--seeds", "0", "--out", str(tmp_path), "--set", "model=/nonexistent")
     assert r.returncode == 2 and "unknown estimator 'nope'" in r.stderr and r.stderr.count("\n") == 1
-    r = subprocess.run([sys.executable, "-m", "slca.cli", "compare", "--seeds", "0", "--set", "steps=zero", "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=120)
+    r = in_process("compare", "--seeds", "0", "--set", "steps=zero", "--out", str(tmp_path))
     assert r.returncode == 2 and r.stderr == "error: steps: must be an integer, got 'zero'\n"
 
 

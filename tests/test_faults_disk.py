@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from _slca_procs import ENV, SLCA, sets
+from _slca_procs import ENV, SLCA, in_process, sets
 
 SMALL = ["tasks_per_step=2", "group_size=2", "max_turns=2", "max_new_tokens=8", "eval_every=0", "eval_tasks=2", "minibatches=1",
          "report_to=none", "ood_splits=none", "save_every=1", "keep_checkpoints=2"]
@@ -66,10 +66,11 @@ def test_model_weights_cut_short_are_one_error_line_naming_the_file(tmp_path, ti
     shutil.copytree(tiny_model_dir, model)
     _cut_short(model / "model.safetensors")
     weights = model / "model.safetensors"
-    line = one_error_line(_train(model, tmp_path / "run", 1))
+    # a refusal at the start: the command line's own handling, run in this process (the process is not under test)
+    line = one_error_line(in_process("train", *sets(*SMALL, f"model={model}", f"run_dir={tmp_path / 'run'}", "steps=1")))
     assert line.startswith(f"error: model '{model}': {weights}: cut short or corrupt, not a whole safetensors file ("), line
     assert not (tmp_path / "run").exists()  # refused before the run folder is made
-    line = one_error_line(slca("eval", "--model", str(model), "--suite", "toolworld", "--limit", "2", "--out", str(tmp_path / "ev")))
+    line = one_error_line(in_process("eval", "--model", str(model), "--suite", "toolworld", "--limit", "2", "--out", str(tmp_path / "ev")))
     assert line.startswith(f"error: --model '{model}': {weights}: cut short or corrupt"), line
     assert not (tmp_path / "ev").exists()
 

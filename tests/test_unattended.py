@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from _slca_procs import in_process
+
 from slca.training.config import ConfigError, load_config
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -90,7 +92,7 @@ def test_hub_id_not_cached_is_one_line_at_validation(tmp_path, monkeypatch):
 
 def test_malformed_data_file_leaves_no_run_folder(tmp_path, tiny_model_dir):
     (tmp_path / "tasks.jsonl").write_text('{"id": 1, "messages": [\n')
-    r = slca("train", *sets(f"model={tiny_model_dir}", "suite=tasks.jsonl", "run_dir=runs/x", "steps=1"), cwd=tmp_path)
+    r = in_process("train", *sets(f"model={tiny_model_dir}", "suite=tasks.jsonl", "run_dir=runs/x", "steps=1"), cwd=tmp_path)
     assert "tasks.jsonl" in one_error_line(r)
     assert not (tmp_path / "runs").exists()
 
@@ -102,7 +104,7 @@ def test_a_refused_start_leaves_an_existing_run_as_it_was(tmp_path, tiny_model_d
     (run / "metrics.jsonl").write_text('{"step": 1}\n')
     (run / "config.json").write_text("{}")
     (tmp_path / "tasks.jsonl").write_text("not json\n")
-    r = slca("train", "--overwrite", *sets(f"model={tiny_model_dir}", "suite=tasks.jsonl", "run_dir=runs/x", "steps=1"), cwd=tmp_path)
+    r = in_process("train", "--overwrite", *sets(f"model={tiny_model_dir}", "suite=tasks.jsonl", "run_dir=runs/x", "steps=1"), cwd=tmp_path)
     one_error_line(r)
     assert sorted(p.name for p in run.iterdir()) == ["config.json", "metrics.jsonl"] and (run / "config.json").read_text() == "{}"
 
@@ -183,14 +185,15 @@ def test_ctrl_c_before_training_started_says_nothing_was_written(tmp_path):
 
 
 def test_resume_run_dir_continues_with_the_stored_config(tmp_path, tiny_model_dir):
-    first = slca("train", *sets(*SMALL, f"model={tiny_model_dir}", "run_dir=runs/x", "steps=1", "lr=5e-4", "seed=3"), cwd=tmp_path)
+    # the first run and the refusals in this process; the resume that reads the stored config in a process of its own
+    first = in_process("train", *sets(*SMALL, f"model={tiny_model_dir}", "run_dir=runs/x", "steps=1", "lr=5e-4", "seed=3"), cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-2000:]
-    line = one_error_line(slca("train", "--resume", "runs/x", *sets("steps=2", "lr=1e-3"), cwd=tmp_path))
+    line = one_error_line(in_process("train", "--resume", "runs/x", *sets("steps=2", "lr=1e-3"), cwd=tmp_path))
     assert line == ("error: --resume: the config differs from the run's config.json: lr: 0.0005 -> 0.001 "
                     "(on resume only steps, micro_batch_size, eval_batch_size, eval_every, diag_every, volatility_window, sample_html_every, save_every, "
                     "keep_checkpoints, report_to, project, mask_check_max_mismatch may change; for another config train a new run_dir, or pass --overwrite to "
                     "delete this run and start over)")
-    line = one_error_line(slca("train", "runs/x", cwd=tmp_path))
+    line = one_error_line(in_process("train", "runs/x", cwd=tmp_path))
     assert line.startswith("error: RUN_DIR: a run folder is given only with --resume")
     # nothing retyped: every --set of the first run comes from runs/x/config.json; steps may change
     r = slca("train", "--resume", "runs/x", *sets("steps=2"), cwd=tmp_path)
@@ -256,14 +259,14 @@ def test_report_of_several_runs_goes_to_a_new_folder(tmp_path):
     a, b = _fake_run(tmp_path / "runs" / "a", [0.1, 0.2]), _fake_run(tmp_path / "runs" / "b", [0.3, 0.4])
     before = {p: p.read_bytes() for p in (tmp_path / "runs").rglob("*") if p.is_file()}
     for n, folder in ((1, "slca-report"), (2, "slca-report-2")):
-        r = slca("report", "runs/a", "runs/b", cwd=tmp_path)
+        r = in_process("report", "runs/a", "runs/b", cwd=tmp_path)
         assert r.returncode == 0, r.stderr[-2000:]
         assert f"report: {folder}/report.md" in r.stdout
         assert "| a " in (tmp_path / folder / "report.md").read_text()
     after = {p: p.read_bytes() for p in (tmp_path / "runs").rglob("*") if p.is_file()}
     assert after == before  # neither run folder was written into
     # one run: its own report, in its own folder (as slca train writes it)
-    r = slca("report", "runs/a", cwd=tmp_path)
+    r = in_process("report", "runs/a", cwd=tmp_path)
     assert r.returncode == 0 and "report: runs/a/report.md" in r.stdout
     assert (a / "report.md").read_text() != "A's own report\\n" and (a / "curves.png").exists() and b.exists()
 
@@ -404,5 +407,5 @@ def test_a_row_of_no_known_format_names_the_keys_each_needs(tmp_path):
     (["trian"], "error: No such command 'trian'. Did you mean 'train'?"),
 ])
 def test_usage_errors_are_one_line(tmp_path, args, line):
-    got = one_error_line(slca(*args, cwd=tmp_path))
+    got = one_error_line(in_process(*args, cwd=tmp_path))
     assert got.startswith(line) and got.endswith("--help)"), got
