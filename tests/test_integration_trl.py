@@ -573,30 +573,43 @@ def documented_command(doc: str, start: str) -> list[str]:
     return shlex.split(cmd)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", BUILTIN_ESTIMATORS)
-def test_accelerate_launch_of_the_example_trains_on_two_cpu_processes_with_each_estimator(tmp_path, name):
-    """docs/integrations.md's two-process CPU command as a user types it (the embedded model, gloo), one step
-    with every registered estimator: both processes kept their rows of the one gathered batch, the estimator
-    named is the one the advantages came from, the loss is finite and the saved policy moved."""
-    from safetensors.torch import load_file
+EACH_ESTIMATOR = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("train_slca_trl", {script!r})
+example = sys.modules["train_slca_trl"] = importlib.util.module_from_spec(spec)  # (its dataclasses look it up there)
+spec.loader.exec_module(example)
+for name in {names!r}:  # one trainer after another in the same two processes (one process group)
+    example.main(sys.argv[1:] + ["--output_dir", {out!r} + "/" + name, "--advantage_estimator", name])
+"""
 
+
+def _launch(tmp_path, script: str, *extra: str) -> subprocess.CompletedProcess:
+    """docs/integrations.md's two-process CPU command as a user types it (the embedded model, gloo), one step, with
+    ``script`` in the place of the example's path."""
     from slca.models.default import resolve_default_dir
 
     shipped, missing = resolve_default_dir()
     assert not missing, f"the embedded model's shipped weights are not used here ({shipped}): the run would build it"
     cmd = documented_command("docs/integrations.md", TWO_CPU_PROCESSES)
-    assert cmd[:2] == ["accelerate", "launch"]
-    out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", "0", *cmd[2:],
-           "--max_steps", "1", "--save_strategy", "no", "--output_dir", str(out), "--advantage_estimator", name]
+    assert cmd[:2] == ["accelerate", "launch"] and cmd[5] == "examples/trl/train_slca_trl.py"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", "0", *cmd[2:5], script, *cmd[6:],
+           "--max_steps", "1", "--save_strategy", "no", *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1", "HF_HUB_OFFLINE": "1",
            "PYTHONPATH": os.pathsep.join(sys.path)}
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    return r
 
-    seen = sorted(tuple(int(g) if g.isdigit() else g for g in m) for m in LAUNCH_LINE.findall(r.stdout))
-    assert [s[0] for s in seen] == [0, 1], r.stdout[-3000:]  # one line from each process
+
+def _trained_on_two_processes(stdout: str, out, name: str) -> None:
+    """Both processes kept their rows of the one gathered batch, the estimator named is the one the advantages came
+    from, the loss is finite and the saved policy moved."""
+    from safetensors.torch import load_file
+
+    from slca.models.default import resolve_default_dir
+
+    seen = sorted(tuple(int(g) if g.isdigit() else g for g in m) for m in LAUNCH_LINE.findall(stdout) if m[5] == name)
+    assert [s[0] for s in seen] == [0, 1], (name, stdout[-3000:])  # one line from each process
     (_, n0, a0, b0, total, est0, steps0), (_, n1, a1, b1, total1, est1, steps1) = seen
     assert n0 == n1 == 2 and est0 == est1 == name and steps0 == steps1 == 1
     half = total // 2  # one gathered batch; process 0 kept its first half, process 1 the second
@@ -604,11 +617,32 @@ def test_accelerate_launch_of_the_example_trains_on_two_cpu_processes_with_each_
 
     state = json.loads((out / "trainer_state.json").read_text())
     step = next(h for h in state["log_history"] if "loss" in h)
-    assert math.isfinite(step["loss"]) and math.isfinite(step["grad_norm"]), step
+    assert math.isfinite(step["loss"]) and math.isfinite(step["grad_norm"]), (name, step)
     assert "slca/tool_adv_abs_mean" in step  # the advantages were slca's (its metrics are logged where it computes them)
-    before, after = load_file(shipped / "model.safetensors"), load_file(out / "model.safetensors")
+    before, after = load_file(resolve_default_dir()[0] / "model.safetensors"), load_file(out / "model.safetensors")
     assert set(after) <= set(before) and all(torch.isfinite(t).all() for t in after.values())
-    assert any(not torch.equal(before[k], after[k]) for k in after), "the optimizer step did not move the policy"
+    assert any(not torch.equal(before[k], after[k]) for k in after), f"{name}: the optimizer step did not move the policy"
+
+
+@pytest.mark.slow
+def test_accelerate_launch_of_the_documented_command_trains_on_two_cpu_processes(tmp_path):
+    """The documented command, the example's script itself, with slca: one step on two gloo ranks."""
+    out = tmp_path / "run"
+    r = _launch(tmp_path, "examples/trl/train_slca_trl.py", "--output_dir", str(out), "--advantage_estimator", "slca")
+    _trained_on_two_processes(r.stdout, out, "slca")
+
+
+@pytest.mark.slow
+def test_every_registered_estimator_trains_on_two_cpu_processes_under_accelerate_launch(tmp_path):
+    """The same launch with every other registered estimator, one after another in the same two processes (the example's
+    ``main`` called once per estimator: a process pair costs ~30 CPU s of imports, a trainer in it a few)."""
+    names = [n for n in BUILTIN_ESTIMATORS if n != "slca"]
+    driver = tmp_path / "each_estimator.py"
+    driver.write_text(EACH_ESTIMATOR.format(script=os.path.join(ROOT, "examples", "trl", "train_slca_trl.py"), names=names,
+                                            out=str(tmp_path)))
+    r = _launch(tmp_path, str(driver))
+    for name in names:
+        _trained_on_two_processes(r.stdout, tmp_path / name, name)
 
 
 def test_single_summary_function_grpo_equals_trl_and_absent_tiers_are_defined():
