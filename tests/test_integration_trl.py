@@ -20,6 +20,7 @@ import shlex
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -658,6 +659,10 @@ def test_single_summary_function_grpo_equals_trl_and_absent_tiers_are_defined():
     tm[0, 1] = 0  # tokens: call, tool response, answer
     adv, _ = trl_batch_advantages(r, ["summary"], torch.ones(1), mask, tm, 4, estimator="slca")
     assert adv[0].tolist() == pytest.approx([0.0, 0.0, float(expect[0])], abs=1e-5)
+    # no tool tier: empty_tool is 'include' whatever the options say (no execution advantage to mix in)
+    for mode in ("response", "exclude"):
+        same, _ = trl_batch_advantages(r, ["summary"], torch.ones(1), mask, tm, 4, estimator="slca", options={"empty_tool": mode})
+        torch.testing.assert_close(same, adv)
     # no summary-tier function: a tiered estimator refuses, grpo takes it
     with pytest.raises(ValueError, match="summary"):
         trl_batch_advantages(r, ["tool"], torch.ones(1), mask, None, 4, estimator="slca")
@@ -932,6 +937,37 @@ def test_estimator_options_parse_from_the_command_line():
         args=["--output_dir", "x", "--advantage_estimator", "slca_turn", "--estimator_options", '{"turn_lambda": 0.25}',
               "--use_cpu", "--bf16", "false"])
     assert args.advantage_estimator == "slca_turn" and args.estimator_options == {"turn_lambda": 0.25}
+
+
+def test_deprecated_empty_tool_and_empty_summary_fields_warn_and_travel_in_estimator_options(tmp_path):
+    """SLCAGRPOConfig.empty_tool / .empty_summary (before issue 46): a FutureWarning naming estimator_options, and the
+    value routed there; given both ways with different values, one line; grpo, which takes neither, ignores them as
+    before, but a bad value is still refused."""
+    with pytest.warns(FutureWarning, match=r"^SLCAGRPOConfig.empty_tool is deprecated: pass "
+                                           r"estimator_options=\{'empty_tool': 'exclude'\} instead$"):
+        cfg = base_args(tmp_path, empty_tool="exclude", estimator_options={"empty_summary": "drop"})
+    assert cfg.estimator_options == {"empty_tool": "exclude", "empty_summary": "drop"}
+    with pytest.warns(FutureWarning, match=r"SLCAGRPOConfig.empty_summary is deprecated: pass estimator_options="):
+        cfg = base_args(tmp_path, advantage_estimator="slca_turn", empty_summary="drop", estimator_options={"empty_summary": "drop"})
+    assert cfg.estimator_options == {"empty_summary": "drop"}  # the same value both ways: no conflict
+    with pytest.raises(ValueError) as e:
+        base_args(tmp_path, empty_tool="exclude", estimator_options={"empty_tool": "include"})
+    assert str(e.value) == ("SLCAGRPOConfig.empty_tool='exclude' and estimator_options empty_tool='include' disagree: "
+                            "set empty_tool in estimator_options only (SLCAGRPOConfig.empty_tool is deprecated)")
+    with pytest.warns(FutureWarning, match="SLCAGRPOConfig.empty_tool is deprecated"):
+        assert base_args(tmp_path, advantage_estimator="grpo", empty_tool="exclude").estimator_options == {}
+    with pytest.raises(ValueError, match=r"^SLCAGRPOConfig.empty_tool='nope': estimator 'slca': option 'empty_tool' must be one of"):
+        base_args(tmp_path, advantage_estimator="grpo", empty_tool="nope")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # the defaults, and the new spelling, warn of nothing of slca's
+        warnings.filterwarnings("ignore", message=r"`\w*gradient_checkpointing\w*` is deprecated")  # transformers' own
+        base_args(tmp_path, empty_tool="both", empty_summary="last_turn", estimator_options={"empty_tool": "exclude"})
+    from trl import TrlParser
+
+    with pytest.warns(FutureWarning, match="SLCAGRPOConfig.empty_tool is deprecated"):  # the old command-line flag
+        (args,) = TrlParser((SLCAGRPOConfig,)).parse_args_and_config(
+            args=["--output_dir", str(tmp_path), "--empty_tool", "include", "--use_cpu", "--bf16", "false"])
+    assert args.estimator_options == {"empty_tool": "include"}
 
 
 def test_estimator_inputs_function_reaches_the_estimator(tmp_path):

@@ -444,7 +444,7 @@ def test_trl_drop_in_on_missing_segments(estimator):
     for es in ("drop", "last_turn"):
         opts = {} if estimator in ("grpo", "gdpo") else {"empty_summary": es}
         adv, used = trl_batch_advantages(torch.stack([r_tool, r_sum], 1), ["tool", "summary"], torch.ones(2), completion,
-                                         tool, 5, estimator=estimator, eps=1e-4, empty_summary=es, extra_inputs=extra)
+                                         tool, 5, estimator=estimator, eps=1e-4, options=opts, extra_inputs=extra)
         want = compute_advantages(estimator, AdvantageInputs(
             used.tool_rewards, used.summary_rewards, [0] * 5, model, tm, sm).with_inputs(extra), eps=1e-4, **opts)
         torch.testing.assert_close(adv, want)
@@ -458,19 +458,20 @@ def test_trl_drop_in_on_missing_segments(estimator):
             assert torch.allclose(grew, torch.full((CALL,), a_sum[4] if es == "last_turn" else 0.0), atol=1e-5)
 
 
-def test_trl_config_carries_empty_summary_and_refuses_a_bad_mode(tmp_path):
+def test_trl_config_carries_empty_summary_in_estimator_options_and_refuses_a_bad_mode(tmp_path):
     pytest.importorskip("trl")
     from slca.integrations.trl import HOST_OPTIONS, SLCAGRPOConfig, call_options
     from slca.core.registry import get_estimator
 
-    assert HOST_OPTIONS["empty_summary"] == "empty_summary"
-    cfg = SLCAGRPOConfig(output_dir=str(tmp_path), empty_summary="last_turn", empty_tool="both", report_to="none",
-                         use_cpu=True, bf16=False)
-    assert (cfg.empty_summary, cfg.empty_tool) == ("last_turn", "both")
-    with pytest.raises(ValueError, match="estimator_options may not set 'empty_summary'"):
-        call_options(get_estimator("slca"), {}, {"empty_summary": "last_turn"})
-    with pytest.raises(ValueError, match="empty_summary"):
-        call_options(get_estimator("slca"), {"empty_summary": "never"}, None)
+    assert HOST_OPTIONS == {"scale": "scale_rewards", "eps": "advantage_eps"}  # the rest travel in estimator_options
+    cfg = SLCAGRPOConfig(output_dir=str(tmp_path), estimator_options={"empty_summary": "drop", "empty_tool": "include"},
+                         report_to="none", use_cpu=True, bf16=False)
+    opts = call_options(get_estimator("slca"), {"scale": "group", "eps": 1e-4}, cfg.estimator_options)
+    assert (opts.empty_summary, opts.empty_tool) == ("drop", "include")
+    with pytest.raises(ValueError, match="estimator 'slca': option 'empty_summary' must be one of"):
+        call_options(get_estimator("slca"), {}, {"empty_summary": "never"})
+    with pytest.raises(ValueError, match="estimator_options may not set 'eps': it comes from SLCAGRPOConfig.advantage_eps"):
+        call_options(get_estimator("slca"), {}, {"eps": 1e-6})
 
 
 # --------------------------------------------------------------------------- verl

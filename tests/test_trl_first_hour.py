@@ -225,8 +225,9 @@ def test_config_typos_are_refused_when_the_config_is_made_with_the_closest_name(
     with pytest.raises(ValueError) as e:
         base_args(tmp_path, advantage_estimator="slca_turn", estimator_options={"turn_lamda": 0.5})
     # only what estimator_options may set in TRL; the options TRL's own fields set are named as those fields
-    assert ("estimator 'slca_turn' has no option 'turn_lamda' (did you mean 'turn_lambda'?); its options: ['turn_lambda']; "
-            "the others come from SLCAGRPOConfig.empty_summary") in str(e.value)
+    assert ("estimator 'slca_turn' has no option 'turn_lamda' (did you mean 'turn_lambda'?); its options: "
+            "['empty_summary', 'empty_tool', 'turn_lambda']; the others come from SLCAGRPOConfig.advantage_eps, "
+            "SLCAGRPOConfig.scale_rewards") == str(e.value)
 
 
 def test_reward_tiers_are_counted_before_the_model_loads(tmp_path):

@@ -1,7 +1,7 @@
 """SLCA-GRPO with TRL's GRPOTrainer on slca's toolworld tasks.
 
 Every ``SLCAGRPOConfig`` option (TRL's ``GRPOConfig`` plus ``advantage_estimator``,
-``reward_tiers``, ``empty_tool``, ``advantage_eps``, ``estimator_options``,
+``reward_tiers``, ``advantage_eps``, ``estimator_options``,
 ``task_id_column``) is a flag, or a key of a ``--config file.yaml`` (TRL's
 ``TrlParser``); ``--model`` picks the policy. Every registered estimator works:
 ``--advantage_estimator slca_turn --estimator_options '{"turn_lambda": 0.5}'``

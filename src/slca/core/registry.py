@@ -227,6 +227,33 @@ def parse_options(cls: type, estimator: str, raw: Mapping[str, str], host: Mappi
     return out
 
 
+def with_deprecated(spec: EstimatorSpec, given: Mapping[str, Any], old: Mapping[str, Any], where: Mapping[str, str],
+                    new: str) -> dict[str, Any]:
+    """``given`` (the estimator options) plus ``old``: options a host still reads from a deprecated setting of its own.
+
+    ``old``: option -> value (``empty_tool``, ``empty_summary``: options of :class:`SLCAOptions`); ``where[option]``
+    names the deprecated setting and ``new`` the setting the options travel in now (the host's estimator options),
+    for the errors. A value is checked as :class:`SLCAOptions` checks it whatever the estimator, and added only
+    where ``spec`` declares the option: the deprecated settings were refused when wrong and ignored by ``grpo``,
+    and still are.
+
+    Raises:
+        ValueError: one line, for a bad value, or an option given both ways with different values.
+    """
+    out = dict(given)
+    for k, v in old.items():
+        try:
+            check_options(SLCAOptions, "slca", {k: v})
+        except ValueError as e:
+            raise ValueError(f"{where[k]}={v!r}: {e}") from None
+        if k in out and out[k] != v:
+            raise ValueError(f"{where[k]}={v!r} and {new} {k}={out[k]!r} disagree: set {k} in {new} only "
+                             f"({where[k]} is deprecated)")
+        if k in spec.option_names:
+            out[k] = v
+    return out
+
+
 def split_assignments(items: Sequence[str], what: str) -> dict[str, str]:
     """``["name=value", ...]`` (``--set estimator_options=a=1,b=x``, ``SLCA_ESTIMATOR_OPTIONS``) as a mapping."""
     out: dict[str, str] = {}

@@ -80,11 +80,11 @@ from slca.core.registry import (
     EmptyTool,
     EstimatorSpec,
     SLCAOptions,
-    check_options,
     get_estimator,
     get_input,
     list_estimators,
     resolve_estimator,
+    with_deprecated,
 )
 from slca.chat import check_segment_masks, enforce_mask_check, list_formats
 from slca.chat.spans import check_segmentation, span_labels, spans_needed
@@ -143,8 +143,11 @@ UNANSWERED_MODES = ("unscored", "not_executed")
 """What :func:`slca_reward_funcs` does with the calls of a completion's last turn that TRL never executed."""
 NOT_EXECUTED = "not executed: the rollout ended before the environment answered"  # as slca.integrations.verl
 
-HOST_OPTIONS = {"scale": "scale_rewards", "eps": "advantage_eps", "empty_tool": "empty_tool", "empty_summary": "empty_summary"}
-"""Estimator options the host sets from its own config (option -> SLCAGRPOConfig field)."""
+HOST_OPTIONS = {"scale": "scale_rewards", "eps": "advantage_eps"}
+"""Estimator options the host sets from its own config (option -> SLCAGRPOConfig field); every other option
+travels in ``SLCAGRPOConfig.estimator_options``."""
+DEPRECATED_OPTION_FIELDS = ("empty_tool", "empty_summary")
+"""``SLCAGRPOConfig`` fields that are deprecated spellings of ``estimator_options={name: ...}`` (issue 46)."""
 
 
 KNOWN_NOISE = (
@@ -235,8 +238,8 @@ class SLCAGRPOConfig(GRPOConfig):
         default=None,
         metadata={"help": "The estimator's own options by name (JSON on the command line), e.g. "
                   "'{\"turn_lambda\": 0.5}' for slca_turn or '{\"cond_std\": \"subgroup\"}' for slca_cond; "
-                  "checked against the options it declares when the trainer is built. scale, eps and "
-                  "empty_tool / empty_summary come from scale_rewards, advantage_eps, empty_tool and empty_summary."},
+                  "checked against the options it declares when the config is made, e.g. "
+                  "'{\"empty_tool\": \"exclude\"}' for slca. scale and eps come from scale_rewards and advantage_eps."},
     )
     task_id_column: str = field(
         default="task_id",
@@ -249,12 +252,14 @@ class SLCAGRPOConfig(GRPOConfig):
                   "the first the execution reward, the second the summary reward."},
     )
     empty_tool: EmptyTool = field(
-        default=EMPTY_TOOL_DEFAULT, metadata={"help": _option_help("empty_tool")},
+        default=EMPTY_TOOL_DEFAULT,
+        metadata={"help": "Deprecated: estimator_options={\"empty_tool\": ...}. " + _option_help("empty_tool")},
     )
     empty_summary: EmptySummary = field(
         default=EMPTY_SUMMARY_DEFAULT,
-        metadata={"help": _option_help("empty_summary") + " A rollout that ends on an unexecuted call (TRL's "
-                  "max_tool_calling_iterations) has that call turn as its summary segment and is not affected."},
+        metadata={"help": "Deprecated: estimator_options={\"empty_summary\": ...}. " + _option_help("empty_summary")
+                  + " A rollout that ends on an unexecuted call (TRL's max_tool_calling_iterations) has that call turn "
+                  "as its summary segment and is not affected."},
     )
     advantage_eps: float = field(
         default=1e-4,
@@ -280,13 +285,20 @@ class SLCAGRPOConfig(GRPOConfig):
         if self.reward_tiers is not None:  # a typo is refused here, not after the model loads
             check_tier_names(self.reward_tiers)
             check_tiers(list(self.reward_tiers), self.advantage_estimator)
-        host = {"scale": self.scale_rewards, "eps": self.advantage_eps, "empty_tool": self.empty_tool,
-                "empty_summary": self.empty_summary}
-        check_host_options(host)
         check_loss_type(self.loss_type)
         check_mask_options(self.mask_check_max_mismatch, self.tool_format)
         check_segmentation(self.segmentation, self.tool_format, spec)
+        old = {k: getattr(self, k) for k in DEPRECATED_OPTION_FIELDS if getattr(self, k) != getattr(SLCAOptions, k)}
+        if old:  # checked, then routed into estimator_options where the estimator takes them
+            given = self.estimator_options if isinstance(self.estimator_options, Mapping) else {}
+            routed = with_deprecated(spec, given, old, {k: f"SLCAGRPOConfig.{k}" for k in old}, "estimator_options")
+            for k, v in old.items():
+                warnings.warn(f"SLCAGRPOConfig.{k} is deprecated: pass estimator_options={{{k!r}: {v!r}}} instead",
+                              FutureWarning, stacklevel=3)
+            if self.estimator_options is None or isinstance(self.estimator_options, Mapping):
+                self.estimator_options = routed
         if isinstance(self.estimator_options, Mapping):  # a JSON string is parsed by GRPOConfig; checked by the trainer otherwise
+            host = {"scale": self.scale_rewards, "eps": self.advantage_eps}
             call_options(spec, host, self.estimator_options)  # an unknown or bad option: one line, before any model loads
 
 
@@ -296,12 +308,6 @@ def check_mask_options(max_mismatch: Any, tool_format: Any) -> None:
         raise ValueError(f"mask_check_max_mismatch must be a share in [0, 1] (1.0: count only), got {max_mismatch!r}")
     if tool_format not in list_formats():
         raise ValueError(f"tool_format must be one of {list_formats()}, got {tool_format!r}")
-
-
-def check_host_options(host: Mapping[str, Any]) -> None:
-    """Refuse a bad ``empty_tool`` / ``empty_summary`` whatever the estimator (``grpo`` does not take them), as
-    :class:`slca.core.registry.SLCAOptions` checks them."""
-    check_options(SLCAOptions, "slca", {k: host[k] for k in ("empty_tool", "empty_summary")})
 
 
 def check_loss_type(loss_type: str) -> None:
@@ -411,7 +417,7 @@ def check_aggregation(estimator: str, aggregation: str) -> None:
 
 
 def call_options(spec: EstimatorSpec, host: Mapping[str, Any], given: Mapping[str, Any] | None) -> Any:
-    """The options object to call ``spec`` with: the host's (``scale``, ``eps``, ``empty_tool``, ``empty_summary``) it takes, plus ``given``.
+    """The options object to call ``spec`` with: the host's (``scale``, ``eps``) it takes, plus ``given``.
 
     ``given`` (``SLCAGRPOConfig.estimator_options``) may not set a host option
     (:data:`HOST_OPTIONS` says which config field does); an option the
@@ -443,8 +449,6 @@ def trl_batch_advantages(
     estimator: str = "slca",
     scale: str = "group",
     eps: float = 1e-4,
-    empty_tool: str = EMPTY_TOOL_DEFAULT,
-    empty_summary: str = EMPTY_SUMMARY_DEFAULT,
     aggregation: str = "sum_then_normalize",
     options: Mapping[str, Any] | None = None,
     extra_inputs: Mapping[str, Any] | None = None,
@@ -472,8 +476,8 @@ def trl_batch_advantages(
       tier's group statistics and gets no advantage from it.
     * an absent tool tier (no function declared ``tool``): the summary tier
       alone, on the summary segment, and on every policy token of a rollout that
-      made no call (``empty_tool`` is then ``include``: there is no execution
-      advantage to mix in). Tool-call tokens get 0: no reward judged them.
+      made no call (the option ``empty_tool`` is then ``include``: there is no
+      execution advantage to mix in). Tool-call tokens get 0: no reward judged them.
       Without tool calls in the batch this equals TRL's GRPO advantages.
     * an absent summary tier with a tiered estimator: ValueError (:func:`check_tiers`).
 
@@ -487,7 +491,8 @@ def trl_batch_advantages(
             the batch has no tool tokens.
         num_generations: G.
         aggregation: TRL's ``multi_objective_aggregation``.
-        options: the estimator's own options (:func:`call_options`).
+        options: the estimator's options but ``scale`` and ``eps`` (:func:`call_options`), e.g.
+            ``{"empty_tool": "exclude"}``.
         extra_inputs: the optional inputs the estimator needs (its spec's
             ``needs``), by name, for the B gathered rows.
         segmentation: ``"boundary"`` (the segments of :func:`slca.segment_masks`) or
@@ -522,8 +527,8 @@ def trl_batch_advantages(
         # TRL's scalar: nansum over all functions; NaN only where nothing scored the row
         r_tool = torch.where(torch.isnan(r_tool) & ~torch.isnan(r_sum), torch.zeros_like(r_tool), r_tool)
         r_sum = torch.where(torch.isnan(r_sum) & ~torch.isnan(r_tool), torch.zeros_like(r_sum), r_sum)
-    elif "tool" not in tiers:
-        empty_tool = "include"
+    elif "tool" not in tiers and "empty_tool" in spec.option_names:
+        options = {**(options or {}), "empty_tool": "include"}
     inputs = AdvantageInputs(
         tool_rewards=r_tool,
         summary_rewards=r_sum,
@@ -533,8 +538,7 @@ def trl_batch_advantages(
         summary_mask=summary_seg,
         span_labels=span_labels,
     ).with_inputs(dict(extra_inputs or {}))
-    # host options it does not take (empty_tool for grpo) are not passed
-    host = {"scale": scale, "eps": eps, "empty_tool": empty_tool, "empty_summary": empty_summary}
+    host = {"scale": scale, "eps": eps}
     adv = spec.run(inputs, call_options(spec, host, options))
     return adv, inputs
 
@@ -947,14 +951,10 @@ class SLCAGRPOTrainer(GRPOTrainer):
         self.slca_aggregation = getattr(self, "multi_objective_aggregation", "sum_then_normalize")
         check_aggregation(self.slca_estimator, self.slca_aggregation)
         check_loss_type(self.loss_type)  # a plain GRPOConfig is not checked when it is made
-        self.slca_empty_tool = getattr(a, "empty_tool", EMPTY_TOOL_DEFAULT)
-        self.slca_empty_summary = getattr(a, "empty_summary", EMPTY_SUMMARY_DEFAULT)
         self.slca_eps = float(getattr(a, "advantage_eps", 1e-4))
-        self.slca_options = dict(getattr(a, "estimator_options", None) or {})
-        host = {"scale": self.scale_rewards, "eps": self.slca_eps, "empty_tool": self.slca_empty_tool,
-                "empty_summary": self.slca_empty_summary}
-        check_host_options(host)  # empty_tool / empty_summary, whatever the estimator
-        call_options(spec, host, self.slca_options)  # unknown or mistyped options fail here, not on a batch
+        self.slca_options = dict(getattr(a, "estimator_options", None) or {})  # SLCAGRPOConfig routed its deprecated fields in
+        # unknown or mistyped options fail here, not on a batch
+        call_options(spec, {"scale": self.scale_rewards, "eps": self.slca_eps}, self.slca_options)
         self.slca_tasks = tasks
         self.slca_task_column = getattr(a, "task_id_column", "task_id")
         self.slca_input_funcs = self._check_needs(spec, dict(estimator_inputs or {}))
@@ -1073,8 +1073,6 @@ class SLCAGRPOTrainer(GRPOTrainer):
             estimator=self.slca_estimator,
             scale=self.scale_rewards,
             eps=self.slca_eps,
-            empty_tool=self.slca_empty_tool,
-            empty_summary=self.slca_empty_summary,
             aggregation=self.slca_aggregation,
             options=self.slca_options,
             extra_inputs=self._slca_extra,
@@ -1199,13 +1197,13 @@ class SLCAGRPOTrainer(GRPOTrainer):
         for name in list_estimators(reference=True):
             if name in out:
                 continue
-            trajectory = get_estimator(name).trajectory
+            ref = get_estimator(name)
             try:
                 out[name], _ = trl_batch_advantages(
                     b.rewards_per_func, self.slca_tiers, self.reward_weights, b.valid_mask, b.env_mask, b.num_generations,
-                    estimator=name, scale=self.scale_rewards, eps=self.slca_eps, empty_tool=self.slca_empty_tool,
-                    empty_summary=self.slca_empty_summary,
-                    aggregation=self.slca_aggregation if trajectory else "sum_then_normalize")
+                    estimator=name, scale=self.scale_rewards, eps=self.slca_eps,
+                    aggregation=self.slca_aggregation if ref.trajectory else "sum_then_normalize",
+                    options=ref.pick(self.slca_options))  # the run's empty_tool / empty_summary where it takes them
             except ValueError:
                 continue
         return out
