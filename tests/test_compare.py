@@ -64,9 +64,10 @@ def test_compare_cli_tiny_budget(tmp_path, tiny_model_dir):
         for row in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()):
             if row.get("adv/contamination") is not None and row["rollout/no_summary_segment"] == 0:
                 assert row["adv/contamination"] == 0.0, (run.name, row["step"])
-    # the same comparison again reuses the finished runs: nothing is retrained
+    # the same comparison again reuses the finished runs: nothing is retrained (in this process from here on: it
+    # starts no run, and a process would only add its imports)
     metrics = {p: p.read_bytes() for p in out.glob("*/metrics.jsonl")}
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    r = in_process(*cmd[3:])
     assert r.returncode == 0 and "seed" not in r.stdout.split("report:")[0], r.stdout + r.stderr  # no run reported as trained
     assert {p: p.read_bytes() for p in out.glob("*/metrics.jsonl")} == metrics
     # a study's committed records hold no checkpoints: finished records still count as done
@@ -74,11 +75,11 @@ def test_compare_cli_tiny_budget(tmp_path, tiny_model_dir):
 
     for ck in out.glob("*/checkpoints"):
         shutil.rmtree(ck)
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    r = in_process(*cmd[3:])
     assert r.returncode == 0 and "seed" not in r.stdout.split("report:")[0], r.stdout + r.stderr
     assert {p: p.read_bytes() for p in out.glob("*/metrics.jsonl")} == metrics
     # another lr: the stored runs do not match and the comparison is refused, naming the difference
-    r = subprocess.run(cmd + ["--set", "lr=0.001"], capture_output=True, text=True, timeout=600)
+    r = in_process(*cmd[3:], "--set", "lr=0.001")
     assert r.returncode == 2 and "were trained with another config: grpo-seed0 (lr: 0.0002 -> 0.001)" in r.stderr, r.stdout + r.stderr
     assert {p: p.read_bytes() for p in out.glob("*/metrics.jsonl")} == metrics
 
