@@ -300,14 +300,50 @@ def test_compute_score_on_the_papers_row_format():
 
 
 def test_empty_tool_mode_from_environment(monkeypatch):
+    """SLCA_ESTIMATOR_OPTIONS=empty_tool=...; unset, the estimator's default (both)."""
     mask, lengths, r_tool, r_sum, uids = random_batch(6)
     R = sv.pack_token_rewards(r_tool, r_sum, mask, lengths)
-    monkeypatch.setenv("SLCA_EMPTY_TOOL", "exclude")
+    monkeypatch.delenv("SLCA_EMPTY_TOOL", raising=False)
+    monkeypatch.setenv("SLCA_ESTIMATOR_OPTIONS", "empty_tool=exclude")
     adv, _ = sv.compute_slca_outcome_advantage(R, mask, index=uids)
     torch.testing.assert_close(adv, reference(mask, r_tool, r_sum, uids, empty_tool="exclude"))
-    monkeypatch.setenv("SLCA_EMPTY_TOOL", "bogus")
-    with pytest.raises(ValueError, match="SLCA_EMPTY_TOOL"):
+    monkeypatch.delenv("SLCA_ESTIMATOR_OPTIONS")
+    adv, _ = sv.compute_slca_outcome_advantage(R, mask, index=uids)
+    torch.testing.assert_close(adv, reference(mask, r_tool, r_sum, uids, empty_tool="both"))
+    monkeypatch.setenv("SLCA_ESTIMATOR_OPTIONS", "empty_tool=bogus")
+    with pytest.raises(ValueError, match="^SLCA_ESTIMATOR_OPTIONS='empty_tool=bogus': estimator 'slca': option 'empty_tool'"):
         sv.compute_slca_outcome_advantage(R, mask, index=uids)
+
+
+def test_deprecated_slca_empty_tool_still_works_warns_once_and_refuses_a_conflict(monkeypatch):
+    """SLCA_EMPTY_TOOL (before issue 46): a FutureWarning once per process naming SLCA_ESTIMATOR_OPTIONS, the same
+    advantages as the new spelling; both spellings with different values, one line; grpo ignores it as before, but
+    a bad value is refused whatever the estimator."""
+    mask, lengths, r_tool, r_sum, uids = random_batch(6)
+    R = sv.pack_token_rewards(r_tool, r_sum, mask, lengths)
+    monkeypatch.setattr(sv, "_WARNED", set())
+    monkeypatch.delenv("SLCA_ESTIMATOR_OPTIONS", raising=False)
+    monkeypatch.setenv("SLCA_EMPTY_TOOL", "exclude")
+    with pytest.warns(FutureWarning, match=r"^SLCA_EMPTY_TOOL is deprecated: set SLCA_ESTIMATOR_OPTIONS=empty_tool=exclude "):
+        adv, _ = sv.compute_slca_outcome_advantage(R, mask, index=uids)
+    torch.testing.assert_close(adv, reference(mask, r_tool, r_sum, uids, empty_tool="exclude"))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # once per process: verl calls the estimator every step
+        sv.compute_slca_outcome_advantage(R, mask, index=uids)
+        monkeypatch.setenv("SLCA_ESTIMATOR_OPTIONS", "empty_tool=exclude")  # the same value both ways
+        assert sv.selected_options(slca.get_estimator("slca")).empty_tool == "exclude"
+        monkeypatch.setenv("SLCA_ESTIMATOR_OPTIONS", "empty_tool=include")
+        with pytest.raises(ValueError) as e:
+            sv.selected_options(slca.get_estimator("slca"))
+        assert str(e.value) == ("SLCA_EMPTY_TOOL='exclude' and SLCA_ESTIMATOR_OPTIONS empty_tool='include' disagree: "
+                                "set empty_tool in SLCA_ESTIMATOR_OPTIONS only (SLCA_EMPTY_TOOL is deprecated)")
+        monkeypatch.delenv("SLCA_ESTIMATOR_OPTIONS")
+        assert sv.selected_options(slca.get_estimator("grpo")) == slca.get_estimator("grpo").make_options()
+        monkeypatch.setenv("SLCA_EMPTY_TOOL", "bogus")
+        with pytest.raises(ValueError, match="^SLCA_EMPTY_TOOL='bogus': estimator 'slca': option 'empty_tool' must be one of"):
+            sv.selected_options(slca.get_estimator("grpo"))
 
 
 def test_estimator_options_from_environment_go_through_the_options_object(monkeypatch):

@@ -32,9 +32,9 @@ How the two rewards reach the estimator (verl 0.9.1)
       So verl's own layout (the score alone at the last valid token) reads as
       tool 0 and summary = score for *every* row, one-token responses included:
       ``grpo`` and ``gdpo`` then equal verl's GRPO, and the SLCA estimators give
-      each row's policy tokens its GRPO advantage (``SLCA_EMPTY_TOOL=both``, the
-      default, ``include`` or ``exclude`` on rows without a tool segment), half of
-      it (``response``), or
+      each row's policy tokens its GRPO advantage (``empty_tool=both``, the
+      default, ``include`` or ``exclude`` on rows without a tool segment, in
+      ``SLCA_ESTIMATOR_OPTIONS``), half of it (``response``), or
       0 (tool tokens: no execution reward), never the opposite sign.
 
     :class:`slca.integrations.verl_agent_loop.SLCAToolAgentLoop` writes this layout
@@ -72,6 +72,7 @@ import json
 import logging
 import os
 import re
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -81,17 +82,15 @@ import torch
 
 from slca.chat.encoding import ChatRenderer
 from slca.chat.spans import check_segmentation, span_labels, spans_needed
-from slca.core.advantages import EMPTY_TOOL_DEFAULT
 from slca.core.beyond import SPAN_LABELS_INPUT
 from slca.core.registry import (
     AdvantageInputs,
     EstimatorSpec,
-    SLCAOptions,
-    check_options,
     get_input,
     parse_options,
     resolve_estimator,
     split_assignments,
+    with_deprecated,
 )
 from slca.core.segments import segment_masks, span_segment_masks
 from slca.types import ToolResult, Trajectory, Turn
@@ -117,7 +116,8 @@ __all__ = [
 ESTIMATOR_NAME = "slca"
 ESTIMATOR_ENV = "SLCA_ESTIMATOR"
 OPTIONS_ENV = "SLCA_ESTIMATOR_OPTIONS"
-EMPTY_TOOL_ENV = "SLCA_EMPTY_TOOL"
+EMPTY_TOOL_ENV = "SLCA_EMPTY_TOOL"  # deprecated: SLCA_ESTIMATOR_OPTIONS=empty_tool=... (issue 46)
+_WARNED: set[str] = set()  # the deprecated variables already warned of in this process
 DUMP_ENV = "SLCA_VERL_DUMP_DIR"
 MASK_CHECK_ENV = "SLCA_MASK_CHECK_MAX_MISMATCH"  # refused: see compute_slca_outcome_advantage
 SEGMENTATION_ENV = "SLCA_SEGMENTATION"
@@ -304,8 +304,8 @@ def compute_slca_outcome_advantage(
             ``config.norm_adv_by_std_in_grpo``, which verl sets.
         config: verl ``AlgoConfig``; ``use_kl_in_reward`` must be False.
             (``AlgoConfig`` takes no extra keys, so the estimator's options come
-            from the environment: :func:`selected_options`, ``SLCA_EMPTY_TOOL``
-            and ``SLCA_ESTIMATOR_OPTIONS``; a verl row never lacks a summary
+            from the environment: :func:`selected_options`,
+            ``SLCA_ESTIMATOR_OPTIONS``; a verl row never lacks a summary
             segment, so ``empty_summary`` changes nothing.)
         non_tensor_batch: when given and holding ``tool_reward`` /
             ``summary_reward`` (verl's ``reward_extra_info``), the rewards are
@@ -426,26 +426,37 @@ def selected_estimator() -> EstimatorSpec:
 def selected_options(spec: EstimatorSpec, *, scale: str = "group", eps: float = 1e-6) -> Any:
     """The options object (validated) ``spec`` runs with under verl, from verl's settings and the environment.
 
-    ``scale`` and ``eps`` come from verl (``norm_adv_by_std_in_grpo``, ``epsilon``), ``empty_tool``
-    from ``SLCA_EMPTY_TOOL`` (default ``both``; checked whatever the estimator), and any other option
-    of the estimator from ``SLCA_ESTIMATOR_OPTIONS`` as ``option=value,option=value`` (the syntax of
-    ``slca train --set estimator_options=...``), e.g. ``cond_std=subgroup`` for ``slca_cond``. verl's
-    ``AlgoConfig`` takes no extra keys, so these travel in the environment; they are parsed and checked
-    by the estimator's options object, as ``slca train`` and the TRL trainer do.
+    ``scale`` and ``eps`` come from verl (``norm_adv_by_std_in_grpo``, ``epsilon``), every other option of
+    the estimator from ``SLCA_ESTIMATOR_OPTIONS`` as ``option=value,option=value`` (the syntax of
+    ``slca train --set estimator_options=...``), e.g. ``empty_tool=exclude`` for ``slca`` or
+    ``cond_std=subgroup`` for ``slca_cond``; an option not given takes the estimator's default
+    (``empty_tool``: ``both``, as in ``slca train`` and TRL). verl's ``AlgoConfig`` takes no extra keys,
+    so these travel in the environment; they are parsed and checked by the estimator's options object,
+    as ``slca train`` and the TRL trainer do.
+
+    ``SLCA_EMPTY_TOOL=mode`` (before issue 46) still works, as a deprecated spelling of
+    ``SLCA_ESTIMATOR_OPTIONS=empty_tool=mode``: a FutureWarning once per process, the value checked
+    whatever the estimator and passed to one that takes it.
 
     Raises:
-        ValueError: one line naming the variable, the estimator and the option.
+        ValueError: one line naming the variable, the estimator and the option; or both spellings of
+            ``empty_tool`` with different values.
     """
-    empty_tool = os.environ.get(EMPTY_TOOL_ENV, EMPTY_TOOL_DEFAULT)
-    try:
-        check_options(SLCAOptions, "slca", {"empty_tool": empty_tool})
-    except ValueError as e:
-        raise ValueError(f"{EMPTY_TOOL_ENV}={empty_tool!r}: {e}") from None
     raw = os.environ.get(OPTIONS_ENV, "")
     try:
         given = parse_options(spec.options, spec.name, split_assignments([x for x in raw.split(",") if x.strip()], OPTIONS_ENV))
-        where = {"scale": "verl's algorithm.norm_adv_by_std_in_grpo", "eps": "verl's epsilon", "empty_tool": EMPTY_TOOL_ENV}
-        return spec.host_options({"scale": scale, "eps": eps, "empty_tool": empty_tool}, given, where)
+    except ValueError as e:
+        raise ValueError(f"{OPTIONS_ENV}={raw!r}: {e}") from None
+    old = os.environ.get(EMPTY_TOOL_ENV)
+    if old is not None:
+        given = with_deprecated(spec, given, {"empty_tool": old}, {"empty_tool": EMPTY_TOOL_ENV}, OPTIONS_ENV)
+        if EMPTY_TOOL_ENV not in _WARNED:
+            _WARNED.add(EMPTY_TOOL_ENV)
+            warnings.warn(f"{EMPTY_TOOL_ENV} is deprecated: set {OPTIONS_ENV}=empty_tool={old} instead (with the "
+                          "estimator's other options, comma-separated)", FutureWarning, stacklevel=2)
+    try:
+        where = {"scale": "verl's algorithm.norm_adv_by_std_in_grpo", "eps": "verl's epsilon"}
+        return spec.host_options({"scale": scale, "eps": eps}, given, where)
     except ValueError as e:
         raise ValueError(f"{OPTIONS_ENV}={raw!r}: {e}") from None
 
