@@ -52,9 +52,13 @@ def _read(run_dir):
 @pytest.mark.slow
 @pytest.mark.parametrize("estimator", ["slca", "grpo"])
 def test_smoke_parameters_move_and_metrics_finite(tmp_path, tiny, estimator):
+    import time
+
     kw = _trainer_kwargs(tiny)
     before = {k: v.clone() for k, v in kw["model"].state_dict().items()}
+    cpu = time.process_time()
     tr = train(_cfg(tmp_path, estimator=estimator), **kw)
+    cpu = time.process_time() - cpu
     after = tr.model.state_dict()
     moved = sum(int(not torch.equal(before[k], after[k])) for k in before)
     assert moved > len(before) // 2
@@ -66,6 +70,9 @@ def test_smoke_parameters_move_and_metrics_finite(tmp_path, tiny, estimator):
                 continue  # NaN by definition when a tiny random model makes no call / too few steps
             assert v is not None and math.isfinite(v), (k, v)
     assert any(k.startswith("eval/") for k in rows[-1])
+    # each row's CPU seconds: positive, and together no more than the process spent in train() (its start aside)
+    spent = [r["perf/cpu_s"] for r in rows]
+    assert all(s > 0 for s in spent) and sum(spent) <= cpu, (spent, cpu)
     run = tmp_path / "run"
     assert (run / "config.json").exists() and list((run / "tb").iterdir()) and list((run / "checkpoints").iterdir())
     assert json.loads((run / "samples.json").read_text())[0]["rollouts"]

@@ -114,6 +114,9 @@ class Metric:
 STEP = Metric("step", "the training step the row records (0: the evaluation before any update)", NONNEG)
 PERF_GEN = Metric("perf/gen_tokens_per_s", "rollout tokens generated per second (wall clock)", NONNEG, "higher")
 PERF_TRAIN = Metric("perf/train_tokens_per_s", "tokens through the policy update per second (wall clock)", NONNEG, "higher")
+PERF_CPU = Metric("perf/cpu_s", "CPU seconds of the run's process since the row before (user + system, every thread): the "
+                  "step, its evaluation, the checkpoint before it; summed over the rows, the run's cost across resumes, "
+                  "each process's start (loading) and last checkpoint aside", NONNEG, "lower")
 GRAD_NORM = Metric("grad/norm", "pre-clip gradient norm, mean over the step's minibatches", NONNEG, smooth=True,
                    title="gradient norm (pre-clip, mean over minibatches)")
 GRAD_VOLATILITY = Metric("grad/volatility", "rolling coefficient of variation of grad/norm", NONNEG, "lower",

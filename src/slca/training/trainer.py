@@ -652,6 +652,19 @@ def _truncate_metrics(path: Path, completed_steps: int) -> None:
     write_atomic(path, "".join(json.dumps(r) + "\n" for r in keep))
 
 
+class Stopwatch:
+    """This process's CPU seconds (user + system, every thread: ``time.process_time``) between two laps; the
+    checkpoint written after a row counts in the next one."""
+
+    def __init__(self) -> None:
+        self.mark = time.process_time()
+
+    def lap(self) -> float:
+        """The CPU seconds since the last lap (or since it was made)."""
+        before, self.mark = self.mark, time.process_time()
+        return self.mark - before
+
+
 def train(
     cfg: TrainConfig,
     *,
@@ -688,15 +701,16 @@ def train(
             print(f"[slca] resumed from step {tr.step} ({run.checkpoint})")
         _truncate_metrics(tr.run_dir / "metrics.jsonl", tr.step)
         try:
+            cpu = Stopwatch()  # each row's perf/cpu_s: this process's CPU seconds since the row before
             if cfg.eval_on_start and tr.step == 0 and tr.eval_tasks:
-                tr.log({M.STEP.name: 0, **tr.evaluate_baseline()})  # the baseline, before any update
+                tr.log({M.STEP.name: 0, **tr.evaluate_baseline(), M.PERF_CPU.name: cpu.lap()})  # the baseline, before any update
             done = 0
             while tr.step < cfg.steps:
                 m = tr.train_step()
                 last = tr.step == cfg.steps
                 if (cfg.eval_every and tr.step % cfg.eval_every == 0) or last:
                     m.update(tr.evaluate())
-                tr.log(m)
+                tr.log({**m, M.PERF_CPU.name: cpu.lap()})
                 saved = (cfg.save_every and tr.step % cfg.save_every == 0) or last
                 if saved:
                     tr.save()
