@@ -70,7 +70,7 @@ EXCEPTIONS: dict[tuple[str, str], tuple[str, str]] = {
         "skip", "two CPU processes training (a minute each); tests/test_integration_trl.py reads this command from the page "
                 "and runs it for one step with every registered estimator"),
     ("docs/integrations.md", "accelerate launch"): ("skip", "multi-GPU launches (accelerate, DeepSpeed)"),
-    ("docs/integrations.md", "SLCA_EMPTY_TOOL=response ray start"): ("skip", "starts a Ray cluster node"),
+    ("docs/integrations.md", "SLCA_ESTIMATOR_OPTIONS=empty_tool=response ray start"): ("skip", "starts a Ray cluster node"),
     ("docs/integrations.md", "python -m verl.trainer.main_ppo"): (
         "skip", "a multi-GPU verl run; tests/test_integration_verl.py checks every override of examples/verl/run_slca.sh against verl's "
                 "config, and tests/test_integration_verl_cpu.py runs the script on CPU (2 steps, the CPU backend)"),
