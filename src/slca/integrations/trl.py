@@ -146,6 +146,10 @@ NOT_EXECUTED = "not executed: the rollout ended before the environment answered"
 HOST_OPTIONS = {"scale": "scale_rewards", "eps": "advantage_eps"}
 """Estimator options the host sets from its own config (option -> SLCAGRPOConfig field); every other option
 travels in ``SLCAGRPOConfig.estimator_options``."""
+TRL_EPS = 1e-4
+"""The eps TRL's own GRPO normalisation adds to the std (``std + 1e-4``), and so ``advantage_eps``'s default: ``grpo``
+under this host equals TRL's advantages. slca's trainer and verl keep 1e-6, each its host's own constant
+(docs/architecture.md)."""
 DEPRECATED_OPTION_FIELDS = ("empty_tool", "empty_summary")
 """``SLCAGRPOConfig`` fields that are deprecated spellings of ``estimator_options={name: ...}`` (issue 46)."""
 
@@ -262,7 +266,7 @@ class SLCAGRPOConfig(GRPOConfig):
                   "as its summary segment and is not affected."},
     )
     advantage_eps: float = field(
-        default=1e-4,
+        default=TRL_EPS,
         metadata={"help": "eps added to the group std; 1e-4 is the constant TRL's own normalisation uses."},
     )
     mask_check_max_mismatch: float = field(
@@ -448,7 +452,7 @@ def trl_batch_advantages(
     *,
     estimator: str = "slca",
     scale: str = "group",
-    eps: float = 1e-4,
+    eps: float = TRL_EPS,
     aggregation: str = "sum_then_normalize",
     options: Mapping[str, Any] | None = None,
     extra_inputs: Mapping[str, Any] | None = None,
@@ -951,7 +955,7 @@ class SLCAGRPOTrainer(GRPOTrainer):
         self.slca_aggregation = getattr(self, "multi_objective_aggregation", "sum_then_normalize")
         check_aggregation(self.slca_estimator, self.slca_aggregation)
         check_loss_type(self.loss_type)  # a plain GRPOConfig is not checked when it is made
-        self.slca_eps = float(getattr(a, "advantage_eps", 1e-4))
+        self.slca_eps = float(getattr(a, "advantage_eps", TRL_EPS))
         self.slca_options = dict(getattr(a, "estimator_options", None) or {})  # SLCAGRPOConfig routed its deprecated fields in
         # unknown or mistyped options fail here, not on a batch
         call_options(spec, {"scale": self.scale_rewards, "eps": self.slca_eps}, self.slca_options)
