@@ -14,7 +14,7 @@ from slca.core.segments import segment_masks
 from slca.env import toolworld as tw
 from slca.generation.batching import collate
 from slca.training.config import ConfigError, TrainConfig, validate
-from slca.training.trainer import Rollouts, Trainer
+from slca.training.trainer import Rollouts, Trainer, span_moved_share
 from slca.types import Trajectory
 
 EOT = 1
@@ -63,6 +63,10 @@ def test_span_segmentation_gives_the_text_around_the_call_the_summary_advantage(
         assert adv[text:call - 1].tolist() == pytest.approx([a_sum] * (call - 1 - text), abs=1e-5)  # text: summary
         assert adv[call:len(turn) + 1].tolist() == pytest.approx([a_tool] * (len(turn) + 1 - call), abs=1e-5)  # call, eot
     assert c.inputs.span_labels is not None
+    # rollout/span_moved: what the summary segment gained, over the execution tokens of the boundary split
+    gained = int((c.summary_mask.bool() & ~boundary[1].bool()).sum())
+    assert gained >= sum(t.index("<tool_call>") - 1 - (t.index(">", t.index("</think>")) + 1) for t, _ in TURNS)
+    assert span_moved_share(c) == pytest.approx(gained / int(boundary[0].sum()))
 
 
 def test_slca_think_in_the_trainer_inherits_and_boundary_is_todays_split():

@@ -153,6 +153,8 @@ ROLLOUT_NO_SUMMARY = Metric("rollout/no_summary_segment", "share of rollouts wit
 ROLLOUT_MIXED = Metric("rollout/mixed_call_groups", "share of groups where some rollouts have a tool segment and some not", UNIT)
 ROLLOUT_MASK_MISMATCH = Metric("rollout/mask_mismatch", "share of rollouts whose segment masks disagree with their "
                                "conversation (slca.chat.maskcheck; mask_check_max_mismatch stops the run above it)", UNIT, "lower")
+ROLLOUT_SPAN_MOVED = Metric("rollout/span_moved", "share of the environment-boundary execution segment's tokens that "
+                            "segmentation='span' gives the summary advantage (text around a turn's calls); logged with span only", UNIT)
 
 # ------------------------------------------------------------------ TRL's trainer (slca.integrations.trl), its own log names
 

@@ -433,8 +433,11 @@ class Trainer:
                           [t.stop_reason for t in ro.trajs], ro.gen_tokens_per_s,
                           no_tool_segment=int((~has_tool).sum()), no_summary_segment=int((has_tool & ~has_sum).sum()),
                           mixed_call_groups=mixed_fraction(inp.group_ids, has_tool), mask_mismatch=credit.mask_mismatch)
-        return step_metrics(step, rs, rewards, cs, update, volatility=rolling_cv(self.grad_norms, c.volatility_window),
-                            lr=update.lr, train_tokens_per_s=n_tok * c.ppo_epochs / max(update.seconds, 1e-9))
+        m = step_metrics(step, rs, rewards, cs, update, volatility=rolling_cv(self.grad_norms, c.volatility_window),
+                         lr=update.lr, train_tokens_per_s=n_tok * c.ppo_epochs / max(update.seconds, 1e-9))
+        if credit.boundary is not None:  # segmentation='span': how much of the execution segment it gave the summary
+            m[M.ROLLOUT_SPAN_MOVED.name] = span_moved_share(credit)
+        return m
 
     def _record_group(self, step: int, trajs: list[Trajectory], credit: Credit) -> SampleGroup:
         """One group's tokens with the advantages the reference estimators (grpo, slca, gdpo) would give them.
@@ -650,6 +653,13 @@ def _truncate_metrics(path: Path, completed_steps: int) -> None:
         return
     keep = [r for r in read_jsonl(path) if completed_steps > 0 and r.get(M.STEP.name, 0) <= completed_steps]
     write_atomic(path, "".join(json.dumps(r) + "\n" for r in keep))
+
+
+def span_moved_share(credit: Credit) -> float:
+    """The share of the environment-boundary execution segment's tokens that ``segmentation="span"`` moved to the summary
+    segment (``rollout/span_moved``; 0.0 when the batch has no execution tokens)."""
+    was, now = credit.boundary[0].bool(), credit.tool_mask.bool()
+    return float((was & ~now).sum()) / max(int(was.sum()), 1)
 
 
 class Stopwatch:
