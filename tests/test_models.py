@@ -1,9 +1,10 @@
-"""Embedded default model: the recipe's tokenizer training and SFT loop.
+"""Embedded default model: the recipe's SFT loop (batches, the assistant-token loss).
 
 The tokenizer here is trained in the test on a few conversations (no hub); its
 conversations (``CONVERSATION``, ``EXPECTED``) and the ``tok`` fixture also serve
-the chat template's tests (tests/test_models_tokenizer.py). The whole build
-pipeline at a tiny size: tests/test_warmstart_build.py.
+the recipe tokenizer's tests (tests/test_warmstart_tokenizer.py) and the chat
+template's (tests/test_models_tokenizer.py). The whole build pipeline at a tiny
+size: tests/test_warmstart_build.py.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import torch
 from slca.chat import encode_conversation
 from recipes.warmstart.sft import SFTConfig, SFTExample, make_batches, sft_train
 from recipes.warmstart.tokenizer import train_tokenizer
-from slca.models.tokenizer import ADDED_TOKENS, SPECIAL_TOKENS, chat_template
 
 TOOLS = [
     {
@@ -78,36 +78,6 @@ def tok():
     return train_tokenizer(texts, vocab_size=400)
 
 
-def test_tokenizer_round_trips_any_text_and_keeps_special_tokens_whole(tok):
-    for text in ["héllo wörld ✓ 🙂 \t\n  spaces", "{\"a\": [1, 2.5e-3]}", "", "Ünïcode 中文 ok"]:
-        assert tok.decode(tok.encode(text)) == text
-    for t in SPECIAL_TOKENS + ADDED_TOKENS:
-        ids = tok.encode(t)
-        assert len(ids) == 1 and tok.convert_ids_to_tokens(ids[0]) == t
-        assert tok.encode(f"x{t}y")[1] == ids[0]
-    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>" and tok.bos_token is None
-    ids = tok.encode("<|im_start|>assistant\n<tool_call>\n{}\n</tool_call><|im_end|>")
-    # Like Qwen: ChatML tokens are special (dropped), tool tags are not (kept for the parser).
-    assert tok.decode(ids, skip_special_tokens=True) == "assistant\n<tool_call>\n{}\n</tool_call>"
-    assert len(tok) == 400
-
-
-def test_vocab_size_too_small_is_rejected():
-    with pytest.raises(ValueError, match="vocab_size"):
-        train_tokenizer(["abc"], vocab_size=200)
-
-
-def test_tokenizer_save_load_round_trip(tok, tmp_path):
-    from transformers import AutoTokenizer
-
-    tok.save_pretrained(tmp_path)
-    back = AutoTokenizer.from_pretrained(tmp_path)
-    assert back.chat_template == chat_template()
-    assert back.encode(EXPECTED) == tok.encode(EXPECTED)
-    assert back.apply_chat_template(CONVERSATION, tools=TOOLS, tokenize=False) == EXPECTED
-    assert (back.eos_token, back.pad_token) == ("<|im_end|>", "<|endoftext|>")
-
-
 def test_make_batches_uses_every_example_once_within_the_token_budget():
     rng = random.Random(0)
     lengths = [rng.randint(5, 60) for _ in range(200)]
@@ -162,13 +132,3 @@ def test_sft_loss_decreases_and_ignores_non_assistant_tokens(tok):
     assert float(assistant) == pytest.approx(float(nll[on].mean()), rel=1e-5)
     with pytest.raises(ValueError, match="examples"):
         sft_train(model, [], SFTConfig(), pad_id=0)
-
-
-def test_a_name_tokenizes_the_same_in_text_and_in_json_arguments(tok):
-    """Words take no leading space, so copying a request's name into a call is copying its tokens."""
-    for name in ("Bogota", "Zurivaka", "PEP", "piano lesson"):
-        in_text = tok.encode(f"Weather in {name} today?")
-        in_json = tok.encode(json.dumps({"city": name}))
-        alone = tok.encode(name)
-        for ids in (in_text, in_json):
-            assert any(ids[i : i + len(alone)] == alone for i in range(len(ids))), (name, tok.convert_ids_to_tokens(ids))

@@ -3,7 +3,7 @@
 Without a built adapter every entry point refuses in one line that names the build command; with one,
 the named model is SmolLM2 with the adapter merged into its weights (the same outputs as the peft model),
 its tool-calling template, and a fingerprint that names the adapter. The adapter here is a random one made
-with peft (the recipe's own build is tests/test_smollm2_toolworld_recipe.py). Loading SmolLM2 converts its
+with peft (the recipe's own build is tests/test_smollm2_toolworld_build.py). Loading SmolLM2 converts its
 GGUF file once into the slca cache; those tests skip, as for any missing extra, without the smollm2 extra.
 """
 

@@ -1,4 +1,5 @@
-"""The warm start's request paraphrases and entity styles (recipes/warmstart/paraphrase.py, augment.py)."""
+"""The warm start's request paraphrases (recipes/warmstart/paraphrase.py; the entity styles, augment.py's:
+tests/test_warmstart_augment.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from dataclasses import asdict, replace
 import pytest
 
 from recipes.warmstart import BuildConfig, DemoMix
-from recipes.warmstart.augment import ENTITY_STYLES, faker_names, faker_word, synthesize_entities, varied_word
 from recipes.warmstart.build import _fingerprinted
 from recipes.warmstart.demos import ArgumentPool, demonstrate, make_demonstrations
 from recipes.warmstart.paraphrase import paraphrase_task, paraphrase_template
@@ -81,49 +81,6 @@ def test_a_request_that_does_not_fill_its_template_is_left_alone(tasks):
     assert paraphrase_task(hand_written, random.Random(0)) is None
 
 
-@pytest.mark.parametrize("style", ENTITY_STYLES)
-def test_each_entity_style_rewrites_tasks_that_still_score_full(tasks, style):
-    rng = random.Random(5)
-    names = set()
-    for i, t in enumerate(tasks[:120]):
-        s = synthesize_entities(t, toolworld.make_env(t), rng, episode=i, style=style)
-        assert s is not None, t.id
-        names.update(e for e in s.meta["entities"] if e[:1].isupper() and not e.isupper())
-        d = demonstrate(s, toolworld.make_env(s), CLEAN, random.Random(0), ArgumentPool([s]), [], episode=i)
-        assert execution_reward(s, d.turns).total == pytest.approx(1.0)
-        assert summary_reward(s, d.turns, d.final_text).total == pytest.approx(reference_summary(s)), (s.messages, d.final_text)
-    assert len(names) > 50
-    with pytest.raises(ValueError, match="style"):
-        synthesize_entities(tasks[0], toolworld.make_env(tasks[0]), rng, style="runic")
-
-
-def test_varied_words_reach_letters_the_syllable_words_never_use():
-    rng = random.Random(0)
-    words = [varied_word(rng) for _ in range(2000)]
-    assert all(w.isalpha() and w.islower() and len(w) >= 1 for w in words)
-    letters = set("".join(words))
-    assert set("cjqwxy") <= letters  # pseudo_word draws from bdfgklmnprstvz + aeiou only
-    assert len(set(words)) > 1800
-
-
-def test_faker_names_leave_out_every_test_entity_and_draw_the_same_in_every_process():
-    caps, lower = faker_names()
-    assert len(caps) > 20_000 and len(lower) > 500
-    assert all(re.fullmatch(r"[A-Z][a-z]{2,11}", w) for w in caps) and all(re.fullmatch(r"[a-z]{3,12}", w) for w in lower)
-    assert list(caps) == sorted(caps)
-    test_words = {w.lower() for e in toolworld.entities("test").all() for w in e.split()}
-    assert {"toronto", "boston", "zurich", "piano", "yoga"} <= test_words  # words faker's own lists hold
-    assert not test_words & ({w.lower() for w in caps} | set(lower))
-    assert "Lisbon" in toolworld.entities("test").cities and "Berlin" in toolworld.entities("train").cities
-    a = [faker_word(random.Random(3)) for _ in range(5)]
-    assert a == [faker_word(random.Random(3)) for _ in range(5)]
-    rng = random.Random(0)
-    drawn = [faker_word(rng) for _ in range(400)]
-    assert sum(w.capitalize() in caps for w in drawn) > 250  # three in four from the pool, the rest pseudo-words
-    with pytest.raises(ValueError, match="split"):
-        toolworld.entities("validation")
-
-
 def test_paraphrase_draws_do_not_change_the_other_draws():
     # paraphrases use their own random stream: the flaws and the synthetic entities stay those of the recipe without them
     base = make_demonstrations(80, DemoMix(), seed=0, synthetic=0.8)
@@ -133,13 +90,6 @@ def test_paraphrase_draws_do_not_change_the_other_draws():
     assert sum(a.messages[0] != b.messages[0] for a, b in zip(base, para)) > 70
     with pytest.raises(ValueError, match="paraphrase"):
         make_demonstrations(5, DemoMix(), paraphrase=-0.1)
-
-
-def test_build_config_checks_the_new_fields():
-    with pytest.raises(ValueError, match="entity_style"):
-        BuildConfig(entity_style="runic")
-    with pytest.raises(ValueError, match="paraphrase"):
-        BuildConfig(paraphrase=1.5)
 
 
 def test_a_later_field_at_its_neutral_value_leaves_the_fingerprint_as_before_it():

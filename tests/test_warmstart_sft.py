@@ -1,45 +1,12 @@
-"""Warm-start ingredients that teach copying: drills, the induction warm-up, the env-token loss."""
+"""Warm-start ingredients that teach copying: the induction warm-up, the env-token and copy losses (the copy
+drills: tests/test_warmstart_drills.py)."""
 
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
 import torch
-
-from recipes.warmstart.drills import call_drill, echo_drill, make_drills
-
-
-def test_echo_drill_repeats_the_request_items():
-    rng = random.Random(0)
-    for _ in range(50):
-        user, asst = echo_drill(rng)
-        assert user["role"] == "user" and asst["role"] == "assistant"
-        assert user["content"].endswith(": " + asst["content"])
-
-
-def test_call_drill_arguments_come_from_the_request():
-    from slca.chat import get_format
-    from slca.env import toolworld
-
-    rng = random.Random(1)
-    tasks = [t for t in toolworld.make_tasks("train", n=60) if t.gold and t.kind == "single"]
-    seen = 0
-    for i, t in enumerate(tasks[:20]):
-        conv = call_drill(t, toolworld.make_env(t), rng, episode=f"t{i}")
-        if conv is None:
-            continue
-        seen += 1
-        calls = get_format("hermes").parse(conv[1]["content"]).calls
-        assert calls and conv[0]["content"] != t.messages[-1]["content"]  # fresh entities
-        for c in calls:
-            for v in c.arguments.values():
-                if isinstance(v, str) and v.isalpha() and v[0].isupper() and len(v) > 3:
-                    assert v in conv[0]["content"]
-    assert seen >= 10
-    drills = make_drills(10, seed=3)
-    assert len(drills) == 10 and drills == make_drills(10, seed=3)
 
 
 def test_induction_warmup_learns_to_copy_and_only_copying_explains_it():
@@ -191,15 +158,6 @@ def test_copy_weight_weighs_the_copied_tokens_and_the_logged_loss_stays_the_assi
         ce = torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:], reduction="none")
         wt = w[0, 1:]
         assert torch.allclose(loss, (ce * wt).sum() / wt.sum()) and torch.allclose(logged, plain_logged)
-
-
-def test_digit_runs_keep_frequent_numbers_whole():
-    _, single = _tiny_tokenizer()
-    _, runs = _tiny_tokenizer(digit_runs=True)
-    date = "2025-03-14"
-    assert len(single(date, add_special_tokens=False)["input_ids"]) == 10  # Qwen2: one digit per token
-    pieces = [runs.decode([t]) for t in runs(date, add_special_tokens=False)["input_ids"]]
-    assert "".join(pieces) == date and len(pieces) < 10 and "2025" in pieces
 
 
 def test_the_build_trains_with_induction_batches_when_asked(tmp_path):

@@ -1,11 +1,10 @@
-"""The stage-1 recipe that builds the ``smollm2-toolworld`` adapter (recipes/smollm2_toolworld, issue 42).
+"""recipes/smollm2_toolworld/build.py: the stage-1 build of the ``smollm2-toolworld`` adapter (issue 42).
 
-Fast: the config's rules, the loss (the head run only where the assistant speaks equals the full head's
-masked cross-entropy), slicing (a batch in slices is the same update), the evaluation's task sets. Slow,
-on SmolLM2 itself: a smoke build (8 demonstrations, 2 optimizer steps, LoRA r 4) whose adapter moved and
+Slow, on SmolLM2 itself: a smoke build (8 demonstrations, 2 optimizer steps, LoRA r 4) whose adapter moved and
 whose loss is finite; a build killed after its first step resumes from the checkpoint and ends with the
 adapter the uninterrupted build made; the built adapter ships and loads as ``model=smollm2-toolworld``.
-The full build is a script (``scripts/build_smollm2_toolworld.sh``, about two CPU hours), not a test.
+The full build is a script (``scripts/build_smollm2_toolworld.sh``, about two CPU hours), not a test. The
+config, the loss and the task sets: tests/test_smollm2_toolworld_{config,sft,evaluate}.py.
 """
 
 from __future__ import annotations
@@ -17,84 +16,10 @@ import math
 import pytest
 import torch
 
-from recipes.smollm2_toolworld import Stage1Config, apply_overrides, split_tasks
+from recipes.smollm2_toolworld import Stage1Config
 from recipes.smollm2_toolworld import sft as SFT
-from slca.env import toolworld
 from slca.models import smollm2 as S
 from slca.models import smollm2_toolworld as T
-
-
-def test_the_config_keeps_train_heldout_unseen_and_takes_overrides():
-    with pytest.raises(ValueError, match="n_tasks"):
-        Stage1Config(n_tasks=toolworld.WARMSTART_DEMOS[0] + 1)
-    with pytest.raises(ValueError, match="data_seed"):
-        Stage1Config(data_seed=1)
-    cfg = apply_overrides(Stage1Config(), ["steps=7", "lr=5e-4", "mix.verbose=0", "lora_target_modules=q_proj,v_proj"])
-    assert (cfg.steps, cfg.lr, cfg.mix.verbose, cfg.lora_target_modules) == (7, 5e-4, 0.0, ("q_proj", "v_proj"))
-    assert Stage1Config.from_dict(cfg.to_dict()) == cfg
-    with pytest.raises(ValueError, match="not a field"):
-        apply_overrides(cfg, ["learning_rate=1"])
-    from recipes.smollm2_toolworld import config
-
-    assert "may only ever be chosen by tool-task success on\n``train_heldout``" in config.__doc__  # the selection rule
-
-
-def test_evaluation_sets_hold_300_tool_tasks_and_extend_slca_evals():
-    for split in ("test", "heldout_tools"):
-        tasks = split_tasks(split, 300)
-        tool = [t for t in tasks if t.kind in ("single", "parallel", "chain")]
-        assert len(tool) == 300 and tasks[-1].kind in ("single", "parallel", "chain")
-        default = toolworld.make_tasks(split, seed=0)  # what `slca eval --split` runs
-        n = min(len(default), len(tasks))
-        assert [t.id for t in tasks[:n]] == [t.id for t in default[:n]]
-
-
-def _tiny_lora():
-    from peft import LoraConfig, get_peft_model
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
-                      num_key_value_heads=1, max_position_embeddings=64, tie_word_embeddings=True)
-    model = LlamaForCausalLM(cfg)
-    return get_peft_model(model, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
-
-
-def _examples(n: int = 6) -> list[SFT.Example]:
-    g = torch.Generator().manual_seed(1)
-    out = []
-    for i in range(n):
-        T_ = 8 + 3 * i
-        ids = torch.randint(1, 64, (T_,), generator=g).tolist()
-        mask = [0] * (T_ // 2) + [1] * (T_ - T_ // 2)
-        out.append(SFT.Example(ids, mask))
-    return out
-
-
-def test_the_assistant_loss_runs_the_head_only_where_it_counts():
-    pytest.importorskip("peft")
-    model = _tiny_lora()
-    ex = _examples(3)
-    ids, att, mask = SFT._collate(ex, pad_id=0)
-    got = SFT.assistant_ce_sum(model, ids, att, mask)
-    logits = model(input_ids=ids, attention_mask=att).logits[:, :-1]
-    ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten(), reduction="none").view_as(mask)
-    torch.testing.assert_close(got, (ce * mask).sum())
-
-
-def test_a_batch_in_slices_is_the_same_update():
-    pytest.importorskip("peft")
-    ex = _examples(6)
-    results = []
-    for micro in (10_000, 20):  # one slice, or one row at a time
-        model = _tiny_lora()
-        cfg = Stage1Config(n_tasks=6, steps=2, batch_tokens=10_000, micro_tokens=micro, warmup_steps=0)
-        stats = SFT.train_lora(model, ex, cfg, pad_id=0)
-        results.append(({n: p.detach().clone() for n, p in SFT.trainable(model)}, stats.losses))
-    (a, la), (b, lb) = results
-    assert la == pytest.approx(lb, rel=1e-5)
-    for n in a:
-        torch.testing.assert_close(a[n], b[n], rtol=1e-5, atol=1e-6)
 
 
 def _require_smollm2() -> None:
