@@ -46,6 +46,12 @@ def _train(model: Path, run: Path, steps: int, *extra: str, preexec=None) -> sub
     return slca("train", *sets(*SMALL, f"model={model}", f"run_dir={run}", f"steps={steps}", *extra), preexec=preexec)
 
 
+def _trained(model: Path, run: Path, steps: int) -> None:
+    """A run to provoke faults on, trained in this process (its training is not what is under test)."""
+    r = in_process("train", *sets(*SMALL, f"model={model}", f"run_dir={run}", f"steps={steps}"))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
 def _resume(run: Path, steps: int, preexec=None) -> subprocess.CompletedProcess:
     return slca("train", "--resume", str(run), *sets(f"steps={steps}"), preexec=preexec)
 
@@ -77,8 +83,7 @@ def test_model_weights_cut_short_are_one_error_line_naming_the_file(tmp_path, ti
 
 def test_a_checkpoint_cut_short_is_set_aside_and_the_run_resumes_from_the_one_before(tmp_path, tiny_model_dir):
     run = tmp_path / "run"
-    r = _train(tiny_model_dir, run, 2)
-    assert r.returncode == 0, r.stderr[-3000:]
+    _trained(tiny_model_dir, run, 2)
     weights = run / "checkpoints" / "step-000002" / "model.safetensors"
     _cut_short(weights)
     # the checkpoint as a model: one line naming the file
@@ -111,8 +116,7 @@ def _file_size_limit(limit: int):
 
 def test_a_checkpoint_write_past_the_file_size_limit_is_one_line_and_loses_nothing(tmp_path, tiny_model_dir):
     run = tmp_path / "run"
-    r = _train(tiny_model_dir, run, 1)
-    assert r.returncode == 0, r.stderr[-3000:]
+    _trained(tiny_model_dir, run, 1)
     before = {p.name: p.read_bytes() for p in (run / "checkpoints" / "step-000001").iterdir()}
     # the weights (128 KB) do not fit under 60 KB: the real safetensors writer fails (SafetensorError, not OSError)
     line = one_error_line(_resume(run, 2, preexec=_file_size_limit(60_000)))
@@ -159,8 +163,7 @@ def _read_only_applies(tmp_path: Path):
 def test_a_read_only_folder_is_one_line_and_loses_nothing(tmp_path, tiny_model_dir):
     pre = _read_only_applies(tmp_path)
     run = tmp_path / "run"
-    r = _train(tiny_model_dir, run, 1)
-    assert r.returncode == 0, r.stderr[-3000:]
+    _trained(tiny_model_dir, run, 1)
     ckpts = run / "checkpoints"
     ckpts.chmod(0o555)
     try:
