@@ -23,6 +23,7 @@ __all__ = [
     "EMPTY_SUMMARY_MODES",
     "EMPTY_TOOL_DEFAULT",
     "EMPTY_SUMMARY_DEFAULT",
+    "EPS",
     "group_mean",
     "group_normalize",
     "grpo_advantages",
@@ -37,6 +38,9 @@ EMPTY_TOOL_DEFAULT = "both"
 """What every host does by default with a rollout that made no call (docs/beyond.md, "Segments that are missing")."""
 EMPTY_SUMMARY_DEFAULT = "last_turn"
 """What every host does by default with a rollout that never answered (same section)."""
+EPS = 1e-6
+"""The default ``eps`` added to a std in every normalisation of the core (verl's GRPO uses the same; TRL's own, 1e-4,
+is ``slca.integrations.trl.TRL_EPS``, so that ``grpo`` there equals TRL's advantages)."""
 
 
 def _group_stats(r: torch.Tensor, idx: torch.Tensor, n_groups: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -87,7 +91,7 @@ def group_normalize(
     group_ids: Any,
     *,
     scale: str = "group",
-    eps: float = 1e-6,
+    eps: float = EPS,
 ) -> torch.Tensor:
     """GRPO's group-relative normalisation (DeepSeekMath, arXiv 2402.03300, Eq. 3).
 
@@ -156,7 +160,7 @@ def grpo_advantages(
     response_mask: torch.Tensor,
     *,
     scale: str = "group",
-    eps: float = 1e-6,
+    eps: float = EPS,
 ) -> torch.Tensor:
     """Plain GRPO: one trajectory-level advantage broadcast to every policy token.
 
@@ -184,7 +188,7 @@ def slca_advantages(
     summary_mask: torch.Tensor,
     *,
     scale: str = "group",
-    eps: float = 1e-6,
+    eps: float = EPS,
     empty_tool: str = EMPTY_TOOL_DEFAULT,
     empty_summary: str = EMPTY_SUMMARY_DEFAULT,
 ) -> torch.Tensor:
@@ -292,7 +296,7 @@ def gdpo_advantages(
     response_mask: torch.Tensor,
     *,
     scale: str = "group",
-    eps: float = 1e-6,
+    eps: float = EPS,
 ) -> torch.Tensor:
     """GDPO-style decoupled normalisation, then one scalar per rollout.
 

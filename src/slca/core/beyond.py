@@ -26,6 +26,7 @@ from slca._checks import as_1d, as_2d, check_mask, check_same_shape, group_index
 from slca.core.advantages import (
     EMPTY_SUMMARY_DEFAULT,
     EMPTY_TOOL_DEFAULT,
+    EPS,
     SCALES,
     _group_stats,
     _route,
@@ -70,7 +71,7 @@ def conditional_normalize(
     signatures: Sequence[Hashable | None],
     *,
     scale: str = "group",
-    eps: float = 1e-6,
+    eps: float = EPS,
     cond_std: str = "group",
 ) -> torch.Tensor:
     """Group-relative normalisation with a baseline conditioned on a per-rollout signature.
@@ -146,7 +147,7 @@ def slca_cond_advantages(
     summary_mask: torch.Tensor,
     *,
     scale: str = "group",
-    eps: float = 1e-6,
+    eps: float = EPS,
     empty_tool: str = EMPTY_TOOL_DEFAULT,
     cond_std: str = "group",
     empty_summary: str = EMPTY_SUMMARY_DEFAULT,
@@ -184,7 +185,7 @@ def slca_cond_advantages(
     return _route(rt, a_sum, group_ids, tm, sm, scale, eps, empty_tool, empty_summary)
 
 
-def turn_normalize(turn_rewards: torch.Tensor, group_ids: Any, *, scale: str = "group", eps: float = 1e-6) -> torch.Tensor:
+def turn_normalize(turn_rewards: torch.Tensor, group_ids: Any, *, scale: str = "group", eps: float = EPS) -> torch.Tensor:
     """Per-turn group normalisation (MT-GRPO, arXiv 2505.11821): turn ``k`` against turn ``k``.
 
     ``A_{i,k} = norm_{(g, k)}(r)_{i,k}``: :func:`group_normalize` over the valid
@@ -223,7 +224,7 @@ def slca_turn_advantages(
     *,
     turn_lambda: float = 1.0,
     scale: str = "group",
-    eps: float = 1e-6,
+    eps: float = EPS,
     empty_tool: str = EMPTY_TOOL_DEFAULT,
     empty_summary: str = EMPTY_SUMMARY_DEFAULT,
 ) -> torch.Tensor:
@@ -336,7 +337,7 @@ def slca_think_advantages(
     *,
     think_rewards: torch.Tensor | None = None,
     scale: str = "group",
-    eps: float = 1e-6,
+    eps: float = EPS,
     empty_tool: str = EMPTY_TOOL_DEFAULT,
     empty_summary: str = EMPTY_SUMMARY_DEFAULT,
 ) -> torch.Tensor:

@@ -47,7 +47,7 @@ from typing import Any, Literal
 import torch
 
 from slca._checks import as_1d, as_2d, check_mask, check_same_shape, group_index
-from slca.core.advantages import group_normalize
+from slca.core.advantages import EPS, group_normalize
 from slca.core.registry import AdvantageInputs, Eps, option, register_estimator
 
 __all__ = [
@@ -106,7 +106,7 @@ def positional_segments(model_mask: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
 
 def present_normalize(
-    scores: torch.Tensor, group_ids: Any, present: torch.Tensor, *, scale: str = "group", eps: float = 1e-6
+    scores: torch.Tensor, group_ids: Any, present: torch.Tensor, *, scale: str = "group", eps: float = EPS
 ) -> torch.Tensor:
     """Group normalisation over the members that are present (``_groupwise_normalize_with_present``).
 
@@ -166,7 +166,7 @@ def slca_paper_advantages(
     lambda_tool: float = 1.0,
     lambda_sum: float = 1.0,
     scale: str = "group",
-    eps: float = 1e-6,
+    eps: float = EPS,
 ) -> torch.Tensor:
     """SLCA-GRPO exactly as released (``compute_slca_grpo_advantage``, commit 68539c5).
 
@@ -238,7 +238,7 @@ def toolpo_grpo_advantages(
     kl_rewards: torch.Tensor | None = None,
     toolpo_lambda: float = 1.0,
     scale: str = "group",
-    eps: float = 1e-6,
+    eps: float = EPS,
 ) -> torch.Tensor:
     """ToolPO as the authors ran it as a baseline (``compute_toolpo_grpo_advantage``, commit 68539c5).
 
@@ -285,7 +285,7 @@ def rltr_planner_advantages(
     *,
     kl_rewards: torch.Tensor | None = None,
     scale: str = "group",
-    eps: float = 1e-6,
+    eps: float = EPS,
 ) -> torch.Tensor:
     """RLTR's planner as the authors ran it as a baseline (``compute_rltr_planner_advantage``, commit 68539c5).
 
@@ -329,7 +329,7 @@ class _PaperNorm:
 
     scale: PaperScale = option("group", "'group' divides by the group std (norm_adv_by_std_in_grpo=True), 'none' only "
                                "centres (Dr. GRPO); the released code has no batch scaling.")
-    eps: Eps = option(1e-6, "Added to the std in the normalisation.")
+    eps: Eps = option(EPS, "Added to the std in the normalisation.")
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from slca.core.advantages import (
     EMPTY_SUMMARY_MODES,
     EMPTY_TOOL_DEFAULT,
     EMPTY_TOOL_MODES,
+    EPS,
     SCALES,
     gdpo_advantages,
     grpo_advantages,
@@ -157,7 +158,7 @@ class GroupOptions:
 
     scale: Scale = option("group", "Advantage normalisation: 'group' (GRPO), 'batch' (TRL scale_rewards='batch'), "
                           "'none' (Dr. GRPO: centre only).")
-    eps: Eps = option(1e-6, "Added to the std in the normalisation.")
+    eps: Eps = option(EPS, "Added to the std in the normalisation.")
 
 
 @dataclass(frozen=True)
