@@ -162,7 +162,7 @@ def test_training_run_reports_to_every_tracker_from_step_0(tmp_path, tracker_env
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     # step 0 is the baseline evaluation, before any update; then the 1-based updates
     assert [r["step"] for r in rows] == [0, 1, 2]
-    assert rows[0]["eval/success"] is not None and all(k == "step" or k.startswith(("eval/", "probe/")) for k in rows[0])
+    assert rows[0]["eval/success"] is not None and all(k == "step" or k.startswith(("eval/", "probe/", "perf/")) for k in rows[0])
     want = expected_series(rows)
     run_dir = tmp_path / "run"
     assert_same_series(read_tensorboard(run_dir), want, "tensorboard")
