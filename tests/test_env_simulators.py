@@ -261,3 +261,40 @@ def test_schema_backend_output_always_validates():
         validate(tool["function"]["response"], r.content)
 
     check()
+
+
+def test_a_string_shorter_than_its_min_length_is_padded_and_one_longer_than_its_max_cut():
+    tool = fn("code", {}, [], {"type": "object", "required": ["long", "short"],
+                              "properties": {"long": {"type": "string", "minLength": 40}, "short": {"type": "string", "maxLength": 2}}})
+    for seed in range(5):
+        r = SchemaSimulator([tool], seed=seed).call("code", {})
+        assert r.ok and len(r.content["long"]) >= 40 and len(r.content["short"]) <= 2, r
+
+
+def test_a_tool_call_the_ending_interpreter_cannot_start_is_not_the_tools_error(monkeypatch):
+    """Off the main thread a call runs in a worker thread; when the interpreter is shutting down no thread can start
+    (a signal ended the process during a rollout): the simulator raises past its tool-error handling instead of
+    answering the model with an error the tool never made."""
+    import concurrent.futures
+    import threading
+
+    import slca.env.simulators as S
+
+    def refuse(self, *a, **kw):
+        raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+    monkeypatch.setattr(concurrent.futures.ThreadPoolExecutor, "submit", refuse)
+    sim = PythonSimulator([fn("ping", {}, [])], {"ping": lambda: {"ok": True}}, timeout=5.0)
+    raised = []
+
+    def call():
+        try:
+            sim.call("ping", {})
+        except S._ToolNotRun as e:
+            raised.append(str(e))
+
+    t = threading.Thread(target=call)
+    t.start()
+    t.join(timeout=30)
+    assert raised == ["cannot schedule new futures after interpreter shutdown"]
+    assert sim.metrics.get("tool_raised", 0) == 0 and sim.metrics.get("tool_error", 0) == 0
