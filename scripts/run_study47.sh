@@ -9,6 +9,7 @@
 #   span     segmentation=span, seeds 0-9 (run only if the pilot's rollout/span_moved is above 0 on some step)
 # Setting: study 41's, unchanged (scripts/run_study41.sh): 16 steps x 8 tasks x G=4, lr 5e-5, the shipped warm start,
 # evaluations at steps 0, 4, 8, 12, 16 on the first 400 train_heldout tasks of the seed, greedy.
+# Tables: scripts/study47_tables.py (it gives study 41's published contrast (a) back from its records: -0.024 ± 0.025).
 set -u
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
