@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_step.py                 # both workloads, 1 and 2 threads
     .venv/bin/python benchmarks/bench_step.py --workload multi --threads 2 --repeats 7
     .venv/bin/python benchmarks/bench_step.py --model smollm2 --threads 1 --no-plain   # the same work at 135M parameters
+    .venv/bin/python benchmarks/bench_step.py --model smollm2 --lora-r 8 --workload multi --threads 1 --no-plain  # study 42's LoRA
 
 Per repeat, one TRL step and one slca step run back to back (the slca step runs
 from TRL's ``on_step_end`` callback, so load drift on a shared machine hits both
@@ -40,13 +41,25 @@ import torch  # noqa: E402
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
+def with_lora(model, lora: tuple[int, list[str]] | None):
+    """``model`` with fresh LoRA adapters (rank, target modules; alpha = 2 x rank, study 42's) through slca's own
+    ``apply_lora``, the same on both sides; None: the model itself (full fine-tuning)."""
+    if lora is None:
+        return model
+    from slca.models.loading import apply_lora
+
+    r, targets = lora
+    return apply_lora(model, r, 2 * r, 0.0, targets)
+
+
 def slca_trainer(tok, size: C.Size, multi: bool, run_dir: str, fast: bool = True, device: str = "cpu", dtype: str = "fp32",
-                 script: list[list[int]] | None = None, minibatches: int = 1, build=C.build_model, micro_batch_size: int = 0):
+                 script: list[list[int]] | None = None, minibatches: int = 1, build=C.build_model, micro_batch_size: int = 0,
+                 lora: tuple[int, list[str]] | None = None):
     from slca.training.config import TrainConfig
     from slca.training.trainer import Trainer
 
     script = script or (C.script_turns(tok) if multi else None)
-    model = build(tok, size, script).to(device=device, dtype=DTYPES[dtype])
+    model = with_lora(build(tok, size, script).to(device=device, dtype=DTYPES[dtype]), lora)
     cfg = TrainConfig(
         run_dir=run_dir, device=device, seed=0, tasks_per_step=size.prompts, group_size=size.generations,
         max_turns=len(script) if multi else 1, max_total_tokens=4096,
@@ -60,14 +73,15 @@ def slca_trainer(tok, size: C.Size, multi: bool, run_dir: str, fast: bool = True
 
 
 def trl_trainer(tok, size: C.Size, multi: bool, out_dir: str, steps: int, callbacks, device: str = "cpu", dtype: str = "fp32",
-                script: list[list[int]] | None = None, checkpointing: bool | None = None, build=C.build_model):
+                script: list[list[int]] | None = None, checkpointing: bool | None = None, build=C.build_model,
+                lora: tuple[int, list[str]] | None = None):
     from datasets import Dataset
     from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
     script = script or (C.script_turns(tok) if multi else None)
     # the weights themselves in `dtype` on both sides (no autocast: TRL's bf16 flag stays off)
-    model = build(tok, size, script).to(device=device, dtype=DTYPES[dtype])
+    model = with_lora(build(tok, size, script).to(device=device, dtype=DTYPES[dtype]), lora)
     rows = [{"prompt": t.messages} for t in C.tasks(size.prompts, multi)]
 
     def execution_reward(completions, **_):
@@ -96,14 +110,14 @@ def trl_trainer(tok, size: C.Size, multi: bool, out_dir: str, steps: int, callba
 
 def run_pair(tok, size: C.Size, multi: bool, threads: int, repeats: int, warmup: int, plain: bool = True,
              device: str = "cpu", dtype: str = "fp32", trl_checkpointing: bool | None = None, build=C.build_model,
-             micro_batch_size: int = 0) -> dict:
+             micro_batch_size: int = 0, lora: tuple[int, list[str]] | None = None) -> dict:
     """Interleaved TRL / slca (/ slca with ``fast_paths=False``) steps at ``threads`` threads: a :class:`_common.Clock` per side.
     ``build(tok, size, script)`` makes each side's policy (:func:`_common.build_model` or :func:`_common.build_smollm2`)."""
     from transformers import TrainerCallback
 
     C.set_threads(threads)
     with tempfile.TemporaryDirectory() as d:
-        dev = {"device": device, "dtype": dtype, "build": build}
+        dev = {"device": device, "dtype": dtype, "build": build, "lora": lora}
         sl = slca_trainer(tok, size, multi, str(Path(d) / "slca"), micro_batch_size=micro_batch_size, **dev)
         sp = slca_trainer(tok, size, multi, str(Path(d) / "plain"), fast=False, micro_batch_size=micro_batch_size, **dev) if plain else None
         res = {"trl": C.Clock(), "slca": C.Clock(), "plain": C.Clock(), "slca_tokens": 0.0, "plain_tokens": float("nan")}
@@ -156,7 +170,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--model", choices=("random", "smollm2"), default="random",
                    help="smollm2: the same workloads on SmolLM2-135M-Instruct (pretrained, 134.5M parameters, its tokenizer and "
                         "slca's tool-calling template; the smollm2 extra) instead of the random Qwen2")
+    p.add_argument("--lora-r", type=int, default=0,
+                   help="fresh LoRA adapters of this rank on both sides (alpha 2 x rank; peft), as study 42 trains; 0: full fine-tuning")
+    p.add_argument("--lora-targets", default="q_proj,v_proj", help="--lora-r: the modules that get adapters (study 42's)")
     a = p.parse_args(argv)
+    lora = (a.lora_r, a.lora_targets.split(",")) if a.lora_r > 0 else None
     size = C.TINY if a.tiny else (C.GPU if a.size == "gpu" else C.FULL)
     C.header("bench_step: training-step throughput, slca Trainer vs TRL GRPOTrainer", a)
     build = C.build_smollm2 if a.model == "smollm2" else C.build_model
@@ -165,14 +183,15 @@ def main(argv: list[str] | None = None) -> None:
     B = size.prompts * size.generations
     arch = ("SmolLM2-135M-Instruct (Llama, 30 layers, hidden 576, 9/3 heads)" if a.model == "smollm2"
             else f"random Qwen2 hidden {size.hidden}, {size.layers} layers, {size.heads}/{size.kv_heads} heads")
-    print(f"   model: {arch}, vocab {len(tok)}; batch {size.prompts} prompts x {size.generations} generations; {a.device}, {a.dtype}")
+    tuned = f"LoRA r {a.lora_r} on {a.lora_targets}" if lora else "full fine-tuning"
+    print(f"   model: {arch}, vocab {len(tok)}; batch {size.prompts} prompts x {size.generations} generations; {a.device}, {a.dtype}; {tuned}")
     print(f"{'workload':<9}{'thr':>4}  {'TRL wall s/step':<22}{'slca wall s/step':<22}{'TRL cpu s':>10}{'slca cpu s':>11}"
           f"{'plain cpu s':>12}{'slca/TRL wall':>14}{'slca/TRL cpu':>13}{'fast/plain cpu':>15}{'load':>6}{'policy tok TRL/slca/plain':>27}")
     for w in workloads:
         for th in C.parse_threads(a.threads):
             r = run_pair(tok, size, w == "multi", th, a.repeats, a.warmup, plain=not a.no_plain, device=a.device, dtype=a.dtype,
                          trl_checkpointing={"default": None, "on": True, "off": False}[a.trl_checkpointing], build=build,
-                         micro_batch_size=a.micro_batch_size)
+                         micro_batch_size=a.micro_batch_size, lora=lora)
             t, s, q = r["trl"], r["slca"], r["plain"]
             print(f"{w:<9}{th:>4}  {C.spread(t.wall):<22}{C.spread(s.wall):<22}{C.med(t.cpu):>10.2f}{C.med(s.cpu):>11.2f}"
                   f"{C.med(q.cpu):>12.2f}{C.med(t.wall) / C.med(s.wall):>13.2f}x{C.med(t.cpu) / C.med(s.cpu):>12.2f}x"

@@ -171,3 +171,30 @@ def test_bench_shared_prompt_tiny(bench, capsys):
         assert all(math.isfinite(v) and v > 0 for v in numbers(r[1:])), out
     assert re.search(r"same tokens: \d+ of 4 rollouts", out), out
     assert "2 of 2 at or past" in out, out
+
+
+@pytest.mark.slow
+def test_bench_step_with_lora_trains_the_same_adapters_on_both_sides(bench, capsys):
+    """--lora-r: both sides get fresh adapters on the same modules (slca's apply_lora) and do the same work."""
+    for m in ("trl", "datasets", "peft"):
+        pytest.importorskip(m)
+    bench("bench_step").main(["--tiny", "--threads", "1", "--repeats", "1", "--workload", "multi", "--no-plain", "--lora-r", "4"])
+    out = capsys.readouterr().out
+    assert "LoRA r 4 on q_proj,v_proj" in out, out
+    (r,) = rows(out, "multi")
+    trl_tok, slca_tok, _ = r[-1].split("/")
+    assert float(trl_tok) == float(slca_tok) > 0, out
+    ratios = [float(c.rstrip("x")) for c in r if c.endswith("x")]
+    assert all(math.isfinite(x) and x > 0 for x in ratios[:2]), out
+
+
+def test_bench_step_lora_sides_train_only_the_same_adapters(bench, tmp_path):
+    for m in ("trl", "datasets", "peft"):
+        pytest.importorskip(m)
+    B, C = bench("bench_step"), bench("_common")
+    tok = C.build_tokenizer(C.TINY.vocab)
+    lora = (4, ["q_proj", "v_proj"])
+    sides = [B.slca_trainer(tok, C.TINY, True, str(tmp_path / "s"), lora=lora).model,
+             B.trl_trainer(tok, C.TINY, True, str(tmp_path / "t"), 1, [], lora=lora).model]
+    trained = [sorted(n.split("base_model.model.")[-1] for n, p in m.named_parameters() if p.requires_grad) for m in sides]
+    assert trained[0] == trained[1] and trained[0] and all("lora_" in n and (".q_proj." in n or ".v_proj." in n) for n in trained[0])
