@@ -108,3 +108,14 @@ def no_secret(*texts):
     for t in texts:
         for s in (SECRET_KEY, SECRET_PASS, SECRET_QUERY, "sk-server-leak-4242"):
             assert s not in t, (s, t)
+
+
+NO_FLAWS = dict(sequential=0.0, redundant=0.0, wrong_argument=0.0, unfaithful=0.0, wrong_entity=0.0, incomplete=0.0, verbose=0.0)
+"""``recipes.warmstart.config.DemoMix`` keywords with every flaw off (a clean demonstration)."""
+
+
+def demo_rewards(d: Any) -> tuple[float, Any]:
+    """A warm-start demonstration's execution total and summary reward breakdown."""
+    from slca.rewards import execution_reward, summary_reward
+
+    return execution_reward(d.task, d.turns).total, summary_reward(d.task, d.turns, d.final_text)

@@ -19,9 +19,9 @@ from recipes.warmstart.demos import ArgumentPool, demonstrate
 from slca.env import toolworld
 from slca.rewards import execution_reward, summary_reward
 
-from _helpers import reference_summary
+from _helpers import NO_FLAWS, demo_rewards, reference_summary
 
-NONE = dict(sequential=0.0, redundant=0.0, wrong_argument=0.0, unfaithful=0.0, wrong_entity=0.0, incomplete=0.0, verbose=0.0)
+NONE = NO_FLAWS
 CLEAN = DemoMix(**NONE)
 
 
@@ -35,8 +35,7 @@ def tasks_seed4():
     return toolworld.make_tasks("train", n=300, seed=4)
 
 
-def _rewards(d):
-    return execution_reward(d.task, d.turns).total, summary_reward(d.task, d.turns, d.final_text)
+_rewards = demo_rewards
 
 
 def test_synthetic_entities_rewrite_request_gold_results_and_answer_consistently(tasks):

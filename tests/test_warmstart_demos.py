@@ -14,12 +14,11 @@ import pytest
 from slca.env import toolworld
 from recipes.warmstart.config import DemoMix
 from recipes.warmstart.demos import ArgumentPool, demonstrate
-from slca.rewards import execution_reward, summary_reward
 from slca.rewards.summary import answer_claims
 
-from _helpers import reference_summary
+from _helpers import NO_FLAWS, demo_rewards, reference_summary
 
-NONE = dict(sequential=0.0, redundant=0.0, wrong_argument=0.0, unfaithful=0.0, wrong_entity=0.0, incomplete=0.0, verbose=0.0)
+NONE = NO_FLAWS
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +34,7 @@ def _demos(tasks, **flaws):
     return [demonstrate(t, toolworld.make_env(t), mix, rng, pool, facts, episode=i) for i, t in enumerate(tasks)]
 
 
-def _rewards(d):
-    return execution_reward(d.task, d.turns).total, summary_reward(d.task, d.turns, d.final_text)
+_rewards = demo_rewards
 
 
 def test_clean_demonstrations_follow_gold_with_real_results_and_score_full(tasks):

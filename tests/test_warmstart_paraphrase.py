@@ -17,9 +17,9 @@ from recipes.warmstart.paraphrase import test_templates as _test_templates
 from slca.env import toolworld
 from slca.rewards import execution_reward, summary_reward
 
-from _helpers import reference_summary
+from _helpers import NO_FLAWS, reference_summary
 
-CLEAN = DemoMix(sequential=0.0, redundant=0.0, wrong_argument=0.0, unfaithful=0.0, wrong_entity=0.0, incomplete=0.0, verbose=0.0)
+CLEAN = DemoMix(**NO_FLAWS)
 
 
 @pytest.fixture(scope="module")
