@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from _slca_procs import in_process
+from _slca_procs import in_process, wait_until
 
 from slca.training.config import ConfigError, load_config
 
@@ -135,43 +135,39 @@ def test_logged_lr_is_the_rate_of_the_steps_update(tmp_path, tiny_model_dir, mon
 # ---------------------------------------------------------------- 4: Ctrl-C says where the run stopped and how to resume
 
 
-def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
-    t0 = time.time()
-    while not path.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.time() - t0 < timeout, f"{path} did not appear"
-        time.sleep(0.1)
-
-
 def test_ctrl_c_says_the_step_what_is_saved_and_the_resume_command(tmp_path, tiny_model_dir):
     import shlex
     import signal
 
-    # 12 steps: the signal is sent after step 1's checkpoint and must land before the run ends, also on a busy machine
-    args = sets(*SMALL, f"model={tiny_model_dir}", "run_dir=runs/x", "steps=12", "save_every=1", "keep_checkpoints=1")
+    # the signal is sent once any checkpoint exists (keep_checkpoints=1 prunes step 1's as step 2's is saved: on a fast
+    # machine a step takes ~0.15 s, shorter than a poll may see) and must land before the run ends: 500 steps take
+    # over a minute there, so the run cannot end first, on a fast machine or a busy one
+    args = sets(*SMALL, f"model={tiny_model_dir}", "run_dir=runs/x", "steps=500", "save_every=1", "keep_checkpoints=1")
     # SIGINT at its default in the child: a shell that starts pytest in the background without job control leaves
     # SIGINT ignored, the child inherits that, and Python then installs no KeyboardInterrupt handler at all
     p = subprocess.Popen([sys.executable, "-m", "slca.cli", "train", *args], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    _wait_for(tmp_path / "runs" / "x" / "checkpoints" / "step-000001", p)
+    wait_until(lambda: any((tmp_path / "runs" / "x" / "checkpoints").glob("step-*")), 300, "the first checkpoint", p)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=300)
     assert p.returncode == 130, (out[-2000:], err[-2000:])
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
     lines = err.strip().splitlines()[-3:]
-    assert lines[0].startswith("interrupted (Ctrl-C): ") and " of 12 steps done" in lines[0], err
+    assert lines[0].startswith("interrupted (Ctrl-C): ") and " of 500 steps done" in lines[0], err
     done = int(lines[0].split(": ")[1].split()[0])
-    assert 1 <= done < 12
+    assert 1 <= done < 500
     ckpt = sorted((tmp_path / "runs" / "x" / "checkpoints").glob("step-*"))[-1]
     assert lines[1].startswith(f"saved: the checkpoint of step {int(ckpt.name[5:])} (runs/x/checkpoints/{ckpt.name})"), lines
     assert lines[2].startswith("resume: slca train "), lines
-    # the command it prints continues the run to its end
+    # the command it prints continues the run to its end (here a nearer end: steps may change on resume)
     cmd = shlex.split(lines[2].removeprefix("resume: "))
-    r = subprocess.run([sys.executable, "-m", "slca.cli", *cmd[1:]], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
+    end = done + 2
+    r = subprocess.run([sys.executable, "-m", "slca.cli", *cmd[1:], "--set", f"steps={end}"], cwd=tmp_path, env=ENV,
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     assert "resumed from step" in r.stdout
     rows = [json.loads(x) for x in (tmp_path / "runs" / "x" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == list(range(1, 13))
+    assert [r["step"] for r in rows] == list(range(1, end + 1))
 
 
 def test_ctrl_c_before_training_started_says_nothing_was_written(tmp_path):
