@@ -295,3 +295,31 @@ def test_lora_states_peft_computes_otherwise_are_refused():
     with off.disable_adapter():
         assert "disabled" in why(off)
     assert why(off) is None
+
+
+@pytest.mark.parametrize("W", [1, 3])
+def test_attention_takes_any_layout_the_kernel_returns(monkeypatch, W):
+    """CUDA's SDPA kernels may return their output in another memory layout than the CPU's (a one-token step on an
+    H200 failed at ``.view`` before this was fixed): the same values in a non-contiguous layout give the same result."""
+    from types import SimpleNamespace
+
+    g = torch.Generator().manual_seed(0)
+    B, H, Hkv, D, S = 2, 6, 2, 8, 5
+    q = torch.randn(B, W, H, D, generator=g)
+    k, v = torch.randn(B, Hkv, S, D, generator=g), torch.randn(B, Hkv, S, D, generator=g)
+    mask = torch.ones(B, 1, W * (H // Hkv if W == 1 else 1), S, dtype=torch.bool)
+    self = SimpleNamespace(scale=D ** -0.5)
+    want = decode.FastDecoder._attend(self, q, k, v, mask)
+    real = decode.F.scaled_dot_product_attention
+
+    seen = []
+
+    def strided(*a, **kw):  # the same values, stored with the last two dims swapped
+        out = real(*a, **kw).transpose(-1, -2).contiguous().transpose(-1, -2)
+        seen.append(out.is_contiguous())
+        return out
+
+    monkeypatch.setattr(decode.F, "scaled_dot_product_attention", strided)
+    got = decode.FastDecoder._attend(self, q, k, v, mask)
+    assert seen == [False]
+    torch.testing.assert_close(got, want, rtol=0, atol=0)

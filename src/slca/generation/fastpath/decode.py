@@ -309,7 +309,7 @@ class FastDecoder:
         Hkv = k.shape[1]
         if W == 1 and H != Hkv:
             out = F.scaled_dot_product_attention(q.reshape(B, Hkv, H // Hkv, D), k, v, attn_mask=mask, scale=self.scale)
-            return out.view(B, 1, H, D)
+            return out.reshape(B, 1, H, D)  # reshape: a CUDA kernel may return another layout
         out = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=mask, scale=self.scale, enable_gqa=Hkv != H)
         return out.transpose(1, 2)  # (B, W, H, D)
 
@@ -334,12 +334,12 @@ class FastDecoder:
         qg = qs if shared.gather is None else torch.cat([qs, qs.new_zeros(1, Hkv, W * r, D)])[shared.gather.view(-1)]
         qg = qg.view(n_g, slots, Hkv, W * r, D).transpose(1, 2).reshape(n_g, Hkv, slots * W * r, D)
         o1, l1 = _FLASH(qg, kp, vp, attn_mask=shared.bias, scale=self.scale)
-        o1 = o1.view(n_g, Hkv, slots, W * r, D).transpose(1, 2).reshape(n_g * slots, Hkv, W * r, D)
-        l1 = l1.view(n_g, Hkv, slots, W * r).transpose(1, 2).reshape(n_g * slots, Hkv, W * r)
+        o1 = o1.reshape(n_g, Hkv, slots, W * r, D).transpose(1, 2).reshape(n_g * slots, Hkv, W * r, D)
+        l1 = l1.reshape(n_g, Hkv, slots, W * r).transpose(1, 2).reshape(n_g * slots, Hkv, W * r)
         if shared.flat is not None:
             o1, l1 = o1[shared.flat], l1[shared.flat]
         out = _merge(o1, l1, o2, l2)  # (B, Hkv, W r, D)
-        return out.view(B, Hkv, W, r, D).permute(0, 2, 1, 3, 4).reshape(B, W, H, D)
+        return out.reshape(B, Hkv, W, r, D).permute(0, 2, 1, 3, 4).reshape(B, W, H, D)
 
     def forward(
         self, ids: torch.Tensor, pos: torch.Tensor, kv: torch.Tensor, start: int, mask: torch.Tensor, last: torch.Tensor,
