@@ -131,15 +131,16 @@ def test_scripted_policy_follows_its_script_in_generate(bench):
     assert torch.isfinite(logits).all()
 
 
-def test_gpu_sh_skips_cleanly_without_cuda():
+@pytest.mark.parametrize("script", ["gpu.sh", "gpu_smollm2.sh"])
+def test_gpu_scripts_skip_cleanly_without_cuda(script):
     if torch.cuda.is_available():
-        pytest.skip("a CUDA device is present: gpu.sh would run the benchmark")
+        pytest.skip(f"a CUDA device is present: {script} would run")
     import subprocess
 
-    out = subprocess.run(["bash", str(BENCH / "gpu.sh")], env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
+    out = subprocess.run(["bash", str(BENCH / script)], env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().startswith("gpu.sh: skipped (no CUDA device"), out.stdout
+    assert out.stdout.strip().startswith(f"{script}: skipped (no CUDA device"), out.stdout
 
 
 def test_bench_fastpath_tiny_same_tokens(bench, capsys):
