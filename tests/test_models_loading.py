@@ -122,3 +122,49 @@ def test_lora_checkpoint_folder_loads_base_plus_adapters(tmp_path, model_dir):
         assert torch.allclose(loaded(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-5)
         base, _ = load_policy(str(model_dir))
         assert not torch.allclose(base(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-5)
+
+
+def _perturbed_default_lora():
+    model, tok = load_policy("default", lora_r=4, lora_alpha=8.0)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.fill_(0.01)  # a trained adapter: it changes the output
+    return model, tok
+
+
+def test_a_lora_checkpoint_of_a_named_model_records_the_name_and_loads_on_it(tmp_path):
+    """A named model's LoRA records the name, not the folder its weights came from (for smollm2-toolworld that folder
+    is plain SmolLM2: the stage-1 adapter is merged in memory), so its checkpoint loads on the model it trained on."""
+    pytest.importorskip("peft")
+    import json
+
+    model, tok = _perturbed_default_lora()
+    assert {c.base_model_name_or_path for c in model.peft_config.values()} == {"default"}
+    model.save_pretrained(tmp_path / "ckpt")
+    assert json.loads((tmp_path / "ckpt" / "adapter_config.json").read_text())["base_model_name_or_path"] == "default"
+    loaded, _ = load_policy(str(tmp_path / "ckpt"))
+    ids = torch.tensor([tok("hello there")["input_ids"]])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+
+
+def test_an_older_checkpoint_of_a_named_model_loads_on_the_model_its_run_trained(tmp_path, model_dir):
+    """Checkpoints written before the name was recorded name a folder as their base; inside a run folder whose
+    config.json names a named model, that model is the base (the run's record of what it trained on)."""
+    pytest.importorskip("peft")
+    import json
+
+    model, tok = _perturbed_default_lora()
+    ckpt = tmp_path / "run" / "checkpoints" / "step-000001"
+    model.save_pretrained(ckpt)
+    cfg = json.loads((ckpt / "adapter_config.json").read_text())
+    (ckpt / "adapter_config.json").write_text(json.dumps({**cfg, "base_model_name_or_path": str(model_dir)}))
+    (tmp_path / "run" / "config.json").write_text(json.dumps({"model": "default"}))
+    loaded, _ = load_policy(str(ckpt))
+    ids = torch.tensor([tok("hello there")["input_ids"]])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+    (tmp_path / "run" / "config.json").write_text(json.dumps({"model": str(model_dir)}))  # not a named model: the folder
+    with pytest.raises(ValueError, match="could not load the LoRA checkpoint on its base model"):
+        load_policy(str(ckpt))

@@ -190,7 +190,9 @@ def lora_base(ckpt: str | Path) -> str:
     ``adapter_config.json``): an absolute folder as recorded; a relative one (checkpoints written before
     slca recorded absolute paths) in the working folder or in a folder above the checkpoint (the folder
     its run was started from, usually); else a hub id the cache or the hub has. A base that is found
-    nowhere is a one-line ValueError naming it and where it was looked for.
+    nowhere is a one-line ValueError naming it and where it was looked for. A named model
+    (:data:`slca.models.named.NAMED_MODELS`) is returned as its name: recorded as the base, or as the
+    ``model`` of the run the checkpoint belongs to (checkpoints written before slca recorded the name).
     """
     ckpt = Path(ckpt)
     try:
@@ -199,6 +201,14 @@ def lora_base(ckpt: str | Path) -> str:
         raise ValueError(f"model {str(ckpt)!r}: unreadable adapter_config.json ({_one_line(e)})") from None
     if not isinstance(base, str) or not base.strip():
         raise ValueError(f"model {str(ckpt)!r}: its adapter_config.json names no base model (base_model_name_or_path)")
+    if base in NAMED_MODELS:
+        return base  # a named model (:func:`load_policy` records the name): loaded as that name loads
+    trained_on = _run_model(ckpt)
+    if trained_on in NAMED_MODELS:
+        # a checkpoint of a run of a named model, written before the name was recorded: the adapter names the
+        # folder under the name (for smollm2-toolworld, plain SmolLM2 without the stage-1 adapter), the run's
+        # config.json the model it trained on
+        return trained_on
     b = Path(base).expanduser()
     if b.is_absolute():
         where = [b]
@@ -214,6 +224,17 @@ def lora_base(ckpt: str | Path) -> str:
                      f"put the base model back, or set base_model_name_or_path in {str(ckpt / 'adapter_config.json')!r} to where it is now")
 
 
+def _run_model(ckpt: Path) -> str | None:
+    """The ``model`` of the run whose checkpoint ``ckpt`` is (``<run>/checkpoints/step-N``, ``<run>/config.json``), or None."""
+    if ckpt.resolve().parent.name != "checkpoints":
+        return None
+    try:
+        model = json.loads((ckpt.resolve().parent.parent / "config.json").read_text()).get("model")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return model if isinstance(model, str) else None
+
+
 def _check_weights(folder: Path, spec: str) -> None:
     """:func:`slca._fs.check_weights` of a model folder, its error prefixed with the model."""
     try:
@@ -227,7 +248,11 @@ def _load_lora_checkpoint(p: Path, spec: str, dtype: torch.dtype) -> tuple[torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     base = lora_base(p)
-    if Path(base).is_dir():
+    if base in NAMED_MODELS:
+        problem = named_model_problem(base)
+        if problem is not None:
+            raise ValueError(f"model {spec!r}: a LoRA checkpoint of the named model {problem}")
+    elif Path(base).is_dir():
         _check_weights(Path(base), spec)
     try:
         import peft  # noqa: F401
@@ -235,12 +260,20 @@ def _load_lora_checkpoint(p: Path, spec: str, dtype: torch.dtype) -> tuple[torch
         raise ValueError(f"model {spec!r}: a LoRA checkpoint; loading it needs peft, which is not installed (pip install \"slca[peft]\")") from None
     has_tok = any((p / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
     try:
-        tok = AutoTokenizer.from_pretrained(str(p) if has_tok else base)
-        model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
+        if base in NAMED_MODELS:
+            model, named_tok = load_named(base)
+            model = model.to(dtype)
+            tok = AutoTokenizer.from_pretrained(str(p)) if has_tok else named_tok
+        else:
+            tok = AutoTokenizer.from_pretrained(str(p) if has_tok else base)
+            model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
         with _peft_quiet():
             model.load_adapter(str(p))
     except (OSError, ValueError, SafetensorError) as e:
         raise ValueError(f"model {spec!r}: could not load the LoRA checkpoint on its base model {base!r} ({_one_line(e)})") from None
+    except RuntimeError:  # peft: the adapter's tensors do not fit the base's layers
+        raise ValueError(f"model {spec!r}: could not load the LoRA checkpoint on its base model {base!r} (the adapter's shapes do not "
+                         "fit the base model's layers: it was trained on another model)") from None
     return model, tok
 
 
@@ -318,7 +351,13 @@ def load_policy(spec: str, **options: Any) -> tuple[torch.nn.Module, Any]:
         model, tok = load_named(spec)
     else:
         model, tok = load_pretrained(spec, dt)
-    return prepare_policy(model, tok, what=f"model {spec!r}", **options)
+    model, tok = prepare_policy(model, tok, what=f"model {spec!r}", **options)
+    if spec in NAMED_MODELS:
+        # a LoRA checkpoint records the name as its base, so it loads on this very model anywhere: peft would record
+        # the folder the weights came from (for smollm2-toolworld, plain SmolLM2: the stage-1 adapter is merged in memory)
+        for lora in getattr(model, "peft_config", {}).values():
+            lora.base_model_name_or_path = spec
+    return model, tok
 
 
 def policy_options(cfg: Any) -> dict[str, Any]:
