@@ -8,7 +8,10 @@
 # Budget fixed before any RL run on the model: 12 steps x 4 tasks x G=4, lr 5e-5, a fresh LoRA (r 8, alpha 16,
 # q_proj,v_proj) on smollm2-toolworld, micro_batch_size 4; evaluations (greedy) at steps 0, 6, 12 on the first
 # 250 train_heldout tasks of the seed and 100 test tasks; BFCL's five categories x 50 records at the end.
-#   OUT     records (default docs/results/study42)   SEEDS  override the seeds   SETS  extra --set k=v (smoke only)
+#   OUT     records (default docs/results/study42)   SEEDS  override the seeds   SETS  extra --set k=v (smoke only;
+#           device=cuda on a GPU: docs/results.md, study 42's third start)   JOBS  runs at a time (default 2)
+#   SKIP_BFCL=1  no BFCL step (on the GPU machine, where BFCL's packages are not installed)
+#   bfcl   BFCL alone on each finished run of OUT/main (the GPU runs' step, afterwards on this machine's CPU)
 #   FROZEN  a folder to run the code from: `git worktree add --detach FROZEN HEAD` is made there if it is missing
 #           (PYTHONPATH=FROZEN/src), so edits to this checkout cannot reach running or resumed runs
 set -u
@@ -25,7 +28,7 @@ COMMON=(--set model=smollm2-toolworld --set lora_r=8 --set lora_alpha=16 --set l
         --set steps=12 --set tasks_per_step=4 --set group_size=4 --set lr=5e-5 --set micro_batch_size=4
         --set eval_on_start=true --set eval_every=6 --set eval_tasks=250 --set eval_split=train_heldout
         --set ood_splits=test --set ood_eval_tasks=100
-        --set save_every=1 --set keep_checkpoints=1 --set sample_html_every=0 --set report_to=none --jobs 2)
+        --set save_every=1 --set keep_checkpoints=1 --set sample_html_every=0 --set report_to=none --jobs "${JOBS:-2}")
 for kv in ${SETS:-}; do COMMON+=(--set "$kv"); done
 BFCL_LIMIT=${BFCL_LIMIT:-50}
 mkdir -p "$OUT"
@@ -52,5 +55,8 @@ fi
 if [[ $stage == main ]]; then
   $SLCA compare --estimators grpo,slca,slca_paper --seeds "${SEEDS:-0,1,2}" --out "$OUT/main" "${COMMON[@]}" \
     --title "Study 42: GRPO, SLCA and the released SLCA on SmolLM2 after SFT" >> "$OUT/main.log" 2>&1
+  [[ -n ${SKIP_BFCL:-} ]] || bfcl "$OUT/main" >> "$OUT/main.log" 2>&1
+fi
+if [[ $stage == bfcl ]]; then
   bfcl "$OUT/main" >> "$OUT/main.log" 2>&1
 fi
