@@ -6,6 +6,8 @@
                                                                  # settings (2 steps + eval) on a built model folder
     .venv/bin/python benchmarks/bench_memory.py --what step --side trl --model smollm2 --workload multi
                                                                  # one step of one side of bench_step, alone
+    .venv/bin/python benchmarks/bench_memory.py --what step --side slca --model smollm2 --lora-r 8 --micro-batch-size 4
+                                                                 # the same with study 42's LoRA (both sides take --lora-r)
 
 The command runs in a child process; its peak RSS is ``ru_maxrss`` of
 ``getrusage(RUSAGE_CHILDREN)`` after it exits (Linux: the largest resident set
@@ -48,11 +50,12 @@ import _common as C, bench_step
 size = C.TINY if {tiny} else C.FULL
 tok = C.smollm2_tokenizer() if {smol} else C.build_tokenizer(size.vocab)
 build = C.build_smollm2 if {smol} else C.build_model
+lora = ({lora_r}, {lora_targets!r}) if {lora_r} > 0 else None
 with tempfile.TemporaryDirectory() as d:
     if {side!r} == "trl":
-        bench_step.trl_trainer(tok, size, {multi}, d, 1, [], build=build).train()
+        bench_step.trl_trainer(tok, size, {multi}, d, 1, [], build=build, lora=lora).train()
     else:
-        bench_step.slca_trainer(tok, size, {multi}, d, build=build, micro_batch_size={micro}).train_step()
+        bench_step.slca_trainer(tok, size, {multi}, d, build=build, micro_batch_size={micro}, lora=lora).train_step()
 """
 
 
@@ -79,6 +82,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--side", choices=("slca", "trl"), default="slca", help="--what step: whose training step, in a process of its own")
     p.add_argument("--workload", choices=("single", "multi"), default="multi", help="--what step: bench_step's workload")
     p.add_argument("--micro-batch-size", type=int, default=0, help="--what step --side slca: TrainConfig.micro_batch_size (0: the whole batch)")
+    p.add_argument("--lora-r", type=int, default=0, help="--what step: fresh LoRA adapters of this rank (bench_step's --lora-r; 0: full fine-tuning)")
+    p.add_argument("--lora-targets", default="q_proj,v_proj", help="--lora-r: the modules that get adapters (study 42's)")
     p.add_argument("--steps", type=int, default=3, help="trainer steps (--what trainer)")
     p.add_argument("--tiny", action="store_true", help="a seconds-long smoke run: the trainer on a tiny model (tests)")
     a = p.parse_args(argv)
@@ -101,12 +106,13 @@ def main(argv: list[str] | None = None) -> None:
             if a.model not in (None, "random", "smollm2"):
                 p.error(f"--what step takes --model random or smollm2, got {a.model!r}")
             code = STEP_SNIPPET.format(here=str(HERE), tiny=a.tiny, smol=a.model == "smollm2", side=a.side, multi=a.workload == "multi",
-                                       micro=a.micro_batch_size)
+                                       micro=a.micro_batch_size, lora_r=a.lora_r, lora_targets=a.lora_targets.split(","))
             cmd = [sys.executable, "-c", code]
         else:
             code = TRAINER_SNIPPET.format(here=str(HERE), tiny=a.tiny, steps=a.steps)
             cmd = [sys.executable, "-c", code]
-        label = {"trainer": f"<slca Trainer, {a.steps} steps>", "step": f"<one {a.side} step, {a.workload}, model {a.model or 'random'}, micro_batch_size {a.micro_batch_size}>"}
+        label = {"trainer": f"<slca Trainer, {a.steps} steps>", "step": f"<one {a.side} step, {a.workload}, model {a.model or 'random'}, micro_batch_size {a.micro_batch_size}"
+                                                             f"{f', LoRA r {a.lora_r} on {a.lora_targets}' if a.lora_r else ''}>"}
         print(f"   command: {'python -c ' + label[a.what] if a.what in label else ' '.join(cmd)}")
         rc, gb, wall = run_child(cmd)
     status = "failed" if rc else ("met" if gb <= TARGET_GB else "NOT met")

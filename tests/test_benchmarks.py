@@ -101,17 +101,21 @@ def test_bench_memory_tiny(bench, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("side,micro", [("slca", 0), ("slca", 1), ("trl", 0)])
-def test_bench_memory_one_side_of_a_step(bench, capsys, side, micro):
+@pytest.mark.parametrize("side,micro,lora", [("slca", 0, 0), ("slca", 1, 0), ("trl", 0, 4)])
+def test_bench_memory_one_side_of_a_step(bench, capsys, side, micro, lora):
     """--what step runs one side of bench_step's step alone in a child and reports its peak (slca: also with
-    micro_batch_size)."""
+    micro_batch_size; TRL here with LoRA adapters, as issue 42's workload trains)."""
     pytest.importorskip("trl")
-    bench("bench_memory").main(["--what", "step", "--side", side, "--workload", "multi", "--tiny", "--micro-batch-size", str(micro)])
+    if lora:
+        pytest.importorskip("peft")
+    bench("bench_memory").main(["--what", "step", "--side", side, "--workload", "multi", "--tiny", "--micro-batch-size", str(micro),
+                                "--lora-r", str(lora)])
     out = capsys.readouterr().out
     (r,) = rows(out, "step")
     assert r[1] == "0", out
     assert 0.05 < float(r[2]) < 3.0, out
     assert f"one {side} step, multi" in out and f"micro_batch_size {micro}" in out
+    assert (f"LoRA r {lora} on q_proj,v_proj" in out) == bool(lora), out
 
 
 def test_scripted_policy_follows_its_script_in_generate(bench):
