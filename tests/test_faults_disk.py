@@ -1,7 +1,7 @@
 """Files that fail as they do on a user's disk (docs/runs.md, "Failure behaviour"): weights cut short, a write that the
 system refuses (a file-size limit, a full disk, a read-only folder). Each is provoked for real on a real ``slca``
 process; each must end in one ``error:`` line naming the file, exit 2, and nothing lost: the run resumes from its
-newest checkpoint once the cause is gone."""
+newest checkpoint once the cause is gone (that resumption, with no fault left to provoke, runs in this process)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,12 @@ def _resume(run: Path, steps: int, preexec=None) -> subprocess.CompletedProcess:
     return slca("train", "--resume", str(run), *sets(f"steps={steps}"), preexec=preexec)
 
 
+def _resumed(run: Path, steps: int) -> subprocess.CompletedProcess:
+    """The run continued once the cause is gone, in this process: no fault is provoked, so the process is not what is
+    under test (a process costs ~8 CPU s of imports)."""
+    return in_process("train", "--resume", str(run), *sets(f"steps={steps}"))
+
+
 def _steps(run: Path) -> list[int]:
     return [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
 
@@ -90,7 +96,7 @@ def test_a_checkpoint_cut_short_is_set_aside_and_the_run_resumes_from_the_one_be
     line = one_error_line(slca("eval", "--model", str(weights.parent), "--suite", "toolworld", "--limit", "2", "--out", str(tmp_path / "ev")))
     assert f"{weights}: cut short or corrupt" in line, line
     # resumed: the damaged one is kept aside (never loaded, never deleted), step 2 is trained again
-    r = _resume(run, 3)
+    r = _resumed(run, 3)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "[slca] skipped checkpoint step-000002 (model.safetensors has" in r.stdout and "resumed from step 1" in r.stdout
     assert _checkpoints(run) == ["broken-step-000002", "step-000002", "step-000003"] and _steps(run) == [1, 2, 3]
@@ -125,7 +131,7 @@ def test_a_checkpoint_write_past_the_file_size_limit_is_one_line_and_loses_nothi
                     f"slca train --resume {run}"), line
     assert _checkpoints(run) == ["step-000001"]  # no step-2 folder, no temporary folder left
     assert {p.name: p.read_bytes() for p in (run / "checkpoints" / "step-000001").iterdir()} == before
-    r = _resume(run, 2)  # the limit gone: the run continues from step 1
+    r = _resumed(run, 2)  # the limit gone: the run continues from step 1
     assert r.returncode == 0 and "resumed from step 1" in r.stdout, r.stderr[-3000:]
     assert _steps(run) == [1, 2] and _checkpoints(run) == ["step-000001", "step-000002"]
 
@@ -177,7 +183,7 @@ def test_a_read_only_folder_is_one_line_and_loses_nothing(tmp_path, tiny_model_d
         run.chmod(0o755)
         ckpts.chmod(0o755)
     assert _checkpoints(run) == ["step-000001"]
-    r = _resume(run, 2)
+    r = _resumed(run, 2)
     assert r.returncode == 0 and "resumed from step 1" in r.stdout, r.stderr[-3000:]
     assert _steps(run) == [1, 2]
     # the token page written at the end cannot be replaced: the run itself is complete, and says how to write it again
@@ -231,6 +237,6 @@ def test_a_full_disk_is_one_line_and_loses_nothing(tmp_path, tiny_model_dir):
         assert _checkpoints(run) == ["step-000001"] and _steps(run) == [1, 2]
         saved = tmp_path / "moved"  # the user frees space: here, by moving the run to a disk with room
         shutil.copytree(run, saved)
-    r = _resume(saved, 3)
+    r = _resumed(saved, 3)
     assert r.returncode == 0 and "resumed from step 1" in r.stdout, r.stderr[-3000:]
     assert _steps(saved) == [1, 2, 3]
