@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from _slca_procs import in_process
+
 HOOK = str(Path(__file__).with_name("_killhook.py"))
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), HF_HUB_OFFLINE="1",
@@ -115,7 +117,7 @@ def test_a_run_killed_for_memory_resumes_with_a_smaller_micro_batch(tmp_path, ti
         return [sys.executable, HOOK, str(run), "-", kill_at, "--", "train", *[x for s in [*sets, f"run_dir={run}"] for x in ("--set", s)]]
 
     ref, run = tmp_path / "ref", tmp_path / "run"
-    r = _run(cmd(ref, "0"))
+    r = in_process("train", *[x for s in [*sets, f"run_dir={ref}"] for x in ("--set", s)])  # the run left alone: no kill, no process
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     r = _run(cmd(run, "2:metrics.jsonl"))  # SIGKILL while logging step 2: the checkpoint of step 1 is on disk
     assert r.returncode == -signal.SIGKILL, r.stdout[-3000:] + r.stderr[-3000:]
