@@ -48,7 +48,7 @@ def test_compare_cli_tiny_budget(tmp_path, tiny_model_dir):
     cmd = [sys.executable, "-m", "slca.cli", "compare", "--estimators", "grpo,slca", "--seeds", "0,1", "--out", str(out), "--jobs", "2"]
     for s in sets:
         cmd += ["--set", s]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    r = in_process(*cmd[3:])  # the command in this process (its own process adds only imports); each run is a process of its own
     assert r.returncode == 0, r.stdout + r.stderr
     md = (out / "report.md").read_text()
     assert "| grpo |" in md and "| slca |" in md and "slca - grpo" in md
@@ -64,8 +64,7 @@ def test_compare_cli_tiny_budget(tmp_path, tiny_model_dir):
         for row in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()):
             if row.get("adv/contamination") is not None and row["rollout/no_summary_segment"] == 0:
                 assert row["adv/contamination"] == 0.0, (run.name, row["step"])
-    # the same comparison again reuses the finished runs: nothing is retrained (in this process from here on: it
-    # starts no run, and a process would only add its imports)
+    # the same comparison again reuses the finished runs: nothing is retrained
     metrics = {p: p.read_bytes() for p in out.glob("*/metrics.jsonl")}
     r = in_process(*cmd[3:])
     assert r.returncode == 0 and "seed" not in r.stdout.split("report:")[0], r.stdout + r.stderr  # no run reported as trained
