@@ -18,8 +18,8 @@ from slca import cli
 from slca.cli import app
 from slca.training.config import TrainConfig, validate
 
-TINY = ["--quick", "--set", "steps=2", "--set", "tasks_per_step=2", "--set", "eval_every=2", "--set", "eval_tasks=4",
-        "--set", "ood_eval_tasks=4", "--set", "sample_html_every=1"]
+TINY = ["--quick", "--set", "steps=2", "--set", "tasks_per_step=2", "--set", "group_size=2", "--set", "eval_every=2", "--set",
+        "eval_tasks=2", "--set", "ood_eval_tasks=2", "--set", "sample_html_every=1"]
 
 
 def test_demo_trains_both_arms_in_their_own_processes_and_reports(tmp_path):
