@@ -8,6 +8,10 @@ that greedy rollouts take known paths through the engine.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+
 import pytest
 import torch
 
@@ -87,9 +91,29 @@ def tok():
 
 
 @pytest.fixture(scope="module")
-def scripted(tok):
-    """A tiny Qwen2 trained to reproduce SCRIPTS (policy tokens only); greedy decoding follows them."""
-    return memorise(tiny_qwen2(len(tok), seed=1), tok, [(m, TOOLS) for m in SCRIPTS.values()])
+def scripted(tok, tmp_path_factory):
+    """A tiny Qwen2 trained to reproduce SCRIPTS (policy tokens only); greedy decoding follows them.
+
+    The training (~15 s, deterministic) runs once per ``make test``: under pytest-xdist the first module to need it
+    (this one or test_fastpath_decode.py, on either worker) stores the weights in the session's shared temporary
+    folder, keyed by the tokenizer's vocabulary, and the other loads them (the same tensors, bit for bit)."""
+    def train():
+        return memorise(tiny_qwen2(len(tok), seed=1), tok, [(m, TOOLS) for m in SCRIPTS.values()])
+
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return train()
+    from filelock import FileLock
+
+    key = hashlib.sha256(json.dumps(sorted(tok.get_vocab().items())).encode()).hexdigest()[:16]
+    path = tmp_path_factory.getbasetemp().parent / f"scripted-qwen2-{key}.pt"
+    with FileLock(str(path) + ".lock"):
+        if path.is_file():
+            model = tiny_qwen2(len(tok), seed=1)
+            model.load_state_dict(torch.load(path, weights_only=True))
+            return model.eval()
+        model = train()
+        torch.save(model.state_dict(), path)
+        return model
 
 
 def greedy(**kw):
