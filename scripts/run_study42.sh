@@ -12,6 +12,9 @@
 #           device=cuda on a GPU: docs/results.md, study 42's third start)   JOBS  runs at a time (default 2)
 #   SKIP_BFCL=1  no BFCL step (on the GPU machine, where BFCL's packages are not installed)
 #   bfcl   BFCL alone on each finished run of OUT/main (the GPU runs' step, afterwards on this machine's CPU)
+#   rerun  grpo seeds 0 and 1 again into OUT/rerun (their final checkpoints were lost with a checkout: docs/results.md,
+#          study 42's amendments); BFCL on a rerun only if its metrics.jsonl equals OUT/main's record, perf/* aside.
+#          `main` runs it after its own runs
 #   FROZEN  a folder to run the code from: `git worktree add --detach FROZEN HEAD` is made there if it is missing
 #           (PYTHONPATH=FROZEN/src), so edits to this checkout cannot reach running or resumed runs
 set -u
@@ -34,16 +37,21 @@ BFCL_LIMIT=${BFCL_LIMIT:-50}
 mkdir -p "$OUT"
 say() { echo "$(date '+%F %T') $*"; }
 
-bfcl() {  # each finished run of $1: BFCL on its last checkpoint, into <run>/bfcl/ (skipped when done)
+bfcl_one() {  # one run folder: BFCL on its last checkpoint, into <run>/bfcl/ (skipped when done)
+  local run=$1 ckpt
+  ckpt=$(ls -d "$run"/checkpoints/step-* 2>/dev/null | tail -1)
+  [[ -n $ckpt ]] || { say "$run: no checkpoint, BFCL skipped"; return; }
+  [[ -f $run/bfcl/bfcl.json ]] && return
+  say "BFCL $run ($ckpt)"
+  $SLCA eval --model "$ckpt" --suite bfcl --categories simple_python,multiple,parallel,parallel_multiple,live_simple \
+    --limit "$BFCL_LIMIT" --out "$run/bfcl" || say "  BFCL failed (rc $?)"
+}
+
+bfcl() {  # each finished run of $1
   for run in "$1"/*-seed*/; do
     run=${run%/}
     [[ -f $run/summary.json || -f $run/metrics.jsonl ]] || continue
-    ckpt=$(ls -d "$run"/checkpoints/step-* 2>/dev/null | tail -1)
-    [[ -n $ckpt ]] || { say "$run: no checkpoint, BFCL skipped"; continue; }
-    [[ -f $run/bfcl/bfcl.json ]] && continue
-    say "BFCL $run ($ckpt)"
-    $SLCA eval --model "$ckpt" --suite bfcl --categories simple_python,multiple,parallel,parallel_multiple,live_simple \
-      --limit "$BFCL_LIMIT" --out "$run/bfcl" || say "  BFCL failed (rc $?)"
+    bfcl_one "$run"
   done
 }
 
@@ -56,6 +64,30 @@ if [[ $stage == main ]]; then
   $SLCA compare --estimators grpo,slca,slca_paper --seeds "${SEEDS:-0,1,2}" --out "$OUT/main" "${COMMON[@]}" \
     --title "Study 42: GRPO, SLCA and the released SLCA on SmolLM2 after SFT" >> "$OUT/main.log" 2>&1
   [[ -n ${SKIP_BFCL:-} ]] || bfcl "$OUT/main" >> "$OUT/main.log" 2>&1
+fi
+rerun() {  # grpo seeds 0 and 1 again; BFCL on each rerun whose records equal the study's
+  $SLCA compare --estimators grpo --seeds 0,1 --out "$OUT/rerun" "${COMMON[@]}" \
+    --title "Study 42: grpo seeds 0 and 1 again, for their BFCL checkpoints" >> "$OUT/rerun.log" 2>&1
+  for seed in 0 1; do
+    new=$OUT/rerun/grpo-seed$seed old=$OUT/main/grpo-seed$seed
+    [[ -f $new/metrics.jsonl && -f $old/metrics.jsonl ]] || continue
+    if "${PYTHON:-$PWD/.venv/bin/python}" - "$new/metrics.jsonl" "$old/metrics.jsonl" <<'PY' >> "$OUT/rerun.log" 2>&1
+import json, sys
+new, old = ([json.loads(x) for x in open(p) if x.strip()] for p in sys.argv[1:])
+diff = [(o["step"], k, o[k], n.get(k)) for o, n in zip(old, new) for k in o if not k.startswith("perf/") and n.get(k) != o[k]]
+print(f"{sys.argv[1]}: {len(new)} rows, the study's record {len(old)}")
+print("equal in every field, perf/* aside" if not diff and len(new) == len(old) else f"NOT equal: {diff[:10]}")
+sys.exit(0 if not diff and len(new) == len(old) else 1)
+PY
+    then bfcl_one "$new"; else say "$new differs from $old: no BFCL for it (see rerun.log)"; fi
+  done
+}
+
+if [[ $stage == main ]]; then
+  rerun >> "$OUT/main.log" 2>&1
+fi
+if [[ $stage == rerun ]]; then
+  rerun >> "$OUT/main.log" 2>&1
 fi
 if [[ $stage == bfcl ]]; then
   bfcl "$OUT/main" >> "$OUT/main.log" 2>&1
