@@ -88,23 +88,30 @@ def test_demo_refuses_an_out_folder_that_is_not_a_demos(tmp_path):
 
 
 def _demo(tmp_path, model) -> Started:
-    args = ["demo", "--quick", "--out", str(tmp_path / "demo"), "--model", str(model)]
+    args = ["demo", "--quick", "--out", str(tmp_path / "demo"), "--model", str(model), "--jobs", "2"]  # GRPO and SLCA first
     args += sets("steps=500", "tasks_per_step=2", "group_size=2", "max_turns=2", "max_new_tokens=8", "eval_every=0", "eval_tasks=2",
                  "ood_eval_tasks=2", "minibatches=1", "report_to=none", "ood_splits=none", "sample_html_every=0")
     return Started([*SLCA, *args], tmp_path / "proc", preexec_fn=sigint_default)
 
 
 def _training(tmp_path, run: Started) -> dict[str, int]:
-    """Wait until both arms train (each has logged a step); their processes by arm."""
-    kids = run.wait_for_kids(len(cli.DEMO_ARMS), timeout=180)  # every arm at once (--jobs 4, the default)
+    """Wait until both arms train (each has logged a step); their processes by arm. Two runs at a time (``--jobs 2``):
+    the noisy-judge pair waits its turn, and a stopped demo never starts it."""
+    kids = run.wait_for_kids(2, timeout=180)
     for arm in ("grpo", "slca"):
         wait_until(lambda: (tmp_path / "demo" / arm / "metrics.jsonl").is_file(), 180, f"the {arm} run's first step", run.p)
     arms = {}
     for k in kids:
         args = Path(f"/proc/{k}/cmdline").read_bytes().decode(errors="replace").split("\0")
         arms.update({Path(a).name.removesuffix(".config.json"): k for a in args if a.endswith(".config.json")})
-    assert sorted(arms) == sorted(folder for _, _, folder in cli.DEMO_ARMS.values()), arms  # logs/<run folder>.config.json
+    assert sorted(arms) == ["grpo", "slca"], arms  # logs/<run folder>.config.json
     return {"GRPO": arms["grpo"], "SLCA": arms["slca"]}
+
+
+def _queued_never_started(tmp_path) -> None:
+    """The arms still waiting for a slot when the demo stopped were never started."""
+    for folder in ("grpo_noisy", "slca_noisy"):
+        assert not (tmp_path / "demo" / "logs" / f"{folder}.log").exists() and not (tmp_path / "demo" / folder).exists()
 
 
 @pytest.mark.slow
@@ -121,6 +128,7 @@ def test_sigterm_stops_the_demo_and_both_runs_and_says_how_to_continue(tmp_path,
         assert err[-1].startswith("continue: slca demo --quick --out ") and "--set steps=500" in err[-1], err
         for arm in arms:  # each run stopped cleanly, as slca train on SIGTERM
             assert "interrupted (SIGTERM): " in (tmp_path / "demo" / "logs" / f"{arm.lower()}.log").read_text()
+        _queued_never_started(tmp_path)
 
 
 @pytest.mark.slow
@@ -137,3 +145,4 @@ def test_a_run_killed_for_memory_stops_the_demo_at_once(tmp_path, tiny_model_dir
         (line,) = [x for x in run.stderr.splitlines() if x.strip()]
         assert line.startswith("error: the SLCA run failed (killed by SIGKILL); the other runs were stopped; "), line
         assert "interrupted (SIGTERM)" in (tmp_path / "demo" / "logs" / "grpo.log").read_text()
+        _queued_never_started(tmp_path)
