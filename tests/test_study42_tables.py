@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _tables():
+    sys.path.insert(0, str(ROOT / "scripts"))  # as when run: the script imports study 41's
     spec = importlib.util.spec_from_file_location("study42_tables", ROOT / "scripts" / "study42_tables.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
