@@ -16,7 +16,8 @@
 #          study 42's amendments); BFCL on a rerun only if its metrics.jsonl equals OUT/main's record, perf/* aside.
 #          `main` runs it after its own runs
 #   FROZEN  a folder to run the code from: `git worktree add --detach FROZEN HEAD` is made there if it is missing
-#           (PYTHONPATH=FROZEN/src), so edits to this checkout cannot reach running or resumed runs
+#           (PYTHONPATH=FROZEN/src), so edits to this checkout cannot reach running or resumed runs; BFCL runs with
+#           this checkout's code (it needs the checkpoint-base fix 2b097ca, newer than the study's frozen code)
 set -u
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -42,8 +43,10 @@ bfcl_one() {  # one run folder: BFCL on its last checkpoint, into <run>/bfcl/ (s
   ckpt=$(ls -d "$run"/checkpoints/step-* 2>/dev/null | tail -1)
   [[ -n $ckpt ]] || { say "$run: no checkpoint, BFCL skipped"; return; }
   [[ -f $run/bfcl/bfcl.json ]] && return
-  say "BFCL $run ($ckpt)"
-  $SLCA eval --model "$ckpt" --suite bfcl --categories simple_python,multiple,parallel,parallel_multiple,live_simple \
+  # with this checkout's code, never FROZEN's: the frozen 493626c predates 2b097ca, the fix without which a checkpoint of
+  # a smollm2-toolworld run would load on plain SmolLM2 (docs/results.md, study 42's amendments)
+  say "BFCL $run ($ckpt), code $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo '+uncommitted')"
+  env -u PYTHONPATH "$SLCA" eval --model "$ckpt" --suite bfcl --categories simple_python,multiple,parallel,parallel_multiple,live_simple \
     --limit "$BFCL_LIMIT" --out "$run/bfcl" || say "  BFCL failed (rc $?)"
 }
 
