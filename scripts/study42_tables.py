@@ -57,7 +57,7 @@ def cpu_seconds(root: Path) -> dict[str, float]:
     if log.exists():
         for line in log.read_text().splitlines():
             parts = line.split()
-            if len(parts) == 4:
+            if len(parts) == 4 and not line.startswith("#"):  # "#" lines name the machine's CPU
                 _, pid, run, cpu = parts
                 last[(Path(run).name, pid)] = max(int(cpu), last.get((Path(run).name, pid), 0))
     out: dict[str, float] = defaultdict(float)

@@ -39,7 +39,8 @@ def _run(folder: Path, steps: int, fingerprint: str, success: list[float]) -> Pa
 
 def test_cpu_seconds_sum_each_processs_last_sample_over_a_runs_processes(tmp_path):
     t = _tables()
-    (tmp_path / "cpu_watch.log").write_text("1 10 /x/main/slca-seed0 5\n2 10 /x/main/slca-seed0 9\n"  # a first process
+    (tmp_path / "cpu_watch.log").write_text("# 1 cpu: AMD EPYC, 2 cores\n# 1 cpu: x y\n"  # a start's comment lines
+                                            "1 10 /x/main/slca-seed0 5\n2 10 /x/main/slca-seed0 9\n"  # a first process
                                             "3 11 /x/main/slca-seed0 4\n"  # the resumed one
                                             "3 12 /x/main/grpo-seed0 7\ntorn li\n")
     assert t.cpu_seconds(tmp_path) == {"slca-seed0": 13.0, "grpo-seed0": 7.0}
@@ -81,13 +82,15 @@ def test_cpu_watch_samples_a_running_train_process(tmp_path):
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            lines = [x.split() for x in log.read_text().splitlines()] if log.exists() else []
+            text = log.read_text() if log.exists() else ""
+            lines = [x.split() for x in text.splitlines() if not x.startswith("#")]
             lines = [x for x in lines if x[1] == str(busy.pid)]  # any other slca train running here is sampled too
             if any(int(x[3]) >= 1 for x in lines):
                 break
             time.sleep(0.2)
         assert lines and all(x[2] == str(tmp_path / "run") for x in lines), lines
         assert max(int(x[3]) for x in lines) >= 1
+        assert text.startswith("# ") and " cpu: " in text.splitlines()[0]  # the machine's CPU, once at the start
     finally:
         os.killpg(watch.pid, signal.SIGTERM)
         busy.kill()
