@@ -50,10 +50,16 @@ bfcl_one() {  # one run folder: BFCL on its last checkpoint, into <run>/bfcl/ (s
     --limit "$BFCL_LIMIT" --out "$run/bfcl" || say "  BFCL failed (rc $?)"
 }
 
+finished() {  # whether the run folder $1 logged its last step (12); a run in progress has checkpoints too
+  [[ -f $1/metrics.jsonl ]] && "${PYTHON:-$PWD/.venv/bin/python}" -c 'import json, sys
+rows = [json.loads(x) for x in open(sys.argv[1]) if x.strip()]
+sys.exit(0 if rows and rows[-1].get("step") == 12 else 1)' "$1/metrics.jsonl" 2>/dev/null
+}
+
 bfcl() {  # each finished run of $1
   for run in "$1"/*-seed*/; do
     run=${run%/}
-    [[ -f $run/summary.json || -f $run/metrics.jsonl ]] || continue
+    finished "$run" || continue
     bfcl_one "$run"
   done
 }
