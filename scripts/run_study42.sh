@@ -4,7 +4,7 @@
 # (model.json) match and resumes stopped ones, and each BFCL evaluation whose bfcl.json exists is skipped, so
 # running this script again continues where it stopped.
 #   pilot  grpo only, seed 100 (not a study seed): CPU per run and room above the start; changes nothing
-#   main   grpo, slca, slca_paper; seeds 0, 1, 2, paired by seed; then BFCL on each run's last checkpoint
+#   main   grpo, slca, slca_paper; seeds 0, 1, 2, paired by seed; BFCL on each run's last checkpoint as the run finishes
 # Budget fixed before any RL run on the model: 12 steps x 4 tasks x G=4, lr 5e-5, a fresh LoRA (r 8, alpha 16,
 # q_proj,v_proj) on smollm2-toolworld, micro_batch_size 4; evaluations (greedy) at steps 0, 6, 12 on the first
 # 250 train_heldout tasks of the seed and 100 test tasks; BFCL's five categories x 50 records at the end.
@@ -43,11 +43,17 @@ bfcl_one() {  # one run folder: BFCL on its last checkpoint, into <run>/bfcl/ (s
   ckpt=$(ls -d "$run"/checkpoints/step-* 2>/dev/null | tail -1)
   [[ -n $ckpt ]] || { say "$run: no checkpoint, BFCL skipped"; return; }
   [[ -f $run/bfcl/bfcl.json ]] && return
-  # with this checkout's code, never FROZEN's: the frozen 493626c predates 2b097ca, the fix without which a checkpoint of
-  # a smollm2-toolworld run would load on plain SmolLM2 (docs/results.md, study 42's amendments)
-  say "BFCL $run ($ckpt), code $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo '+uncommitted')"
-  env -u PYTHONPATH "$SLCA" eval --model "$ckpt" --suite bfcl --categories simple_python,multiple,parallel,parallel_multiple,live_simple \
-    --limit "$BFCL_LIMIT" --out "$run/bfcl" || say "  BFCL failed (rc $?)"
+  # one evaluation of a run at a time, whichever process asks (the watcher beside the training, a `bfcl` stage started
+  # by hand): a lock per run folder, outside the records
+  (
+    flock -n 9 || exit 0
+    [[ -f $run/bfcl/bfcl.json ]] && exit 0
+    # with this checkout's code, never FROZEN's: the frozen 493626c predates 2b097ca, the fix without which a checkpoint
+    # of a smollm2-toolworld run would load on plain SmolLM2 (docs/results.md, study 42's amendments)
+    say "BFCL $run ($ckpt), code $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo '+uncommitted')"
+    env -u PYTHONPATH "$SLCA" eval --model "$ckpt" --suite bfcl --categories simple_python,multiple,parallel,parallel_multiple,live_simple \
+      --limit "$BFCL_LIMIT" --out "$run/bfcl" || say "  BFCL failed (rc $?)"
+  ) 9> "${TMPDIR:-/tmp}/study42-bfcl-$(printf %s "$(realpath "$run")" | md5sum | cut -c1-12).lock"
 }
 
 finished() {  # whether the run folder $1 logged its last step (12); a run in progress has checkpoints too
@@ -71,8 +77,15 @@ if [[ $stage == pilot ]]; then
 fi
 if [[ $stage == main ]]; then
   $SLCA compare --estimators grpo,slca,slca_paper --seeds "${SEEDS:-0,1,2}" --out "$OUT/main" "${COMMON[@]}" \
-    --title "Study 42: GRPO, SLCA and the released SLCA on SmolLM2 after SFT" >> "$OUT/main.log" 2>&1
-  [[ -n ${SKIP_BFCL:-} ]] || bfcl "$OUT/main" >> "$OUT/main.log" 2>&1
+    --title "Study 42: GRPO, SLCA and the released SLCA on SmolLM2 after SFT" >> "$OUT/main.log" 2>&1 &
+  compare_pid=$!
+  # BFCL on each run as it finishes, beside the training (a third process on two cores, rather than a core left idle
+  # while the last run trains alone and the evaluations wait for it)
+  if [[ -z ${SKIP_BFCL:-} ]]; then
+    ( while kill -0 "$compare_pid" 2>/dev/null; do bfcl "$OUT/main"; sleep "${WATCH_EVERY:-120}"; done
+      bfcl "$OUT/main" ) >> "$OUT/main.log" 2>&1 &
+  fi
+  wait "$compare_pid"
 fi
 rerun() {  # grpo seeds 0 and 1 again; BFCL on each rerun whose records equal the study's
   $SLCA compare --estimators grpo --seeds 0,1 --out "$OUT/rerun" "${COMMON[@]}" \
@@ -94,6 +107,7 @@ PY
 
 if [[ $stage == main ]]; then
   rerun >> "$OUT/main.log" 2>&1
+  wait  # the BFCL watcher
 fi
 if [[ $stage == rerun ]]; then
   rerun >> "$OUT/main.log" 2>&1
