@@ -96,7 +96,8 @@ rerun() {  # grpo seeds 0 and 1 again; BFCL on each rerun whose records equal th
     if "${PYTHON:-$PWD/.venv/bin/python}" - "$new/metrics.jsonl" "$old/metrics.jsonl" <<'PY' >> "$OUT/rerun.log" 2>&1
 import json, sys
 new, old = ([json.loads(x) for x in open(p) if x.strip()] for p in sys.argv[1:])
-diff = [(o["step"], k, o[k], n.get(k)) for o, n in zip(old, new) for k in o if not k.startswith("perf/") and n.get(k) != o[k]]
+diff = [(o.get("step"), k, o.get(k), n.get(k)) for o, n in zip(old, new) for k in sorted({*o, *n})
+        if not k.startswith("perf/") and (k not in o or k not in n or n[k] != o[k])]
 print(f"{sys.argv[1]}: {len(new)} rows, the study's record {len(old)}")
 print("equal in every field, perf/* aside" if not diff and len(new) == len(old) else f"NOT equal: {diff[:10]}")
 sys.exit(0 if not diff and len(new) == len(old) else 1)

@@ -96,3 +96,69 @@ def test_cpu_watch_samples_a_running_train_process(tmp_path):
         busy.kill()
         watch.wait(10)
         busy.wait(10)
+
+
+FAKE_SLCA = r"""#!/usr/bin/env bash
+# stands in for slca: `compare` makes its runs finish (step 12, a checkpoint), `eval` takes a moment and writes bfcl.json
+echo "$1 $*" >> "$CALLS"
+out=$(printf '%s\n' "$@" | grep -A1 -x -- --out | tail -1)
+if [[ $1 == compare ]]; then
+  sleep 1
+  seeds=$(printf '%s\n' "$@" | grep -A1 -x -- --seeds | tail -1)
+  for est in $(printf '%s\n' "$@" | grep -A1 -x -- --estimators | tail -1 | tr , ' '); do
+    for s in ${seeds//,/ }; do
+      d=$out/$est-seed$s; [[ -f $d/metrics.jsonl ]] && continue  # finished: skipped, as compare skips it
+      mkdir -p "$d/checkpoints/step-000012"; printf '{"step": 0, "eval/success": 0.5}\n{"step": 12, "eval/success": %s, "perf/x": 1}\n' "${SUCCESS:-0.5}" > "$d/metrics.jsonl"
+    done
+  done
+  exit 0
+fi
+sleep 1; mkdir -p "$out"; echo '{}' > "$out/bfcl.json"
+"""
+
+
+def _study42_sandbox(tmp_path: Path) -> tuple[dict, Path]:
+    fake = tmp_path / "slca"
+    fake.write_text(FAKE_SLCA)
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    main = out / "main"
+    (main / "grpo-seed0").mkdir(parents=True)  # finished, its checkpoint lost: no BFCL until its rerun
+    (main / "grpo-seed0" / "metrics.jsonl").write_text('{"step": 0, "eval/success": 0.5}\n{"step": 12, "eval/success": 0.5, "perf/x": 2}\n')
+    (main / "grpo-seed1" / "checkpoints" / "step-000012").mkdir(parents=True)  # finished, with a checkpoint
+    (main / "grpo-seed1" / "metrics.jsonl").write_text('{"step": 0}\n{"step": 12}\n')
+    env = {**os.environ, "SLCA": str(fake), "OUT": str(out), "CALLS": str(tmp_path / "calls"), "WATCH_EVERY": "0.2",
+           "PYTHON": sys.executable, "SEEDS": "0,1", "TMPDIR": str(tmp_path)}
+    env.pop("FROZEN", None)
+    return env, out
+
+
+def _evaluated(tmp_path: Path) -> list[str]:
+    calls = (tmp_path / "calls").read_text().splitlines()
+    return sorted(c.split("--model ")[1].split("/checkpoints/")[0].split(str(tmp_path / "out") + "/")[1] for c in calls if c.startswith("eval "))
+
+
+def test_study42_script_evaluates_each_finished_run_once_beside_the_training(tmp_path):
+    """`run_study42.sh main`: BFCL on every finished run with a checkpoint, each once, while `compare` runs and after;
+    the reruns' BFCL only where a rerun's records equal the study's (perf/* aside)."""
+    env, out = _study42_sandbox(tmp_path)
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "run_study42.sh"), "main"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert _evaluated(tmp_path) == ["main/grpo-seed1", "main/slca-seed0", "main/slca-seed1", "main/slca_paper-seed0",
+                                    "main/slca_paper-seed1", "rerun/grpo-seed0"], (tmp_path / "calls").read_text()
+    log = (out / "main.log").read_text()
+    assert "grpo-seed0: no checkpoint, BFCL skipped" in log
+    assert "rerun/grpo-seed1 differs from" in log  # its study record has other fields
+
+
+def test_two_bfcl_stages_at_once_evaluate_each_run_once(tmp_path):
+    env, out = _study42_sandbox(tmp_path)
+    for est in ("slca", "slca_paper"):
+        (out / "main" / f"{est}-seed0" / "checkpoints" / "step-000012").mkdir(parents=True)
+        (out / "main" / f"{est}-seed0" / "metrics.jsonl").write_text('{"step": 12}\n')
+    (out / "main" / "slca-seed1" / "checkpoints" / "step-000005").mkdir(parents=True)  # in progress: not evaluated
+    (out / "main" / "slca-seed1" / "metrics.jsonl").write_text('{"step": 5}\n')
+    procs = [subprocess.Popen(["bash", str(ROOT / "scripts" / "run_study42.sh"), "bfcl"], env=env) for _ in range(2)]
+    assert [p.wait(120) for p in procs] == [0, 0]
+    assert _evaluated(tmp_path) == ["main/grpo-seed1", "main/slca-seed0", "main/slca_paper-seed0"]
