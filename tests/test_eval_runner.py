@@ -97,3 +97,61 @@ def test_run_eval_saves_the_report_and_records_its_settings(tiny_model_dir, tmp_
     assert isinstance(c["generated_tokens"], int) and 0 <= c["generated_tokens"] <= 2 * 4  # one turn of at most 4 tokens a task
     assert set(saved["metrics"]) >= {"name_f1", "arg_match", "process", "success"}
     assert all(0 <= v <= 1 for v in saved["metrics"].values())
+
+
+def test_a_bfcl_evaluation_stopped_part_way_resumes_at_its_first_unfinished_category(tiny_model_dir, tmp_path, monkeypatch):
+    """Each finished category is kept under --out until the report is written; the same command again reads it back
+    and runs only the rest, with the same report as an uninterrupted run; other settings run everything again."""
+    pytest.importorskip("bfcl_eval")
+    import slca.eval.bfcl as bfcl_mod
+
+    cfg = EvalConfig(model=str(tiny_model_dir), suite="bfcl", categories=["simple_python", "parallel"], limit=2, progress=False,
+                     gen=GenerationConfig(max_new_tokens=6))
+    run_eval(cfg, tmp_path / "whole")
+    assert not (tmp_path / "whole" / runner.PARTIAL).exists()  # cleared once the report is written
+
+    real_drive, driven = bfcl_mod.drive, []
+
+    def drive(agent, eps, *, desc, progress):
+        driven.append(desc)
+        if desc == "bfcl parallel" and len(driven) == 2:
+            raise KeyboardInterrupt  # stopped in the second category
+        return real_drive(agent, eps, desc=desc, progress=progress)
+
+    monkeypatch.setattr(bfcl_mod, "drive", drive)
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        run_eval(cfg, out)
+    assert [p.name for p in (out / runner.PARTIAL).iterdir()] == ["simple_python.json"] and not (out / "bfcl.json").exists()
+    rep = run_eval(cfg, out)
+    assert driven == ["bfcl simple_python", "bfcl parallel", "bfcl parallel"]  # simple_python was not run again
+    assert not (out / runner.PARTIAL).exists()
+    saved, ref = json.loads((out / "bfcl.json").read_text()), json.loads((tmp_path / "whole" / "bfcl.json").read_text())
+    assert saved["records"] == ref["records"] and saved["metrics"] == ref["metrics"]
+    assert saved["config"]["generated_tokens"] == ref["config"]["generated_tokens"]
+    assert any(n.startswith("resumed: simple_python read back from") for n in rep.notes)
+
+    # a kept category of other settings (here max_new_tokens) runs again; so does a file cut short
+    driven.clear()
+    with pytest.raises(KeyboardInterrupt):
+        run_eval(cfg, out)
+    (out / runner.PARTIAL / "parallel.json").write_text('{"key": ')
+    other = EvalConfig(**{**cfg.__dict__, "gen": GenerationConfig(max_new_tokens=5)})
+    run_eval(other, out)
+    assert driven == ["bfcl simple_python", "bfcl parallel", "bfcl simple_python", "bfcl parallel"]
+
+
+def test_partial_records_read_back_only_under_their_key(tmp_path):
+    from slca.eval.report import PartialRecords, Record
+
+    recs = [Record(id="a", group="g", sample=0, scores={"accuracy": 1.0, "x": float("nan")}, detail={"truncated_turns": 0})]
+    PartialRecords(tmp_path / "p", {"m": "sha256:1", "n": 2}).save("cat", recs, 7)
+    back = PartialRecords(tmp_path / "p", {"m": "sha256:1", "n": 2})
+    got, toks = back.load("cat")
+    assert toks == 7 and got[0].id == "a" and got[0].scores["accuracy"] == 1.0 and back.resumed == ["cat"]
+    assert PartialRecords(tmp_path / "p", {"m": "sha256:2", "n": 2}).load("cat") is None  # other weights
+    assert back.load("other") is None
+    (tmp_path / "p" / "cat.json").write_text("[1, 2]")  # not ours
+    assert back.load("cat") is None
+    back.clear()
+    assert not (tmp_path / "p").exists()

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slca.eval.agent import AgentTurn, PolicyAgent, drive
-from slca.eval.report import Record, SuiteReport, group_means, mean, truncation
+from slca.eval.report import PartialRecords, Record, SuiteReport, group_means, mean, truncation
 from slca.types import ToolCall
 
 __all__ = [
@@ -400,24 +400,41 @@ def summarize(records: list[Record], categories: list[str]) -> tuple[dict[str, f
     return metrics, groups, counts
 
 
-def run_bfcl(agent: PolicyAgent, categories: list[str] | None = None, *, limit: int | None = None, samples: int = 1, progress: bool = True, model_label: str = "") -> SuiteReport:
-    """Evaluate the agent on BFCL categories; accuracy per category as BFCL reports it."""
+def run_bfcl(agent: PolicyAgent, categories: list[str] | None = None, *, limit: int | None = None, samples: int = 1, progress: bool = True, model_label: str = "",
+             partial: PartialRecords | None = None) -> SuiteReport:
+    """Evaluate the agent on BFCL categories; accuracy per category as BFCL reports it.
+
+    ``partial``: each category's records are saved there as it finishes, and a category saved there by an earlier,
+    stopped evaluation under the same key is read back instead of run again (``slca eval --out``, greedy).
+    """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     cats = resolve_categories(categories)
     tag = uuid.uuid4().hex[:8]
     records: list[Record] = []
     for cat in cats:
+        saved = partial.load(cat) if partial is not None else None
+        if saved is not None:
+            records += saved[0]
+            agent.generated_tokens += saved[1]
+            continue
         pairs = load_category(cat, limit)
         if cat in MULTI_TURN_CATEGORIES:
             eps: list[Any] = [BFCLMultiTurnEpisode(e, g, s, tag) for e, g in pairs for s in range(samples)]
         else:
             eps = [BFCLSingleTurnEpisode(e, g, cat, s) for e, g in pairs for s in range(samples)]
+        before = agent.generated_tokens
         drive(agent, eps, desc=f"bfcl {cat}", progress=progress)
-        records += [e.record() for e in eps]
+        done = [e.record() for e in eps]
+        records += done
+        if partial is not None:
+            partial.save(cat, done, agent.generated_tokens - before)
     metrics, groups, counts = summarize(records, cats)
     metrics["truncated_records"], cut = truncation(records, agent.prompt_limit())
     notes = ["accuracy = share of rollouts BFCL's checker accepts (AST checker; multi_turn_checker for multi_turn_*)", *cut]
+    if partial is not None and partial.resumed:
+        notes.append(f"resumed: {', '.join(partial.resumed)} read back from {partial.folder} (an earlier run of this evaluation, "
+                     "same model and settings, stopped before its report)")
     return SuiteReport(
         suite="bfcl",
         model=model_label,

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import pathlib
+import shutil
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 
 from slca._fs import writing
 
-__all__ = ["Record", "SuiteReport", "pass_hat_k", "pass_k", "mean", "group_means", "successes_by_id", "truncation"]
+__all__ = ["PartialRecords", "Record", "SuiteReport", "pass_hat_k", "pass_k", "mean", "group_means", "successes_by_id", "truncation"]
 
 
 def mean(xs: Iterable[float]) -> float:
@@ -104,6 +106,47 @@ class SuiteReport:
             jp.write_text(json.dumps(self.to_dict(), indent=2))
             mp.write_text(self.to_markdown())
         return jp, mp
+
+
+class PartialRecords:
+    """The records of an evaluation's finished parts (BFCL categories), kept in ``folder`` until its report is written,
+    so that an evaluation stopped part way (killed, out of memory, a machine that goes away) starts again at its first
+    unfinished part. A part is reused only if it was saved under the same ``key`` (the model's fingerprint and every
+    setting that changes its records); a part saved under another key, or a file cut short, runs again and is
+    overwritten. The writer of the report calls :meth:`clear`. ``resumed`` names the parts read back."""
+
+    def __init__(self, folder: str | pathlib.Path, key: Mapping[str, Any]):
+        self.folder = pathlib.Path(folder)
+        self.key = json.loads(json.dumps(dict(key), default=str))  # as it reads back from disk
+        self.resumed: list[str] = []
+
+    def _path(self, part: str) -> pathlib.Path:
+        return self.folder / f"{part}.json"
+
+    def load(self, part: str) -> tuple[list[Record], int] | None:
+        """``(records, generated tokens)`` of ``part`` saved under this key, else None."""
+        try:
+            d = json.loads(self._path(part).read_text())
+            if not isinstance(d, dict) or d.get("key") != self.key:
+                return None
+            out = [Record(**r) for r in d["records"]], int(d["generated_tokens"])
+        except (OSError, ValueError, TypeError, KeyError):  # none, unreadable, cut short or not ours: the part runs again
+            return None
+        self.resumed.append(part)
+        return out
+
+    def save(self, part: str, records: list[Record], generated_tokens: int) -> None:
+        """Write ``part``'s records (whole or not at all: written aside, then renamed into place)."""
+        path = self._path(part)
+        with writing(path, "the records of a finished part of the evaluation"):
+            self.folder.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(json.dumps({"key": self.key, "generated_tokens": int(generated_tokens),
+                                       "records": [asdict(r) for r in records]}, default=str, allow_nan=True))
+            os.replace(tmp, path)
+
+    def clear(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _fmt(v: Any) -> str:

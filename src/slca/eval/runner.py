@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.metadata
 import pathlib
 from dataclasses import dataclass, field
 from typing import Callable
 
+import slca.chat
 from slca.chat import get_format
 from slca.env.suites import load_suite
 from slca.env.toolworld import SPLITS
 from slca.eval.agent import GenerationConfig, PolicyAgent
 from slca.eval.bfcl import import_bfcl, resolve_categories, run_bfcl
 from slca.eval.in_domain import run_in_domain
-from slca.eval.report import SuiteReport
+from slca.eval.report import PartialRecords, SuiteReport
 from slca.eval.tau2 import DOMAINS, import_tau2, run_tau2
 from slca.models.named import model_fingerprint
 from slca.models.loading import load_policy
@@ -164,12 +167,37 @@ def run_eval(cfg: EvalConfig, out_dir: str | pathlib.Path | None = None) -> Suit
     _check(cfg)
     run_suite = _PREPARE[cfg.suite](cfg)
     model, tok = load_model(cfg.model)
+    fingerprint = model_fingerprint(cfg.model)
+    partial = _partial(cfg, out_dir, fingerprint)
     agent = PolicyAgent(model, tok, cfg.format, cfg.gen)
-    report = run_suite(agent)
+    report = run_suite(agent, partial=partial) if partial is not None else run_suite(agent)
     report.config.update({"generated_tokens": agent.generated_tokens, "max_new_tokens": cfg.gen.max_new_tokens, "temperature": cfg.gen.temperature,
-                          "model_fingerprint": model_fingerprint(cfg.model)})  # the records name the weights they measured
+                          "model_fingerprint": fingerprint})  # the records name the weights they measured
     if cfg.suite == "toolworld":
         report.config["split"] = cfg.split
     if out_dir is not None:
         report.save(out_dir)
+    if partial is not None:
+        partial.clear()
     return report
+
+
+PARTIAL = ".partial"
+"""The folder under ``--out`` where a BFCL evaluation keeps each finished category until its report is written."""
+
+
+def _partial(cfg: EvalConfig, out_dir: str | pathlib.Path | None, fingerprint: str) -> PartialRecords | None:
+    """Where a BFCL evaluation into ``out_dir`` keeps its finished categories, so a stopped one resumes; None for other
+    suites, without ``--out``, and when sampling (a resumed category would draw other samples than an uninterrupted
+    run: greedy alone gives the same records)."""
+    if out_dir is None or cfg.suite != "bfcl" or cfg.gen.temperature > 0:
+        return None
+    # the code that turns a model's text into scored records: a resumed category must come from the same code
+    code = hashlib.sha256()
+    for folder in (pathlib.Path(__file__).parent, pathlib.Path(slca.chat.__file__).parent):  # slca.eval, slca.chat
+        for f in sorted(folder.glob("*.py")):
+            code.update(f.read_bytes())
+    key = {"suite": cfg.suite, "model_fingerprint": fingerprint, "limit": cfg.limit, "samples": cfg.samples, "format": cfg.format,
+           "max_new_tokens": cfg.gen.max_new_tokens, "batch_size": cfg.gen.batch_size, "code": code.hexdigest()[:16],
+           "bfcl_eval": importlib.metadata.version("bfcl-eval")}
+    return PartialRecords(pathlib.Path(out_dir) / PARTIAL, key)
