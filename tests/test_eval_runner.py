@@ -153,5 +153,9 @@ def test_partial_records_read_back_only_under_their_key(tmp_path):
     assert back.load("other") is None
     (tmp_path / "p" / "cat.json").write_text("[1, 2]")  # not ours
     assert back.load("cat") is None
-    back.clear()
+    (tmp_path / "p" / "notes.txt").write_text("a file of the user's")
+    back.clear()  # removes only the parts it read or wrote
+    assert [p.name for p in (tmp_path / "p").iterdir()] == ["notes.txt"]
+    (tmp_path / "p" / "notes.txt").unlink()
+    PartialRecords(tmp_path / "p", {}).clear()  # nothing of its own: the empty folder goes
     assert not (tmp_path / "p").exists()

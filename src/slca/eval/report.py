@@ -6,7 +6,6 @@ import json
 import math
 import os
 import pathlib
-import shutil
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
@@ -119,6 +118,7 @@ class PartialRecords:
         self.folder = pathlib.Path(folder)
         self.key = json.loads(json.dumps(dict(key), default=str))  # as it reads back from disk
         self.resumed: list[str] = []
+        self._ours: set[str] = set()  # the parts this object read or wrote: the only files clear() removes
 
     def _path(self, part: str) -> pathlib.Path:
         return self.folder / f"{part}.json"
@@ -133,6 +133,7 @@ class PartialRecords:
         except (OSError, ValueError, TypeError, KeyError):  # none, unreadable, cut short or not ours: the part runs again
             return None
         self.resumed.append(part)
+        self._ours.add(part)
         return out
 
     def save(self, part: str, records: list[Record], generated_tokens: int) -> None:
@@ -144,9 +145,17 @@ class PartialRecords:
             tmp.write_text(json.dumps({"key": self.key, "generated_tokens": int(generated_tokens),
                                        "records": [asdict(r) for r in records]}, default=str, allow_nan=True))
             os.replace(tmp, path)
+        self._ours.add(part)
 
     def clear(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+        """Remove the parts this object read or wrote, and the folder if that leaves it empty (nothing else in it is
+        touched)."""
+        for part in self._ours:
+            self._path(part).unlink(missing_ok=True)
+        try:
+            self.folder.rmdir()
+        except OSError:  # gone already, or holds something that is not ours
+            pass
 
 
 def _fmt(v: Any) -> str:

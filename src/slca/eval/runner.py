@@ -182,7 +182,7 @@ def run_eval(cfg: EvalConfig, out_dir: str | pathlib.Path | None = None) -> Suit
     return report
 
 
-PARTIAL = ".partial"
+PARTIAL = ".slca-partial"
 """The folder under ``--out`` where a BFCL evaluation keeps each finished category until its report is written."""
 
 
