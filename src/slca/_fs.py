@@ -121,6 +121,40 @@ def writing(path: str | Path, what: str = "", *, after: str = "", named: bool = 
         raise err from e
 
 
+def fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file and a rename (never a torn file).
+
+    The file gets the mode ``open`` would give it (``0o666`` less the umask), not the
+    temporary file's 0600."""
+    path = Path(path)
+    with writing(path, named=False):  # a failed write names the file, not its temporary twin; the old file is intact
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            os.fchmod(fd, 0o666 & ~umask())
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    fsync_dir(path.parent)
+
+
 # --------------------------------------------------------------------------- weights that load
 
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import pathlib
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 
-from slca._fs import writing
+from slca._fs import write_atomic, writing
 
 __all__ = ["PartialRecords", "Record", "SuiteReport", "pass_hat_k", "pass_k", "mean", "group_means", "successes_by_id", "truncation"]
 
@@ -141,10 +140,8 @@ class PartialRecords:
         path = self._path(part)
         with writing(path, "the records of a finished part of the evaluation"):
             self.folder.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(json.dumps({"key": self.key, "generated_tokens": int(generated_tokens),
+        write_atomic(path, json.dumps({"key": self.key, "generated_tokens": int(generated_tokens),
                                        "records": [asdict(r) for r in records]}, default=str, allow_nan=True))
-            os.replace(tmp, path)
         self._ours.add(part)
 
     def clear(self) -> None:

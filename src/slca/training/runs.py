@@ -23,7 +23,6 @@ import json
 import os
 import random
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from slca._fs import temp_dir, umask, umask_modes, write_error, writing
+from slca._fs import fsync_dir as _fsync_dir, temp_dir, umask_modes, write_atomic, write_error, writing
 from slca.training.config import ConfigError, TrainConfig, config_diff, read_stored_config, to_dict
 
 __all__ = ["read_metrics", 
@@ -92,40 +91,6 @@ def model_record_problem(run_dir: str | Path, model: str, fingerprint: str) -> s
 
 def write_model_record(run_dir: str | Path, model: str, fingerprint: str) -> None:
     write_atomic(Path(run_dir) / MODEL_FILE, json.dumps({"model": model, "fingerprint": fingerprint}, indent=2) + "\n")
-
-
-def _fsync_dir(d: Path) -> None:
-    try:
-        fd = os.open(d, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and a rename (never a torn file).
-
-    The file gets the mode ``open`` would give it (``0o666`` less the umask), not the
-    temporary file's 0600."""
-    path = Path(path)
-    with writing(path, named=False):  # a failed write names the file, not its temporary twin; the old file is intact
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            os.fchmod(fd, 0o666 & ~umask())
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    _fsync_dir(path.parent)
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
