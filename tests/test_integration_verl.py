@@ -696,7 +696,7 @@ def test_span_labels_under_verl_need_the_token_ids_and_a_tokenizer(monkeypatch):
     R = torch.zeros(mask.shape)
     fn = core_algos.get_adv_estimator_fn("slca")
     monkeypatch.setenv("SLCA_SEGMENTATION", "span")
-    with pytest.raises(ValueError, match="verl 0.9.1 passes only token_level_rewards.*PR #7473"):
+    with pytest.raises(ValueError, match="not handed: it reads batch\\['responses'\\] from verl's compute_advantage.*PR #7473"):
         fn(token_level_rewards=R, response_mask=mask, index=uids, non_tensor_batch=ntb)
     with pytest.raises(ValueError, match="set SLCA_TOKENIZER"):
         fn(token_level_rewards=R, response_mask=mask, index=uids, non_tensor_batch=ntb, batch={"responses": ids})
@@ -706,6 +706,11 @@ def test_span_labels_under_verl_need_the_token_ids_and_a_tokenizer(monkeypatch):
     tm, sm = span_segment_masks(*slca.segment_masks(mask), labels)
     assert tm.sum() < slca.segment_masks(mask)[0].sum()  # "Let me check." left the execution segment
     torch.testing.assert_close(got, slca.slca_advantages(ntb["tool_reward"], ntb["summary_reward"], [0, 0], tm, sm))
+    # verl 0.9.1's own compute_advantage passes no batch= to it: the estimator reads the ids from the batch it holds
+    data = DataProto.from_dict(tensors={"token_level_rewards": R, "response_mask": mask, "responses": ids},
+                               non_tensors={"uid": uids, **ntb})
+    via_verl = compute_advantage(data, adv_estimator="slca", config=AlgoConfig(adv_estimator="slca")).batch["advantages"]
+    torch.testing.assert_close(via_verl, got)
     monkeypatch.setenv("SLCA_TOOL_FORMAT", "openai")
     with pytest.raises(ValueError, match="SLCA_SEGMENTATION='span', SLCA_TOOL_FORMAT='openai'"):
         fn(token_level_rewards=R, response_mask=mask, index=uids, non_tensor_batch=ntb, batch={"responses": ids})

@@ -177,7 +177,8 @@ class _TreeCPU:
         return sum(self.seen.values())
 
 
-def _run_main_ppo(tmp: Path, estimator: str = "slca") -> tuple[subprocess.CompletedProcess, float, float]:
+def _run_main_ppo(tmp: Path, estimator: str = "slca", slca_estimator: str | None = None
+                  ) -> tuple[subprocess.CompletedProcess, float, float]:
     """examples/verl/run_slca.sh as a user runs it, with the CPU backend and the test's shrink; (result, wall s,
     CPU s of the whole process tree)."""
     import shutil
@@ -197,6 +198,8 @@ def _run_main_ppo(tmp: Path, estimator: str = "slca") -> tuple[subprocess.Comple
         "RAY_DEDUP_LOGS": "0",
         "HYDRA_FULL_ERROR": "1",
     }
+    if slca_estimator is not None:
+        env["SLCA_ESTIMATOR"] = slca_estimator
     args = [*SHRINK, *verl_cpu.cpu_overrides(), f"algorithm.adv_estimator={estimator}",
             f"trainer.rollout_data_dir={tmp / 'rollouts'}", f"trainer.default_local_dir={tmp / 'ckpt'}"]
     t0 = time.monotonic()
@@ -229,6 +232,42 @@ def test_main_ppo_trains_two_steps_with_slca_on_cpu(tmp_path):
                     f"this busy does not give them (not a verl or slca failure); log in {tmp_path / 'main_ppo.log'}")
     assert r.returncode == 0, f"main_ppo exited {r.returncode}; log in {tmp_path / 'main_ppo.log'}:\n{log[-6000:]}"
     check_trained_with_slca(tmp_path, log)
+
+
+@pytest.mark.slow
+def test_main_ppo_trains_two_steps_with_the_released_slca_on_cpu(tmp_path):
+    """The same real main_ppo run with ``SLCA_ESTIMATOR=slca_paper`` (SLCA as its authors released it): verl 0.9.1
+    hands ``reward_extra_info`` to ``gdpo`` alone, so ``should_no_call`` (written by ``compute_score``) reaches the
+    estimator from the batch verl's ``compute_advantage`` holds (``batch_of_verl_caller``). The advantages it
+    returned inside verl's trainer equal the released loop (tests/_released_reference.py) on the inputs it got."""
+    from _released_reference import ref_slca
+
+    r, wall, cpu = _run_main_ppo(tmp_path, slca_estimator="slca_paper")
+    log = r.stdout + r.stderr
+    print(f"main_ppo (slca_paper): {wall:.0f} s wall, {cpu:.0f} CPU s (process tree)")
+    if r.returncode != 0 and "The current node timed out during startup" in log:
+        pytest.fail("Ray could not start its node (a machine this busy; not a verl or slca failure); "
+                    f"log in {tmp_path / 'main_ppo.log'}")
+    assert r.returncode == 0, f"main_ppo exited {r.returncode}; log in {tmp_path / 'main_ppo.log'}:\n{log[-6000:]}"
+    steps = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == [1, 2] and all(np.isfinite(s["data"]["actor/grad_norm"]) for s in steps)
+    dumps = sorted((tmp_path / "advantages").glob("advantages-*.pt"))
+    assert len(dumps) == 2
+    for p in dumps:
+        b = torch.load(p)
+        assert b["estimator"] == "slca_paper" and set(b["inputs"]) == {"should_no_call"}
+        no_call = b["inputs"]["should_no_call"].double().tolist()
+        assert len(no_call) == len(b["index"]) == 4 and set(no_call) <= {0.0, 1.0}
+        # the two rewards and should_no_call came from the rows' reward_extra_info (verl's TransferQueue); the rows
+        # line up with the token layout slca's agent loop wrote into the same rows' rewards
+        t, s_ = sv.unpack_token_rewards(b["token_level_rewards"], b["response_mask"])
+        torch.testing.assert_close(t, b["tool_rewards"])
+        torch.testing.assert_close(s_, b["summary_rewards"])
+        tool, summ = b["tool_rewards"].tolist(), b["summary_rewards"].tolist()
+        total = [float(np.float32(t) + np.float32(s_)) for t, s_ in zip(tool, summ)]
+        mask = b["response_mask"].long().tolist()
+        want = ref_slca(mask, b["index"], tool, summ, total, no_call, [[0.0] * len(mask[0])] * len(mask), 1.0, 1.0, True, 1e-6)
+        torch.testing.assert_close(b["advantages"].double(), torch.tensor(want, dtype=torch.float64), atol=2e-5, rtol=1e-5)
 
 
 def check_trained_with_slca(tmp_path: Path, log: str) -> None:

@@ -123,3 +123,62 @@ def test_compute_score_writes_the_inputs_the_selected_estimator_needs(monkeypatc
             assert called["rltr_comp"] == 1.0 and silent["rltr_comp"] == 0.0
     monkeypatch.setenv("SLCA_ESTIMATOR", "slca")  # an estimator without such needs: nothing added
     assert not {"should_no_call", "toolpo_correct_ratio"} & set(sv.compute_score(row["data_source"], good, row["ground_truth"], row["extra_info"]))
+
+
+def test_verls_own_compute_advantage_hands_the_released_estimators_their_inputs(monkeypatch):
+    """verl 0.9.1's ``ray_trainer.compute_advantage`` (what ``main_ppo`` calls) passes ``non_tensor_batch`` to
+    ``gdpo`` alone; the estimator reads the batch it holds (``batch_of_verl_caller``), so the released estimators run
+    there with the inputs ``compute_score`` put in ``reward_extra_info``, and equal the released loop. Called by
+    anything else without the inputs, they are still refused with the reason."""
+    from verl import DataProto
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    rng = random.Random(11)
+    for _ in range(40):
+        index, mask, process, summary, _, no_call, _ = random_batch(rng)
+        m = torch.tensor(mask, dtype=torch.long)
+        zeros = [[0.0] * len(mask[0]) for _ in mask]
+        total = [float(np.float32(p) + np.float32(s)) for p, s in zip(process, summary)]
+        ratio = [rng.choice([0.0, 0.5, 1.0]) for _ in index]
+        comp = [rng.choice([0.0, 1.0]) for _ in index]
+        rep, err = [-0.1 * rng.randint(0, 2) for _ in index], [-0.2 * rng.randint(0, 2) for _ in index]
+        valid = [float(rng.random() < 0.8) for _ in index]
+        extra = {"should_no_call": no_call, "toolpo_correct_ratio": ratio, "rltr_comp": comp, "rltr_repeat_penalty": rep,
+                 "rltr_error_penalty": err, "rltr_format_valid": valid}
+        ntb = {"uid": np.array(index, dtype=object), "tool_reward": np.asarray(process, dtype=np.float32),
+               "summary_reward": np.asarray(summary, dtype=np.float32),
+               **{k: np.asarray(v, dtype=np.float32) for k, v in extra.items()}}
+        data = DataProto.from_dict(tensors={"token_level_rewards": torch.zeros(m.shape), "response_mask": m}, non_tensors=ntb)
+        want = {
+            "slca_paper": ref_slca(mask, index, process, summary, total, no_call, zeros, 1.0, 1.0, True, 1e-6),
+            "toolpo_grpo": ref_toolpo(mask, index, total, ratio, zeros, 1.0, True, 1e-6),
+            "rltr_planner": ref_rltr(mask, index, comp, rep, err, valid, zeros, True, 1e-6),
+        }
+        for name, expect in want.items():
+            monkeypatch.setenv("SLCA_ESTIMATOR", name)
+            got = compute_advantage(data, adv_estimator="slca", config=AlgoConfig(adv_estimator="slca")).batch["advantages"]
+            _close(got, expect)
+    # the same estimator called directly, without the inputs: refused, naming what is missing
+    monkeypatch.setenv("SLCA_ESTIMATOR", "slca_paper")
+    with pytest.raises(ValueError, match=r"needs \['should_no_call'\]"):
+        core_algos.get_adv_estimator_fn("slca")(token_level_rewards=torch.zeros(2, 3), response_mask=torch.ones(2, 3),
+                                                 index=np.array(["u", "u"], dtype=object))
+
+
+def test_only_verls_compute_advantage_is_read(monkeypatch):
+    """A caller's local named ``data`` is read only when the caller is verl's own ``compute_advantage``."""
+    from verl import DataProto
+
+    monkeypatch.setenv("SLCA_ESTIMATOR", "slca_paper")
+    m = torch.tensor([[1, 0, 1], [1, 0, 1]])
+    data = DataProto.from_dict(tensors={"token_level_rewards": torch.zeros(2, 3), "response_mask": m},  # noqa: F841
+                               non_tensors={"uid": np.array(["u", "u"], dtype=object), "should_no_call": np.zeros(2)})
+
+    def compute_advantage():  # a function of the same name, not verl's
+        return sv.compute_slca_outcome_advantage(torch.zeros(2, 3), m, index=np.array(["u", "u"], dtype=object))
+
+    with pytest.raises(ValueError, match=r"needs \['should_no_call'\]"):
+        compute_advantage()
+    import sys
+
+    assert sv.batch_of_verl_caller(sys._getframe()) == (None, None)

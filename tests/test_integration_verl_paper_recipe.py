@@ -93,22 +93,38 @@ def test_the_script_selects_slca_paper_with_their_weights(monkeypatch):
     assert (opts.lambda_tool, opts.lambda_sum, opts.scale, opts.eps) == (1.0, 1.0, "group", 1e-6)
 
 
-def test_what_the_script_says_is_missing_is_missing(monkeypatch):
-    """The header's caveat, pinned: slca_paper needs should_no_call from reward_extra_info, which verl 0.9.1's
-    compute_advantage hands to gdpo only (when verl or slca changes that, this test and the header change)."""
+def test_verl_091_hands_gdpo_alone_its_batch_and_slca_paper_reads_it_anyway(monkeypatch):
+    """Why :func:`slca.integrations.verl.batch_of_verl_caller` exists, pinned: verl 0.9.1's compute_advantage
+    hands non_tensor_batch (reward_extra_info, where should_no_call travels) to gdpo only. Through it, slca_paper
+    still gets should_no_call; called directly without it, it is refused naming the input. When verl passes the
+    batch to every estimator (upstream PR #7473), the first assertion fails and the docs' note goes."""
     if "slca_paper" not in slca.list_estimators():
         pytest.skip("slca_paper is not registered yet (src/slca/core/paper.py)")
     import inspect
 
     import numpy as np
+    from verl import DataProto
+    from verl.trainer.config import AlgoConfig
     from verl.trainer.ppo import ray_trainer
 
+    src = inspect.getsource(ray_trainer.compute_advantage)
+    assert 'if adv_estimator in (AdvantageEstimator.GDPO, "gdpo"):' in src and src.count("non_tensor_batch\"] =") == 1
     monkeypatch.setenv(sv.ESTIMATOR_ENV, "slca_paper")
     mask = torch.ones(4, 6, dtype=torch.long)
     mask[:, 2:4] = 0  # call, tool response, answer
     rewards = sv.pack_token_rewards(torch.tensor([1.0, 0.0, 1.0, 0.5]), torch.tensor([0.2, 0.4, 0.6, 0.8]), mask,
                                     torch.full((4,), 6))
+    uids = np.array(["a", "a", "b", "b"], dtype=object)
     with pytest.raises(ValueError, match=r"needs \['should_no_call'\]"):
-        sv.compute_slca_outcome_advantage(rewards, mask, index=np.array(["a", "a", "b", "b"], dtype=object))
-    src = inspect.getsource(ray_trainer.compute_advantage)
-    assert 'if adv_estimator in (AdvantageEstimator.GDPO, "gdpo"):' in src and src.count("non_tensor_batch\"] =") == 1
+        sv.compute_slca_outcome_advantage(rewards, mask, index=uids)
+    data = ray_trainer.DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask},
+                                           non_tensors={"uid": uids, "should_no_call": np.array([0.0, 1.0, 0.0, 0.0])})
+    assert isinstance(data, DataProto)
+    adv = ray_trainer.compute_advantage(data, adv_estimator="slca", config=AlgoConfig(adv_estimator="slca")).batch["advantages"]
+    from _released_reference import ref_slca
+
+    process, summary, no_call = [1.0, 0.0, 1.0, 0.5], [0.2, 0.4, 0.6, 0.8], [0.0, 1.0, 0.0, 0.0]
+    total = [float(np.float32(p) + np.float32(s)) for p, s in zip(process, summary)]
+    want = ref_slca(mask.tolist(), list(uids), process, summary, total, no_call, [[0.0] * 6] * 4, 1.0, 1.0, True, 1e-6)
+    torch.testing.assert_close(adv.double(), torch.tensor(want, dtype=torch.float64), atol=2e-5, rtol=1e-5)
+    assert adv.abs().sum() > 0

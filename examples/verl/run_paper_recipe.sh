@@ -18,10 +18,9 @@
 # * tools: slca's SLCASimulatedTool per row's tools (agent_loop.yaml), not their LLM simulator (SGLS,
 #   Qwen3-235B-A22B, temperature 0.6) behind one wildcard tool; their verl patches
 #   (multi_turn.disable_tool_schema_injection, wildcard_tool_name) do not exist in verl 0.9.1;
-# * slca_paper needs `should_no_call` per rollout from verl's reward_extra_info, and verl 0.9.1's
-#   compute_advantage passes reward_extra_info (non_tensor_batch) to an estimator named gdpo only
-#   (docs/integrations.md): on stock verl 0.9.1 the estimator raises
-#   "SLCA_ESTIMATOR='slca_paper' needs ['should_no_call'] ..." on the first batch.
+# slca_paper needs `should_no_call` per rollout from verl's reward_extra_info (compute_score writes
+# it), which verl 0.9.1's compute_advantage passes to an estimator named gdpo only; the estimator
+# reads it from the batch compute_advantage holds (docs/integrations.md, "The rest of the batch").
 set -euo pipefail
 MODEL=${MODEL:-./outputs/sft_split/qwen2_5_7b_toucan_toolcall}
 NNODES=${NNODES:-4}

@@ -42,10 +42,23 @@ How the two rewards reach the estimator (verl 0.9.1)
     result. ``algorithm.use_kl_in_reward`` must be False (a per-token KL penalty
     would be read as reward; use the actor's ``use_kl_loss`` instead).
 
-    When verl hands estimators the batch's ``reward_extra_info`` (as it already
-    does for ``gdpo``: ``non_tensor_batch``), :func:`compute_slca_outcome_advantage`
-    reads ``non_tensor_batch["tool_reward"]`` / ``["summary_reward"]`` directly and
-    the token layout is no longer needed.
+    When the batch's ``reward_extra_info`` reaches the estimator
+    (``non_tensor_batch``: below), :func:`compute_slca_outcome_advantage` reads
+    ``non_tensor_batch["tool_reward"]`` / ``["summary_reward"]`` from there; the
+    token layout is what it reads otherwise (verl's own reward managers).
+
+The rest of the batch (per-rollout inputs, token ids)
+    verl 0.9.1's ``compute_advantage`` hands a registered estimator
+    ``non_tensor_batch`` (the rollouts' ``reward_extra_info``) and ``batch`` (the
+    token ids) only when it is named ``gdpo``, by a name check. The estimators
+    that need per-rollout inputs (``slca_paper``'s ``should_no_call``,
+    ``toolpo_grpo``, ``rltr_planner``, ``slca_cond``) or the token ids
+    (``SLCA_SEGMENTATION=span``, ``slca_think``) could therefore not run in a
+    real ``main_ppo``. When verl's trainer is the caller, the estimator reads
+    both from the batch it holds (:func:`batch_of_verl_caller`: the v1
+    trainer's TransferQueue, or the legacy trainer's ``data``): read only,
+    nothing of verl is patched, and arguments verl passes itself (upstream PR
+    #7473) come first.
 
 Reasoning and calls inside text
     ``SLCA_SEGMENTATION=span`` (the text around a turn's calls gets the summary
@@ -53,10 +66,9 @@ Reasoning and calls inside text
     each policy token from the response token ids (:func:`slca.chat.spans.span_labels`),
     decoded with the tokenizer ``SLCA_TOKENIZER`` names (a model folder or hub id,
     loaded offline-first) in the format ``SLCA_TOOL_FORMAT`` (default ``json_list``,
-    as :func:`compute_score`). verl 0.9.1 does not hand an estimator the token ids;
-    a verl that passes ``batch=`` (upstream PR #7473) does, as ``batch["responses"]``.
-    Without them, or without ``SLCA_TOKENIZER``, the estimator refuses in one line
-    saying which is missing (:func:`span_inputs`).
+    as :func:`compute_score`), from ``batch["responses"]`` (above: the rest of the
+    batch). Without them, or without ``SLCA_TOKENIZER``, the estimator refuses in one
+    line saying which is missing (:func:`span_inputs`).
 
 Loss aggregation
     This plugin gives verl advantages only; verl's actor aggregates the loss by
@@ -72,6 +84,7 @@ import json
 import logging
 import os
 import re
+import sys
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -104,6 +117,7 @@ __all__ = [
     "pack_token_rewards",
     "unpack_token_rewards",
     "compute_slca_outcome_advantage",
+    "batch_of_verl_caller",
     "dump_batch",
     "selected_estimator",
     "selected_options",
@@ -307,10 +321,13 @@ def compute_slca_outcome_advantage(
             from the environment: :func:`selected_options`,
             ``SLCA_ESTIMATOR_OPTIONS``; a verl row never lacks a summary
             segment, so ``empty_summary`` changes nothing.)
-        non_tensor_batch: when given and holding ``tool_reward`` /
-            ``summary_reward`` (verl's ``reward_extra_info``), the rewards are
-            read from there instead of the token layout.
-        batch: verl's tensor batch (upstream PR #7473 passes it); its
+        non_tensor_batch: verl's ``reward_extra_info`` (and uids); when it holds
+            ``tool_reward`` / ``summary_reward``, the rewards are read from there
+            instead of the token layout, and the estimator's other inputs
+            (``should_no_call``, ...) always are. Not given (verl 0.9.1 gives it to
+            ``gdpo`` only), it is read from verl's trainer when that is the caller
+            (:func:`batch_of_verl_caller`).
+        batch: verl's tensor batch (given as ``non_tensor_batch`` is); its
             ``responses`` (B, T) token ids are read when span labels are needed
             (``SLCA_SEGMENTATION=span``, ``SLCA_ESTIMATOR=slca_think``: :func:`span_inputs`).
 
@@ -322,6 +339,18 @@ def compute_slca_outcome_advantage(
     """
     if index is None:
         raise ValueError("index (the rollouts' uids) is required: SLCA normalises within each prompt's group")
+    if non_tensor_batch is None and batch is None:  # verl 0.9.1 passes them to gdpo alone: read them from its caller
+        try:
+            non_tensor_batch, batch = batch_of_verl_caller(sys._getframe(1))
+        except Exception as e:  # the token layout still serves an estimator without inputs; one with them says so below
+            logging.getLogger(__name__).warning("reading the batch from verl's trainer failed (%s: %s); the estimator gets "
+                                                "only what verl passed", type(e).__name__, e)
+            non_tensor_batch, batch = None, None
+        if non_tensor_batch is not None and "uid" in non_tensor_batch:
+            uids = [str(u) for u in np.asarray(non_tensor_batch["uid"]).tolist()]
+            if uids != [str(u) for u in np.asarray(index).tolist()]:
+                raise ValueError("the batch read from verl's trainer does not line up with the estimator's rows (its "
+                                 "uids differ): this verl's internals changed; pass non_tensor_batch= and batch=")
     if os.environ.get(MASK_CHECK_ENV):  # slca.chat.maskcheck needs token ids and the conversation, which verl does not pass
         raise ValueError(f"{MASK_CHECK_ENV} is set, but the mask check cannot run under verl: verl 0.9.1 hands an estimator "
                          "only token_level_rewards, response_mask and uids, not the token ids or the conversation the check "
@@ -360,22 +389,84 @@ def compute_slca_outcome_advantage(
     if missing:
         ref = os.environ.get(ESTIMATOR_ENV, ESTIMATOR_NAME)
         raise ValueError(f"{ESTIMATOR_ENV}={ref!r} needs {missing} in the batch's reward_extra_info (non_tensor_batch)")
-    inputs = inputs.with_inputs({n: _as_input(non_tensor_batch[n]) for n in needs})
-    adv = spec.run(inputs, options)
+    extra = {n: _as_input(non_tensor_batch[n]) for n in needs}
+    adv = spec.run(inputs.with_inputs(extra), options)
     adv = adv.to(device=mask.device, dtype=torch.as_tensor(token_level_rewards).dtype)
     if os.environ.get(DUMP_ENV):
-        dump_batch(os.environ[DUMP_ENV], spec.name, token_level_rewards, mask, index, r_tool, r_sum, adv)
+        dump_batch(os.environ[DUMP_ENV], spec.name, token_level_rewards, mask, index, r_tool, r_sum, adv, extra)
     return adv, adv
 
 
+def _is_verl_function(code: Any, module: str, name: str) -> bool:
+    """``code`` is the code of function ``name`` of the loaded verl module ``module`` (by name and file)."""
+    mod = sys.modules.get(module)
+    return mod is not None and code.co_name == name and code.co_filename == getattr(mod, "__file__", None)
+
+
+def batch_of_verl_caller(frame: Any, depth: int = 6) -> tuple[Mapping[str, Any] | None, Any]:
+    """``(non_tensor_batch, batch)`` of the batch verl is computing advantages for, read from verl's own functions
+    among the estimator's callers (``frame`` and up to ``depth`` frames above it); ``(None, None)`` when none is.
+
+    verl 0.9.1 hands a registered estimator only ``token_level_rewards``, ``response_mask``, ``index`` and
+    ``config`` unless it is named ``gdpo`` (a name check in ``verl.trainer.ppo.ray_trainer.compute_advantage``).
+    The estimators whose inputs travel in the rollouts' ``reward_extra_info`` (``slca_paper``, ``toolpo_grpo``,
+    ``rltr_planner``, ``slca_cond``) or that label tokens from their ids (``span``, ``slca_think``) read them here:
+
+    * verl's v1 trainer (``trainer.use_v1=True``, 0.9.1's default) keeps the rollouts in its TransferQueue and
+      reads only the fields GRPO needs; from ``PPOTrainer._compute_advantage``'s ``batch`` (the rows' keys, in
+      the order of the estimator's rows), this reads each row's ``extra_fields["reward_extra_info"]`` and
+      ``responses`` from the queue, as that trainer reads ``extra_fields`` for its own metrics;
+    * the legacy trainer holds them in ``compute_advantage``'s argument ``data``.
+
+    Read only: nothing of verl is patched, and a function is matched by its code's name and file in the loaded
+    verl module, so no other caller's locals are read. The authors of SLCA-GRPO patched their verl for the same
+    reason; a verl that passes ``non_tensor_batch`` and ``batch`` itself (upstream PR #7473) makes this unused.
+    """
+    legacy = None
+    f = frame
+    for _ in range(depth):
+        if f is None:
+            break
+        if _is_verl_function(f.f_code, "verl.trainer.ppo.v1.trainer_base", "_compute_advantage"):
+            return _from_transfer_queue(f.f_locals.get("batch"))
+        if legacy is None and _is_verl_function(f.f_code, "verl.trainer.ppo.ray_trainer", "compute_advantage"):
+            legacy = f.f_locals.get("data")
+        f = f.f_back
+    ntb = getattr(legacy, "non_tensor_batch", None)
+    return (ntb if isinstance(ntb, Mapping) else None), getattr(legacy, "batch", None)
+
+
+def _from_transfer_queue(meta: Any) -> tuple[Mapping[str, Any] | None, Any]:
+    """``(non_tensor_batch, {"responses": ids})`` of the rows ``meta`` (a ``KVBatchMeta``) names, from verl's
+    TransferQueue: each row's ``reward_extra_info`` keys that every row has, as arrays, and its response ids
+    right-padded with 0 to the longest (the width of the estimator's ``response_mask``)."""
+    keys, partition = getattr(meta, "keys", None), getattr(meta, "partition_id", None)
+    if keys is None or partition is None:
+        return None, None
+    import transfer_queue as tq
+
+    got = tq.kv_batch_get(keys=keys, partition_id=partition, select_fields=["uid", "extra_fields", "responses"])
+    infos = [(e or {}).get("reward_extra_info") or {} if isinstance(e, Mapping) else {} for e in got.pop("extra_fields").tolist()]
+    shared = set(infos[0]).intersection(*infos[1:]) if infos else set()
+    ntb: dict[str, Any] = {"uid": np.array(got.pop("uid").tolist(), dtype=object)}
+    ntb.update({k: np.array([info[k] for info in infos]) for k in sorted(shared)})
+    rows = list(got["responses"].unbind())
+    width = max((len(r) for r in rows), default=0)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = r
+    return ntb, {"responses": ids}
+
+
 def dump_batch(directory: str, estimator: str, token_level_rewards, response_mask, index, tool_rewards,
-               summary_rewards, advantages) -> str:
+               summary_rewards, advantages, inputs: Mapping[str, Any] | None = None) -> str:
     """Save what the estimator was handed and what it returned, one ``torch.save`` file per call.
 
     Set ``SLCA_VERL_DUMP_DIR`` (where Ray starts, like ``SLCA_ESTIMATOR``) to see, from a real verl run,
     the batch verl's dispatch passed and the advantages it got back: a dict with ``estimator`` (the
     slca estimator's name), ``token_level_rewards``, ``response_mask``, ``advantages`` (all (B, T)),
-    ``index`` (the uids), ``tool_rewards`` and ``summary_rewards`` ((B,), as read from the batch).
+    ``index`` (the uids), ``tool_rewards`` and ``summary_rewards`` ((B,), as read from the batch) and
+    ``inputs`` (the estimator's other inputs, by name, as it got them: ``should_no_call``, ...).
     Files are ``advantages-<pid>-<n>.pt``, ``n`` counting this process's calls from 1.
 
     Returns:
@@ -395,6 +486,7 @@ def dump_batch(directory: str, estimator: str, token_level_rewards, response_mas
             "index": [str(u) for u in np.asarray(index).tolist()],
             "tool_rewards": tool_rewards.detach().cpu(),
             "summary_rewards": summary_rewards.detach().cpu(),
+            "inputs": {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in (inputs or {}).items()},
         },
         path,
     )
@@ -506,8 +598,8 @@ def span_inputs(batch: Any, response_mask: torch.Tensor) -> torch.Tensor:
     and ``SLCA_ESTIMATOR=slca_think``: ``batch["responses"]`` decoded with ``SLCA_TOKENIZER`` in ``SLCA_TOOL_FORMAT``.
 
     Raises:
-        ValueError: one line saying what is missing: the token ids (verl 0.9.1 does not pass ``batch`` to an
-            estimator; upstream PR #7473 does), or ``SLCA_TOKENIZER``.
+        ValueError: one line saying what is missing: the token ids (no ``batch``: the estimator was called
+            neither by verl's ``compute_advantage`` nor with ``batch=``), or ``SLCA_TOKENIZER``.
     """
     why = f"{SEGMENTATION_ENV}=span or {ESTIMATOR_ENV}=slca_think labels each policy token reasoning / call / text from the token ids"
     ids = None
@@ -517,9 +609,9 @@ def span_inputs(batch: Any, response_mask: torch.Tensor) -> torch.Tensor:
         except (KeyError, TypeError, IndexError):
             ids = None
     if ids is None:
-        raise ValueError(f"{why}, which this verl does not hand the advantage estimator: verl 0.9.1 passes only "
-                         "token_level_rewards, response_mask, index and config; a verl that passes batch= (upstream PR "
-                         "#7473) gives batch['responses']. Unset them, or use slca's trainer or TRL, which have the ids")
+        raise ValueError(f"{why}, which the estimator was not handed: it reads batch['responses'] from verl's "
+                         "compute_advantage when that is its caller, or from batch= (upstream PR #7473); called "
+                         "otherwise, pass batch={'responses': ids}")
     ref = os.environ.get(TOKENIZER_ENV, "")
     if not ref:
         raise ValueError(f"{why}, with a tokenizer verl does not hand the estimator: set {TOKENIZER_ENV} to the policy's "
