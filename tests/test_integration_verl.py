@@ -666,13 +666,14 @@ def test_one_token_rows_round_trip_both_rewards():
     assert t.item() == 0.0 and s.item() == pytest.approx(0.9)
 
 
-def test_verl_refuses_the_mask_check_with_the_reason(monkeypatch):
-    """slca.chat.maskcheck needs token ids and the conversation, which verl's estimator does not get: setting its
-    threshold under verl is refused with the reason, not ignored (docs/training.md, masks checked against the conversation)."""
+def test_verl_refuses_the_mask_check_threshold_without_the_checks(monkeypatch):
+    """The mask check's results are made by slca's agent loop (slca_tool_agent) and reach the estimator with the rows;
+    setting its threshold for a batch that carries none (another agent loop) is refused with the reason, not ignored
+    (docs/training.md, masks checked against the conversation)."""
     from slca.integrations import verl as V
 
     monkeypatch.setenv(V.MASK_CHECK_ENV, "0.1")
-    with pytest.raises(ValueError, match="cannot run under verl"):
+    with pytest.raises(ValueError, match="carries no mask check: slca's agent loop makes it.*slca_tool_agent"):
         V.compute_slca_outcome_advantage(torch.zeros(2, 3), torch.ones(2, 3), index=["a", "a"])
 
 

@@ -279,6 +279,8 @@ def check_trained_with_slca(tmp_path: Path, log: str) -> None:
     for s in steps:
         gn = s["data"]["actor/grad_norm"]
         assert np.isfinite(gn) and gn > 0, s["data"]
+        # slca_tool_agent checked every rollout's masks against its conversation; the estimator logged the share
+        assert s["data"]["rollout/mask_mismatch"] == 0.0, s["data"]
 
     # the rollouts made tool calls that the environment answered
     rows = [json.loads(line) for p in sorted((tmp_path / "rollouts").glob("*.jsonl")) for line in p.read_text().splitlines()]

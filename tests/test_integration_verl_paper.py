@@ -181,4 +181,4 @@ def test_only_verls_compute_advantage_is_read(monkeypatch):
         compute_advantage()
     import sys
 
-    assert sv.batch_of_verl_caller(sys._getframe()) == (None, None)
+    assert sv.batch_of_verl_caller(sys._getframe()) == (None, None, None)

@@ -93,6 +93,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from slca import metrics as M
+from slca.chat import MaskMismatch, enforce_mask_check
 from slca.chat.encoding import ChatRenderer
 from slca.chat.spans import check_segmentation, span_labels, spans_needed
 from slca.core.beyond import SPAN_LABELS_INPUT
@@ -118,6 +120,8 @@ __all__ = [
     "unpack_token_rewards",
     "compute_slca_outcome_advantage",
     "batch_of_verl_caller",
+    "mask_check_share",
+    "turn_end_ids",
     "dump_batch",
     "selected_estimator",
     "selected_options",
@@ -133,7 +137,10 @@ OPTIONS_ENV = "SLCA_ESTIMATOR_OPTIONS"
 EMPTY_TOOL_ENV = "SLCA_EMPTY_TOOL"  # deprecated: SLCA_ESTIMATOR_OPTIONS=empty_tool=... (issue 46)
 _WARNED: set[str] = set()  # the deprecated variables already warned of in this process
 DUMP_ENV = "SLCA_VERL_DUMP_DIR"
-MASK_CHECK_ENV = "SLCA_MASK_CHECK_MAX_MISMATCH"  # refused: see compute_slca_outcome_advantage
+MASK_CHECK_ENV = "SLCA_MASK_CHECK_MAX_MISMATCH"  # the share of rollouts whose masks may disagree (mask_check_share)
+MASK_CHECK_KEY = "slca_mask_check"  # each rollout's check, written by slca_tool_agent into extra_fields
+MASK_MISMATCH_METRIC = M.ROLLOUT_MASK_MISMATCH.name  # the share, in verl's step metrics (as slca train logs it)
+AGENT_LOOP_NAME = "slca_tool_agent"  # slca.integrations.verl_agent_loop.SLCAToolAgentLoop's registered name
 SEGMENTATION_ENV = "SLCA_SEGMENTATION"
 TOKENIZER_ENV = "SLCA_TOKENIZER"
 TOOL_FORMAT_ENV = "SLCA_TOOL_FORMAT"
@@ -339,22 +346,12 @@ def compute_slca_outcome_advantage(
     """
     if index is None:
         raise ValueError("index (the rollouts' uids) is required: SLCA normalises within each prompt's group")
+    spec = selected_estimator()
+    segmentation = selected_segmentation(spec)
+    metrics = None  # verl's metrics of this step, when read from its trainer
     if non_tensor_batch is None and batch is None:  # verl 0.9.1 passes them to gdpo alone: read them from its caller
-        try:
-            non_tensor_batch, batch = batch_of_verl_caller(sys._getframe(1))
-        except Exception as e:  # the token layout still serves an estimator without inputs; one with them says so below
-            logging.getLogger(__name__).warning("reading the batch from verl's trainer failed (%s: %s); the estimator gets "
-                                                "only what verl passed", type(e).__name__, e)
-            non_tensor_batch, batch = None, None
-        if non_tensor_batch is not None and "uid" in non_tensor_batch:
-            uids = [str(u) for u in np.asarray(non_tensor_batch["uid"]).tolist()]
-            if uids != [str(u) for u in np.asarray(index).tolist()]:
-                raise ValueError("the batch read from verl's trainer does not line up with the estimator's rows (its "
-                                 "uids differ): this verl's internals changed; pass non_tensor_batch= and batch=")
-    if os.environ.get(MASK_CHECK_ENV):  # slca.chat.maskcheck needs token ids and the conversation, which verl does not pass
-        raise ValueError(f"{MASK_CHECK_ENV} is set, but the mask check cannot run under verl: verl 0.9.1 hands an estimator "
-                         "only token_level_rewards, response_mask and uids, not the token ids or the conversation the check "
-                         "reads the masks against (docs/training.md, \"Masks checked against the conversation\"); unset it")
+        non_tensor_batch, batch, metrics = _read_from_caller(sys._getframe(1), index, spans_needed(spec, segmentation))
+    _count_mask_check(non_tensor_batch, index, metrics)
     if _cfg(config, "use_kl_in_reward", False):
         raise ValueError(
             "algorithm.use_kl_in_reward must be False with adv_estimator=slca: the KL penalty would be read as "
@@ -367,9 +364,7 @@ def compute_slca_outcome_advantage(
     else:
         r_tool, r_sum = unpack_token_rewards(token_level_rewards, mask)
     scale = "group" if (norm_adv_by_std_in_grpo and _cfg(config, "norm_adv_by_std_in_grpo", True)) else "none"
-    spec = selected_estimator()
     options = selected_options(spec, scale=scale, eps=epsilon)
-    segmentation = selected_segmentation(spec)
     labels = span_inputs(batch, mask) if spans_needed(spec, segmentation) else None
     tool_seg, summary_seg = segment_masks(mask)
     if segmentation == "span":
@@ -397,15 +392,77 @@ def compute_slca_outcome_advantage(
     return adv, adv
 
 
+def _read_from_caller(frame: Any, index: Any, ids: bool) -> tuple[Mapping[str, Any] | None, Any, dict | None]:
+    """:func:`batch_of_verl_caller` with its rows checked against the estimator's uids. A failed read leaves the
+    estimator what verl passed (logged: an estimator without inputs still runs on the token layout; one with them
+    names what is missing)."""
+    try:
+        ntb, batch, metrics = batch_of_verl_caller(frame, ids=ids)
+    except Exception as e:
+        logging.getLogger(__name__).warning("reading the batch from verl's trainer failed (%s: %s); the estimator gets "
+                                            "only what verl passed", type(e).__name__, e)
+        return None, None, None
+    if ntb is not None and "uid" in ntb:
+        if [str(u) for u in np.asarray(ntb["uid"]).tolist()] != [str(u) for u in np.asarray(index).tolist()]:
+            raise ValueError("the batch read from verl's trainer does not line up with the estimator's rows (its uids "
+                             "differ): this verl's internals changed; pass non_tensor_batch= and batch=")
+    return ntb, batch, metrics
+
+
+def _count_mask_check(non_tensor_batch: Mapping[str, Any] | None, index: Any, metrics: dict | None) -> None:
+    """The batch's mask check (:func:`mask_check_share`), its share put in verl's step ``metrics`` when given; with
+    ``SLCA_MASK_CHECK_MAX_MISMATCH`` set and no check in the batch (another agent loop), a one-line refusal."""
+    checks = None if non_tensor_batch is None else non_tensor_batch.get(MASK_CHECK_KEY)
+    if checks is not None:
+        share = mask_check_share(checks, index)
+        if metrics is not None:
+            metrics[MASK_MISMATCH_METRIC] = share
+    elif os.environ.get(MASK_CHECK_ENV):
+        raise ValueError(f"{MASK_CHECK_ENV} is set, but this batch carries no mask check: slca's agent loop makes it "
+                         f"(actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_LOOP_NAME}) and verl's v1 trainer "
+                         "carries it to the estimator (docs/training.md, \"Masks checked against the conversation\"); "
+                         "use them, or unset it")
+
+
+def mask_check_share(checks: Any, index: Any, max_share: float | None = None) -> float:
+    """The share of a batch's rollouts whose segment masks disagree with their conversations, from each rollout's
+    check as slca's agent loop stores it (``"ok"``, ``"kind: detail"``, ``"unchecked: why"``:
+    :func:`slca.integrations.verl_agent_loop.mask_check_result`); unchecked rollouts count as rows, not as
+    mismatches. Above ``max_share`` (default: ``SLCA_MASK_CHECK_MAX_MISMATCH``, else 0.1, slca train's default;
+    1.0 only counts) :class:`slca.chat.MaskMismatchError` names the rows (index and uid) and what disagreed.
+
+    Raises:
+        ValueError: one line, for a ``SLCA_MASK_CHECK_MAX_MISMATCH`` that is not a share in [0, 1].
+    """
+    if max_share is None:
+        raw = os.environ.get(MASK_CHECK_ENV, "0.1")
+        try:
+            max_share = float(raw)
+        except ValueError:
+            max_share = -1.0
+        if not 0.0 <= max_share <= 1.0:
+            raise ValueError(f"{MASK_CHECK_ENV}={raw!r}: a share in [0, 1] (1.0: count only)")
+    uids = [str(u) for u in np.asarray(index).tolist()]
+    found = []
+    for i, c in enumerate(str(x) for x in np.asarray(checks).tolist()):
+        if c != "ok" and not c.startswith("unchecked:"):
+            kind, _, detail = c.partition(": ")
+            found.append(MaskMismatch(i, f"rollout {i} (uid {uids[i]})", kind, detail))
+    return enforce_mask_check(found, len(uids), max_share, option=MASK_CHECK_ENV)
+
+
 def _is_verl_function(code: Any, module: str, name: str) -> bool:
     """``code`` is the code of function ``name`` of the loaded verl module ``module`` (by name and file)."""
     mod = sys.modules.get(module)
     return mod is not None and code.co_name == name and code.co_filename == getattr(mod, "__file__", None)
 
 
-def batch_of_verl_caller(frame: Any, depth: int = 6) -> tuple[Mapping[str, Any] | None, Any]:
-    """``(non_tensor_batch, batch)`` of the batch verl is computing advantages for, read from verl's own functions
-    among the estimator's callers (``frame`` and up to ``depth`` frames above it); ``(None, None)`` when none is.
+def batch_of_verl_caller(frame: Any, depth: int = 6, *, ids: bool = True) -> tuple[Mapping[str, Any] | None, Any, dict | None]:
+    """``(non_tensor_batch, batch, metrics)`` of the batch verl is computing advantages for, read from verl's own
+    functions among the estimator's callers (``frame`` and up to ``depth`` frames above it); ``(None, None, None)``
+    when none is. ``metrics`` is the v1 trainer's dict of the step's metrics (where the estimator logs the mask
+    check's share), None under the legacy trainer. ``ids=False``: the v1 trainer's response ids are not read
+    (``batch`` is None there; they are read only for span labels).
 
     verl 0.9.1 hands a registered estimator only ``token_level_rewards``, ``response_mask``, ``index`` and
     ``config`` unless it is named ``gdpo`` (a name check in ``verl.trainer.ppo.ray_trainer.compute_advantage``).
@@ -428,28 +485,36 @@ def batch_of_verl_caller(frame: Any, depth: int = 6) -> tuple[Mapping[str, Any] 
         if f is None:
             break
         if _is_verl_function(f.f_code, "verl.trainer.ppo.v1.trainer_base", "_compute_advantage"):
-            return _from_transfer_queue(f.f_locals.get("batch"))
+            metrics = f.f_locals.get("metrics")
+            return (*_from_transfer_queue(f.f_locals.get("batch"), ids), metrics if isinstance(metrics, dict) else None)
         if legacy is None and _is_verl_function(f.f_code, "verl.trainer.ppo.ray_trainer", "compute_advantage"):
             legacy = f.f_locals.get("data")
         f = f.f_back
     ntb = getattr(legacy, "non_tensor_batch", None)
-    return (ntb if isinstance(ntb, Mapping) else None), getattr(legacy, "batch", None)
+    return (ntb if isinstance(ntb, Mapping) else None), getattr(legacy, "batch", None), None
 
 
-def _from_transfer_queue(meta: Any) -> tuple[Mapping[str, Any] | None, Any]:
+def _from_transfer_queue(meta: Any, ids: bool) -> tuple[Mapping[str, Any] | None, Any]:
     """``(non_tensor_batch, {"responses": ids})`` of the rows ``meta`` (a ``KVBatchMeta``) names, from verl's
-    TransferQueue: each row's ``reward_extra_info`` keys that every row has, as arrays, and its response ids
-    right-padded with 0 to the longest (the width of the estimator's ``response_mask``)."""
+    TransferQueue: each row's ``reward_extra_info`` keys that every row has, as arrays, its mask check
+    (``extra_fields["slca_mask_check"]``, when every row has one) and, with ``ids``, its response ids right-padded
+    with 0 to the longest (the width of the estimator's ``response_mask``; else None)."""
     keys, partition = getattr(meta, "keys", None), getattr(meta, "partition_id", None)
     if keys is None or partition is None:
         return None, None
     import transfer_queue as tq
 
-    got = tq.kv_batch_get(keys=keys, partition_id=partition, select_fields=["uid", "extra_fields", "responses"])
-    infos = [(e or {}).get("reward_extra_info") or {} if isinstance(e, Mapping) else {} for e in got.pop("extra_fields").tolist()]
+    fields = ["uid", "extra_fields", "responses"] if ids else ["uid", "extra_fields"]
+    got = tq.kv_batch_get(keys=keys, partition_id=partition, select_fields=fields)
+    extra = [e if isinstance(e, Mapping) else {} for e in got.pop("extra_fields").tolist()]
+    infos = [e.get("reward_extra_info") or {} for e in extra]
     shared = set(infos[0]).intersection(*infos[1:]) if infos else set()
     ntb: dict[str, Any] = {"uid": np.array(got.pop("uid").tolist(), dtype=object)}
     ntb.update({k: np.array([info[k] for info in infos]) for k in sorted(shared)})
+    if extra and all(MASK_CHECK_KEY in e for e in extra):
+        ntb[MASK_CHECK_KEY] = np.array([str(e[MASK_CHECK_KEY]) for e in extra], dtype=object)
+    if not ids:
+        return ntb, None
     rows = list(got["responses"].unbind())
     width = max((len(r) for r in rows), default=0)
     ids = torch.zeros(len(rows), width, dtype=torch.long)
@@ -578,11 +643,11 @@ def _tokenizer(ref: str) -> Any:
                 tok = AutoTokenizer.from_pretrained(ref)
         except Exception as e:  # one line naming the variable: a typo, or a hub id that cannot be had here
             raise ValueError(f"{TOKENIZER_ENV}={ref!r}: the tokenizer does not load ({type(e).__name__}: {e})") from None
-        _TOKENIZERS[ref] = (tok, _turn_ends(tok))
+        _TOKENIZERS[ref] = (tok, turn_end_ids(tok))
     return _TOKENIZERS[ref]
 
 
-def _turn_ends(tok: Any) -> list[int]:
+def turn_end_ids(tok: Any) -> list[int]:
     """The ids that end an assistant turn: the chat template's end-of-turn token (Qwen's ``<|im_end|>``) and eos."""
     ends = {tok.eos_token_id} if tok.eos_token_id is not None else set()
     if getattr(tok, "chat_template", None):
