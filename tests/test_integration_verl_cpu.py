@@ -291,6 +291,9 @@ def check_trained_with_slca(tmp_path: Path, log: str) -> None:
     dumps = sorted((tmp_path / "advantages").glob("advantages-*.pt"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
     assert len(dumps) == 2 and all(int(p.stem.split("-")[1]) != os.getpid() for p in dumps)
     batches = [torch.load(p) for p in dumps]
+    # slca_tool_agent checked the rollouts against their conversations, and some of them whole
+    checks = [c for b in batches for c in b["mask_checks"]]
+    assert len(checks) == 8 and "ok" in checks and all(c == "ok" or c.startswith("unchecked: ") for c in checks), checks
     for b in batches:
         assert b["estimator"] == "slca"
         mask = b["response_mask"]

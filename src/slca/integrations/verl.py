@@ -388,7 +388,9 @@ def compute_slca_outcome_advantage(
     adv = spec.run(inputs.with_inputs(extra), options)
     adv = adv.to(device=mask.device, dtype=torch.as_tensor(token_level_rewards).dtype)
     if os.environ.get(DUMP_ENV):
-        dump_batch(os.environ[DUMP_ENV], spec.name, token_level_rewards, mask, index, r_tool, r_sum, adv, extra)
+        checks = None if non_tensor_batch is None else non_tensor_batch.get(MASK_CHECK_KEY)
+        dump_batch(os.environ[DUMP_ENV], spec.name, token_level_rewards, mask, index, r_tool, r_sum, adv, extra,
+                   None if checks is None else [str(c) for c in np.asarray(checks).tolist()])
     return adv, adv
 
 
@@ -524,14 +526,16 @@ def _from_transfer_queue(meta: Any, ids: bool) -> tuple[Mapping[str, Any] | None
 
 
 def dump_batch(directory: str, estimator: str, token_level_rewards, response_mask, index, tool_rewards,
-               summary_rewards, advantages, inputs: Mapping[str, Any] | None = None) -> str:
+               summary_rewards, advantages, inputs: Mapping[str, Any] | None = None,
+               mask_checks: list[str] | None = None) -> str:
     """Save what the estimator was handed and what it returned, one ``torch.save`` file per call.
 
     Set ``SLCA_VERL_DUMP_DIR`` (where Ray starts, like ``SLCA_ESTIMATOR``) to see, from a real verl run,
     the batch verl's dispatch passed and the advantages it got back: a dict with ``estimator`` (the
     slca estimator's name), ``token_level_rewards``, ``response_mask``, ``advantages`` (all (B, T)),
     ``index`` (the uids), ``tool_rewards`` and ``summary_rewards`` ((B,), as read from the batch) and
-    ``inputs`` (the estimator's other inputs, by name, as it got them: ``should_no_call``, ...).
+    ``inputs`` (the estimator's other inputs, by name, as it got them: ``should_no_call``, ...) and
+    ``mask_checks`` (each rollout's mask check, :func:`mask_check_share`; None when the batch carries none).
     Files are ``advantages-<pid>-<n>.pt``, ``n`` counting this process's calls from 1.
 
     Returns:
@@ -552,6 +556,7 @@ def dump_batch(directory: str, estimator: str, token_level_rewards, response_mas
             "tool_rewards": tool_rewards.detach().cpu(),
             "summary_rewards": summary_rewards.detach().cpu(),
             "inputs": {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in (inputs or {}).items()},
+            "mask_checks": mask_checks,
         },
         path,
     )
