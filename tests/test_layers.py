@@ -35,7 +35,7 @@ UPWARD: set[tuple[str, str]] = set()
 
 # packages imported inside functions on purpose: optional extras, and heavy loads nothing imports up front
 LAZY_PACKAGES = {
-    "trl", "peft", "datasets", "wandb", "mlflow", "trackio", "verl", "bfcl_eval", "tau2", "loguru",  # extras
+    "trl", "peft", "datasets", "wandb", "mlflow", "trackio", "verl", "transfer_queue", "bfcl_eval", "tau2", "loguru",  # extras (transfer_queue: verl's)
     "transformers", "huggingface_hub", "matplotlib", "scipy", "pyarrow",  # heavy
     "fcntl",  # POSIX only (the run-folder lock is skipped without it)
 }
