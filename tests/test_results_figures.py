@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -395,3 +396,63 @@ def test_every_study41_run_folder_names_the_plans_build():
     runs = sorted(p for p in (ROOT / "docs" / "results" / "study41" / "main").glob("*-seed*") if (p / "metrics.jsonl").exists())
     assert len(runs) == 50
     assert {json.loads((p / "model.json").read_text())["fingerprint"] for p in runs} == {_load_study41().FINGERPRINT}
+
+
+S42_ROWS = {  # the row labels of study 42's arm table in docs/results.md -> scripts/study42_tables.py's keys
+    "tool-task Success area (primary)": "auc", "tool-task Success at step 0": "step0/eval/tool_tasks/success",
+    "tool-task Success at step 12": "eval/tool_tasks/success", "parallel-split area (lower is better)": "split_auc",
+    "`test` (OOD) tool-task Success at step 12": "eval_test/tool_tasks/success",
+    "advantage contamination (mean of 12 steps)": "train/adv/contamination",
+    "tool/summary gradient cosine": "train/grad/cosine_tool_summary",
+}
+
+
+def _load_study42():
+    sys.path.insert(0, str(ROOT / "scripts"))  # study42_tables imports study41_tables beside it
+    try:
+        spec = importlib.util.spec_from_file_location("study42_tables", ROOT / "scripts" / "study42_tables.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    return mod
+
+
+def study42_table_problems(text: str, T) -> tuple[int, list[str]]:
+    """Every cell of study 42's arm table and contrast table in ``text`` against the records (the contrast rows:
+    the primary area, its per-seed differences and the plan's reading): (cells checked, differences)."""
+    by = T.arms(T.DEFAULT_ROOT)
+    checked, bad, arms = 0, [], None
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else None
+        if not cells:
+            arms = None
+            continue
+        if cells[0] == "" and all(c.startswith("`") for c in cells[1:]):
+            arms = [c.strip("`") for c in cells[1:]]
+        elif m := re.match(r"\([a-c]\) `(\w+)` - `(\w+)`", cells[0]):
+            d, _ = T.paired(by[m.group(1)], by[m.group(2)], "auc")
+            want = [T.fmt(d, sign=True), ", ".join("0.000" if round(x, 3) == 0 else f"{x:+.3f}" for x in d), T.reading(d)]
+            for got, w in zip(cells[1:4], want):
+                checked += 1
+                if got != w:
+                    bad.append(f"{cells[0]}: {got!r} quoted, the records give {w!r}")
+        elif arms and cells[0] in S42_ROWS:
+            for arm, cell in zip(arms, cells[1:]):
+                want = T.fmt([by[arm][s][S42_ROWS[cells[0]]] for s in sorted(by[arm])])
+                checked += 1
+                if cell != want:
+                    bad.append(f"{cells[0]} / {arm}: {cell!r} quoted, the records give {want}")
+    return checked, bad
+
+
+def test_study42_tables_in_results_are_the_records():
+    """Every cell of study 42's tables is what scripts/study42_tables.py computes from the committed records; a
+    doctored cell is caught."""
+    T42 = _load_study42()
+    page = _page("docs/results.md")
+    text = page[page.index("### Study 42, results"): page.index("## Study 41:")]
+    checked, bad = study42_table_problems(text, T42)
+    assert checked >= 30 and not bad, "\n".join(bad)
+    doctored = text.replace("| -0.002 ± 0.012 |", "| -0.001 ± 0.012 |").replace("| better |", "| no difference detected at this budget |")
+    assert len(study42_table_problems(doctored, T42)[1]) >= 2
