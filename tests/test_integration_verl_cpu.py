@@ -224,14 +224,20 @@ def test_main_ppo_trains_two_steps_with_slca_on_cpu(tmp_path):
     """The real ``python -m verl.trainer.main_ppo`` (v1 trainer, FSDP2 actor and reference, Ray, agent loop,
     transfer queue) with ``adv_estimator=slca``, ``slca_tool_agent``, the simulated tools and ``compute_score``,
     2 steps on the embedded model, asserted from the run's own outputs."""
-    r, wall, cpu = _run_main_ppo(tmp_path)
+    check_trained_with_slca(tmp_path, _main_ppo_succeeds(tmp_path))
+
+
+def _main_ppo_succeeds(tmp_path: Path, slca_estimator: str | None = None) -> str:
+    """Run :func:`_run_main_ppo`, print its cost, require exit 0 (a Ray node that could not start is named as such);
+    the run's log."""
+    r, wall, cpu = _run_main_ppo(tmp_path, slca_estimator=slca_estimator)
     log = r.stdout + r.stderr
-    print(f"main_ppo: {wall:.0f} s wall, {cpu:.0f} CPU s (process tree)")
+    print(f"main_ppo ({slca_estimator or 'slca'}): {wall:.0f} s wall, {cpu:.0f} CPU s (process tree)")
     if r.returncode != 0 and "The current node timed out during startup" in log:
         pytest.fail("Ray could not start its node: its raylet waits a fixed 30 s for its Python agents, which a machine "
                     f"this busy does not give them (not a verl or slca failure); log in {tmp_path / 'main_ppo.log'}")
     assert r.returncode == 0, f"main_ppo exited {r.returncode}; log in {tmp_path / 'main_ppo.log'}:\n{log[-6000:]}"
-    check_trained_with_slca(tmp_path, log)
+    return log
 
 
 @pytest.mark.slow
@@ -242,13 +248,7 @@ def test_main_ppo_trains_two_steps_with_the_released_slca_on_cpu(tmp_path):
     returned inside verl's trainer equal the released loop (tests/_released_reference.py) on the inputs it got."""
     from _released_reference import ref_slca
 
-    r, wall, cpu = _run_main_ppo(tmp_path, slca_estimator="slca_paper")
-    log = r.stdout + r.stderr
-    print(f"main_ppo (slca_paper): {wall:.0f} s wall, {cpu:.0f} CPU s (process tree)")
-    if r.returncode != 0 and "The current node timed out during startup" in log:
-        pytest.fail("Ray could not start its node (a machine this busy; not a verl or slca failure); "
-                    f"log in {tmp_path / 'main_ppo.log'}")
-    assert r.returncode == 0, f"main_ppo exited {r.returncode}; log in {tmp_path / 'main_ppo.log'}:\n{log[-6000:]}"
+    _main_ppo_succeeds(tmp_path, slca_estimator="slca_paper")
     steps = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == [1, 2] and all(np.isfinite(s["data"]["actor/grad_norm"]) for s in steps)
     dumps = sorted((tmp_path / "advantages").glob("advantages-*.pt"))

@@ -344,19 +344,26 @@ S41_ROWS = {  # the row labels of study 41's tables in docs/results.md -> the ta
 S41_COUNT = re.compile(r"\((?:lower|higher) in (\d+)(?: of (\d+))?")
 
 
-def study41_table_problems(text: str, figures: dict[str, list[float]], fmt) -> tuple[int, list[str]]:
-    """Check every cell of study 41's arm tables and contrast tables in ``text`` against the records: returns
-    (cells checked, differences). An arm table's header names the arms; a contrast row names ``(x) `a` - `b```
-    and quotes the split area then the Success area, with an optional "(lower in k of n)" seed count."""
-    checked, bad, arms = 0, [], None
+def table_rows(text: str):
+    """``(cells, arms)`` for each row of the markdown tables in ``text``: a row's cells, and the arms its table's
+    header names (a header row of an empty cell then `arm` cells), None under any other header."""
+    arms = None
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else None
         if not cells:
             arms = None
-            continue
-        if cells[0] == "" and all(c.startswith("`") for c in cells[1:]):
+        elif cells[0] == "" and all(c.startswith("`") for c in cells[1:]):
             arms = [c.strip("`") for c in cells[1:]]
-            continue
+        else:
+            yield cells, arms
+
+
+def study41_table_problems(text: str, figures: dict[str, list[float]], fmt) -> tuple[int, list[str]]:
+    """Check every cell of study 41's arm tables and contrast tables in ``text`` against the records: returns
+    (cells checked, differences). An arm table's header names the arms; a contrast row names ``(x) `a` - `b```
+    and quotes the split area then the Success area, with an optional "(lower in k of n)" seed count."""
+    checked, bad = 0, []
+    for cells, arms in table_rows(text):
         if m := re.match(r"\([a-e]\) `(\w+)` - `(\w+)`", cells[0]):
             for key, cell in zip(("split_auc", "auc"), cells[1:3]):
                 xs = figures[f"{m.group(1)} - {m.group(2)}: {key}"]
@@ -422,15 +429,9 @@ def study42_table_problems(text: str, T) -> tuple[int, list[str]]:
     """Every cell of study 42's arm table and contrast table in ``text`` against the records (the contrast rows:
     the primary area, its per-seed differences and the plan's reading): (cells checked, differences)."""
     by = T.arms(T.DEFAULT_ROOT)
-    checked, bad, arms = 0, [], None
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else None
-        if not cells:
-            arms = None
-            continue
-        if cells[0] == "" and all(c.startswith("`") for c in cells[1:]):
-            arms = [c.strip("`") for c in cells[1:]]
-        elif m := re.match(r"\([a-c]\) `(\w+)` - `(\w+)`", cells[0]):
+    checked, bad = 0, []
+    for cells, arms in table_rows(text):
+        if m := re.match(r"\([a-c]\) `(\w+)` - `(\w+)`", cells[0]):
             d, _ = T.paired(by[m.group(1)], by[m.group(2)], "auc")
             want = [T.fmt(d, sign=True), ", ".join("0.000" if round(x, 3) == 0 else f"{x:+.3f}" for x in d), T.reading(d)]
             for got, w in zip(cells[1:4], want):
