@@ -244,7 +244,7 @@ def _main_ppo_succeeds(tmp_path: Path, slca_estimator: str | None = None) -> str
 def test_main_ppo_trains_two_steps_with_the_released_slca_on_cpu(tmp_path):
     """The same real main_ppo run with ``SLCA_ESTIMATOR=slca_paper`` (SLCA as its authors released it): verl 0.9.1
     hands ``reward_extra_info`` to ``gdpo`` alone, so ``should_no_call`` (written by ``compute_score``) reaches the
-    estimator from the batch verl's ``compute_advantage`` holds (``batch_of_verl_caller``). The advantages it
+    estimator from the batch verl's trainer holds (``batch_of_verl_caller``: its TransferQueue). The advantages it
     returned inside verl's trainer equal the released loop (tests/_released_reference.py) on the inputs it got."""
     from _released_reference import ref_slca
 
