@@ -372,7 +372,7 @@ def compute_slca_outcome_advantage(
     inputs = AdvantageInputs(
         tool_rewards=r_tool.to(mask.device),
         summary_rewards=r_sum.to(mask.device),
-        group_ids=[str(u) for u in np.asarray(index).tolist()],
+        group_ids=_uids(index),
         model_mask=mask,
         tool_mask=tool_seg,
         summary_mask=summary_seg,
@@ -394,6 +394,11 @@ def compute_slca_outcome_advantage(
     return adv, adv
 
 
+def _uids(index: Any) -> list[str]:
+    """verl's uids (a numpy object array, a list, a tensor) as strings, the group ids slca normalises within."""
+    return [str(u) for u in np.asarray(index).tolist()]
+
+
 def _read_from_caller(frame: Any, index: Any, ids: bool) -> tuple[Mapping[str, Any] | None, Any, dict | None]:
     """:func:`batch_of_verl_caller` with its rows checked against the estimator's uids. A failed read leaves the
     estimator what verl passed (logged: an estimator without inputs still runs on the token layout; one with them
@@ -405,7 +410,7 @@ def _read_from_caller(frame: Any, index: Any, ids: bool) -> tuple[Mapping[str, A
                                             "only what verl passed", type(e).__name__, e)
         return None, None, None
     if ntb is not None and "uid" in ntb:
-        if [str(u) for u in np.asarray(ntb["uid"]).tolist()] != [str(u) for u in np.asarray(index).tolist()]:
+        if _uids(ntb["uid"]) != _uids(index):
             raise ValueError("the batch read from verl's trainer does not line up with the estimator's rows (its uids "
                              "differ): this verl's internals changed; pass non_tensor_batch= and batch=")
     return ntb, batch, metrics
@@ -444,7 +449,7 @@ def mask_check_share(checks: Any, index: Any, max_share: float | None = None) ->
             max_share = -1.0
         if not 0.0 <= max_share <= 1.0:
             raise ValueError(f"{MASK_CHECK_ENV}={raw!r}: a share in [0, 1] (1.0: count only)")
-    uids = [str(u) for u in np.asarray(index).tolist()]
+    uids = _uids(index)
     found = []
     for i, c in enumerate(str(x) for x in np.asarray(checks).tolist()):
         if c != "ok" and not c.startswith("unchecked:"):
@@ -552,7 +557,7 @@ def dump_batch(directory: str, estimator: str, token_level_rewards, response_mas
             "token_level_rewards": torch.as_tensor(token_level_rewards).detach().cpu(),
             "response_mask": torch.as_tensor(response_mask).detach().cpu(),
             "advantages": advantages.detach().cpu(),
-            "index": [str(u) for u in np.asarray(index).tolist()],
+            "index": _uids(index),
             "tool_rewards": tool_rewards.detach().cpu(),
             "summary_rewards": summary_rewards.detach().cpu(),
             "inputs": {k: (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for k, v in (inputs or {}).items()},
