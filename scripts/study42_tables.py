@@ -15,6 +15,9 @@ counted) and prints, with 95% Student-t intervals over the seeds both compared r
   ``rerun/grpo-seed<k>/bfcl``, which exists only when the rerun's records equalled the study's) and CPU
   seconds per run (``cpu_watch.log``, scripts/cpu_watch.sh: the frozen code records no ``perf/cpu_s``).
 
+``--bfcl-start`` (post hoc, not in the plan) compares each run's BFCL records with the start's, the stage-1 model
+evaluated the same way (``sft/bfcl/bfcl.json``): how many of the 250 outputs and scores RL changed.
+
 Nothing here is tuned: the endpoints, the contrasts and the reading are the plan's.
 """
 
@@ -121,12 +124,32 @@ def reading(d: list[float], planned: int = 3) -> str:
     return "no difference detected at this budget"
 
 
+def bfcl_against_start(root: Path) -> list[str]:
+    """One line per run with BFCL records: its outputs and scores that differ from the stage-1 model's (post hoc)."""
+    def records(f: Path) -> dict[str, tuple[float, str | None]]:
+        return {r["id"]: (r["scores"]["accuracy"], r["detail"].get("output")) for r in json.loads(f.read_text())["records"]}
+
+    start = records(root / "sft" / "bfcl" / "bfcl.json")
+    lines = []
+    for f in sorted(root.glob("*/*/bfcl/bfcl.json")):
+        run = records(f)
+        out = [k for k in start if run.get(k, (None, None))[1] != start[k][1]]
+        score = [k for k in start if run.get(k, (None, None))[0] != start[k][0]]
+        lines.append(f"{f.parent.parent.parent.name}/{f.parent.parent.name}: {len(out)} of {len(start)} outputs differ from the "
+                     f"stage-1 model's, {len(score)} scores ({', '.join(sorted({k.rsplit('_', 1)[0] for k in out})) or 'none'})")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("root", nargs="?", default=str(DEFAULT_ROOT))
     ap.add_argument("--figures", action="store_true", help="print every arm's per-seed values")
+    ap.add_argument("--bfcl-start", action="store_true", help="each run's BFCL outputs and scores against the stage-1 model's (post hoc)")
     a = ap.parse_args()
     root = Path(a.root)
+    if a.bfcl_start:
+        print("\n".join(bfcl_against_start(root)))
+        return
     by = arms(root)
     present = [e for e in ARMS if e in by]
     if a.figures:

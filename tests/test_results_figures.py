@@ -457,3 +457,15 @@ def test_study42_tables_in_results_are_the_records():
     assert checked >= 30 and not bad, "\n".join(bad)
     doctored = text.replace("| -0.002 ± 0.012 |", "| -0.001 ± 0.012 |").replace("| better |", "| no difference detected at this budget |")
     assert len(study42_table_problems(doctored, T42)[1]) >= 2
+
+
+def test_study42_bfcl_against_the_start_is_what_the_records_say():
+    """The post-hoc BFCL sentence (RL runs change 6 to 10 of 250 outputs and no score) is the records' count."""
+    T42 = _load_study42()
+    root = ROOT / "docs" / "results" / "study42"
+    lines = T42.bfcl_against_start(root)
+    counts = [int(re.search(r": (\d+) of 250 outputs differ", x).group(1)) for x in lines]
+    scores = [int(re.search(r", (\d+) scores", x).group(1)) for x in lines]
+    assert len(lines) >= 7 and not any(scores)
+    page = " ".join(_page("docs/results.md").split())
+    assert f"only {min(counts)} to {max(counts)} of the 250 records and changes no record's score" in page
