@@ -59,27 +59,34 @@ def reading(d: list[float]) -> str:
     return "no difference detected at this budget"
 
 
+def table(arms: dict[str, str], estimator: str = "slca") -> list[str]:
+    """The contrast table's lines (header first), one row per arm; then each run arm's per-seed primary differences."""
+    control = runs(CONTROL)
+    lines = ["| arm - control (paired by seed) | seeds | " + KEYS["split_auc"] + " | reading | "
+             + " | ".join(KEYS[k] for k in SECONDARY) + " | CPU s per step (arm) |", "|---" * (5 + len(SECONDARY)) + "|"]
+    per_seed = []
+    for name, folder in arms.items():
+        arm = runs(Path(folder), estimator)
+        if not arm:
+            lines.append(f"| {name} | 0 | no finished run in {folder} |")
+            continue
+        d, seeds = paired(arm, control, "split_auc")
+        cpu = [arm[s]["cpu_s"] for s in sorted(arm) if not math.isnan(arm[s]["cpu_s"])]
+        lines.append(f"| {name} | {len(seeds)} | {fmt(d, sign=True)} | {reading(d)} | "
+                     + " | ".join(fmt(paired(arm, control, k)[0], sign=True) for k in SECONDARY)
+                     + f" | {fmt(cpu, decimals=1) if cpu else 'n/a'} |")
+        per_seed.append(f"{name} - control, primary, seeds {', '.join(map(str, seeds))}: " + ", ".join(f"{x:+.3f}" for x in d))
+    return lines + [""] + per_seed
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arm", action="append", default=[], metavar="NAME=FOLDER", help="an arm's folder (default: the plan's)")
     ap.add_argument("--estimator", default="slca", help="the arms' run prefix (default slca)")
     a = ap.parse_args()
     arms = dict(x.split("=", 1) for x in a.arm) if a.arm else {k: str(v) for k, v in ARMS.items()}
-    control = runs(CONTROL)
-    print(f"control: study 41's slca, {len(control)} seeds")
-    print("\n| arm - control (paired by seed) | seeds | " + KEYS["split_auc"] + " | reading | "
-          + " | ".join(KEYS[k] for k in SECONDARY) + " | CPU s per step (arm) |")
-    print("|---" * (5 + len(SECONDARY)) + "|")
-    for name, folder in arms.items():
-        arm = runs(Path(folder), a.estimator)
-        if not arm:
-            print(f"| {name} | 0 | no finished run in {folder} |")
-            continue
-        d, seeds = paired(arm, control, "split_auc")
-        cpu = [arm[s]["cpu_s"] for s in sorted(arm) if not math.isnan(arm[s]["cpu_s"])]
-        print(f"| {name} | {len(seeds)} | {fmt(d, sign=True)} | {reading(d)} | "
-              + " | ".join(fmt(paired(arm, control, k)[0], sign=True) for k in SECONDARY)
-              + f" | {fmt(cpu, decimals=1) if cpu else 'n/a'} |")
+    print(f"control: study 41's slca, {len(runs(CONTROL))} seeds\n")
+    print("\n".join(table(arms, a.estimator)))
 
 
 if __name__ == "__main__":

@@ -469,3 +469,23 @@ def test_study42_bfcl_against_the_start_is_what_the_records_say():
     assert len(lines) >= 7 and not any(scores)
     page = " ".join(_page("docs/results.md").split())
     assert f"only {min(counts)} to {max(counts)} of the 250 records and changes no record's score" in page
+
+
+def test_study47_table_in_results_is_the_records():
+    """Study 47's contrast row and per-seed differences in docs/results.md are what scripts/study47_tables.py computes
+    from the committed records; a doctored cell is caught."""
+    sys.path.insert(0, str(ROOT / "scripts"))  # study47_tables imports study41_tables beside it
+    try:
+        spec = importlib.util.spec_from_file_location("study47_tables", ROOT / "scripts" / "study47_tables.py")
+        T47 = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(T47)
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    lines = T47.table({"turn_mean": str(T47.ARMS["turn_mean"])})
+    row = next(x for x in lines if x.startswith("| turn_mean | 10 |"))
+    seeds = next(x for x in lines if x.startswith("turn_mean - control")).split(": ", 1)[1]
+    page = _page("docs/results.md")
+    text = page[page.index("### Study 47, results"): page.index("## Study 42:")]
+    assert row in text
+    assert seeds in " ".join(text.split())
+    assert row not in text.replace("| +0.034 ± 0.049 |", "| +0.030 ± 0.049 |")  # a doctored cell is caught
