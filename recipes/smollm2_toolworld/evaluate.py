@@ -158,6 +158,20 @@ def _seconds(v: Any) -> str:
     return "-" if v is None else f"{v:,.0f}"
 
 
+def _bfcl_record(root: Path, stage: str, evals: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], str]:
+    """A stage's BFCL figures and where they come from: this recipe's evaluation (``<stage>/bfcl/summary.json``), else
+    ``slca eval --suite bfcl``'s report in that folder (``bfcl.json``, the same rollouts and checker), else, after SFT,
+    study 42's evaluation of the shipped model by that command (``../study42/sft/bfcl``, the RL runs' start)."""
+    if f"{stage}/bfcl" in evals:
+        return evals[f"{stage}/bfcl"], f"`{stage}/bfcl/summary.json`"
+    places = [root / stage / "bfcl"] + ([root.parent / "study42" / "sft" / "bfcl"] if stage == "after" else [])
+    for d in places:
+        if (d / "bfcl.json").is_file():
+            rec = json.loads((d / "bfcl.json").read_text())
+            return rec, f"`slca eval` in `{os.path.relpath(d, root)}` (`{rec['config'].get('model_fingerprint', '?')}`)"
+    return {}, "not measured"
+
+
 def summarize(results: str | Path) -> str:
     """``results/summary.md`` (and ``summary.json``): the build and every evaluation under ``results/{before,after}``."""
     root = Path(results)
@@ -188,12 +202,13 @@ def summarize(results: str | Path) -> str:
                      f"| {_fmt((a or {}).get('tool_task_success'))} | {_fmt(((a or {}).get('metrics') or {}).get('success'))} "
                      f"| {_seconds((a or {}).get('cpu_seconds'))} |")
     lines += ["", "## BFCL: accuracy, first records of each category", "", "| category | before | after |", "|---|---|---|"]
-    b, a = evals.get("before/bfcl", {}), evals.get("after/bfcl", {})
+    (b, b_from), (a, a_from) = _bfcl_record(root, "before", evals), _bfcl_record(root, "after", evals)
     for c in BFCL_CATEGORIES:
         def acc(e: dict[str, Any]) -> str:
             g = (e.get("groups") or {}).get(c)
             return "-" if g is None else f"{g.get('accuracy', float('nan')):.3f} ({e['counts'].get(c)})"
         lines.append(f"| {c} | {acc(b)} | {acc(a)} |")
+    lines += ["", f"Before: {b_from}. After: {a_from}."]
     lines += ["", "## Runs", "", "| evaluation | model fingerprint | CPU s | wall s | when | commit |", "|---|---|---|---|---|---|"]
     lines += [f"| {k} | `{v['model_fingerprint']}` | {v['cpu_seconds']} | {v['seconds']} | {v['when']} | {v['commit']} |" for k, v in evals.items()]
     text = "\n".join(lines) + "\n"
