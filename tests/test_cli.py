@@ -186,6 +186,9 @@ def test_the_demos_cited_study_figures_are_those_of_docs_results():
         assert fig in results, f"{name}: {fig} is not in docs/results.md"
         assert fig in cli.STUDY_LINE
     assert cli.DEMO_NOISE == 0.5  # study 25's stage-B summary_noise
+    for name, fig in cli.STUDY42_FIGURES.items():
+        assert fig in results, f"{name}: {fig} is not in docs/results.md"
+        assert fig in cli.STUDY_LINES["smollm2-toolworld"]
 
 
 # ------------------------------------------------------------------ demo_verdict (more cases: test_warmstart_sft.py)
@@ -252,6 +255,14 @@ def test_demo_verdict_says_a_tie_at_the_ceiling_is_one_and_reads_an_older_demos_
     assert "+0.000 at the end (1.000 vs 1.000); both end at 1.000, the ceiling, where nothing is left to separate them;" in lines[2]
     assert lines[3] == cli.STUDY_LINE  # no noisy-judge arms, no sentence about them
     assert lines[4].startswith("Out of distribution (toolworld's test split: unseen entities and phrasings)") and len(lines) == 5
+
+
+def test_demo_verdict_on_smollm2_toolworld_cites_the_study_on_that_model(tmp_path):
+    runs = {"GRPO": _run(tmp_path / "g", _curve(0.9, 1.0, 1.0)), "SLCA": _run(tmp_path / "s", _curve(0.9, 1.0, 1.0))}
+    lines = demo_verdict(runs, model="smollm2-toolworld")
+    assert lines[3] == cli.STUDY_LINES["smollm2-toolworld"] and "study 42" in lines[3] and "study 25" not in lines[3]
+    assert demo_verdict(runs, model="smollm2")[3] == cli.STUDY_LINE  # another model: the embedded model's studies
+    assert len(lines) == 4
 
 
 # ------------------------------------------------------------------ run folders: report folder, progress, resume

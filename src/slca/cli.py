@@ -207,6 +207,19 @@ STUDY_LINE = (f"What 10 seeds show (docs/results.md): in study 25, on build J (t
               f"{_F[0]} on the area under the held-out tool-task Success curve (SLCA learns faster), and in its stage B the noisy "
               f"judge slowed GRPO's tool learning and not SLCA's (interaction {_F[1]}); in study 41, on the shipped build PF3, "
               f"SLCA - GRPO {_F[2]} on the Success area: no difference detected, the curve is at its ceiling.")
+STUDY42_FIGURES = {  # what study 42 found on smollm2-toolworld (docs/results.md; tests/test_cli.py checks they are there)
+    "study 42: held-out tool-task Success at step 0": "0.765",
+    "study 42 (a): slca - grpo, Success area": "-0.002 ± 0.012",
+    "study 42 (b): slca_paper - grpo, Success area": "+0.003 ± 0.002",
+}
+_F42 = list(STUDY42_FIGURES.values())
+STUDY_LINES = {  # the demo's model -> the seeded result it cites; other models cite the embedded model's studies
+    "smollm2-toolworld": (f"What 3 seeds show on this model (docs/results.md, study 42: 12 steps x 4 tasks x G=4, evaluated "
+                          f"on 250 held-out tasks): every arm rose from {_F42[0]} to about 0.80 in held-out tool-task Success; "
+                          f"SLCA - GRPO {_F42[1]} on the area under that curve (no difference detected); SLCA as its authors "
+                          f"released it {_F42[2]} (one or two tasks of about 215 a seed): the arms sampled the same rollouts at "
+                          "almost every step, so the estimators had little to act on."),
+}
 
 
 def _num(v: Any, fmt: str = ".3f") -> str:
@@ -422,7 +435,7 @@ _OOD_SETS = {  # the out-of-distribution split the verdict reads (the first one 
 }
 
 
-def demo_verdict(runs: dict[str, Path], k: int = 4, frozen: list[float] | None = None) -> list[str]:
+def demo_verdict(runs: dict[str, Path], k: int = 4, frozen: list[float] | None = None, model: str = "default") -> list[str]:
     """Plain sentences on what the demo's one seed shows, the study's primary endpoint first: per run,
     held-out tool-task Success on new requests of the training distribution (``eval/``) at the last
     evaluation and the area under its curve over the evaluated steps
@@ -430,8 +443,9 @@ def demo_verdict(runs: dict[str, Path], k: int = 4, frozen: list[float] | None =
     case (parallel steps split over turns) and the training execution reward (first ``k`` steps vs
     the last ``k``, and, given ``frozen`` (:func:`frozen_tool_rewards`), the mean over all steps
     against the un-updated warm start's on the same tasks); then SLCA - GRPO on the area (the
-    clean-judge pair), how each estimator's area changed under the noisy judge, the 10-seed results
-    (:data:`STUDY_LINE`), and the out-of-distribution split (``eval_fresh/``, else ``eval_test/``)."""
+    clean-judge pair), how each estimator's area changed under the noisy judge, the seeded results on
+    ``model`` (:data:`STUDY_LINES`, else the embedded model's :data:`STUDY_LINE`), and the out-of-distribution
+    split (``eval_fresh/``, else ``eval_test/``)."""
     from slca.reporting.compare import curve_auc
     from slca.reporting.report import final_eval, read_metrics
 
@@ -474,7 +488,7 @@ def demo_verdict(runs: dict[str, Path], k: int = 4, frozen: list[float] | None =
         lines.append(f"{label}: held-out tool-task Success on new requests of the training distribution {final[label]:.3f}{at}{vs}"
                      f"{auc}{sp}{trend}.")
     compared = _comparison_line(final, base, area)
-    lines += compared + _noisy_judge_line(area) + ([STUDY_LINE] if compared else [])
+    lines += compared + _noisy_judge_line(area) + ([STUDY_LINES.get(model, STUDY_LINE)] if compared else [])
     ood_set = next((s for s in _OOD_SETS if any(_eval_rows(read_metrics(d), s) for d in runs.values())), None)
     if ood_set is not None:
         ood_base, ood = start_and_final(M.EVAL_TOOL_TASKS, ood_set)
@@ -564,7 +578,7 @@ def demo(
     seed: int = typer.Option(0, help="Seed shared by every run."),
     model_spec: str = typer.Option("default", "--model", "-m", help="The policy: 'default' (the embedded tiny model), 'smollm2' "
                                    "(SmolLM2-135M-Instruct, the smollm2 extra), 'smollm2-toolworld' (SmolLM2 after stage-1 SFT: its own budget, a fresh "
-                                   "LoRA, 8 steps, two arms at a time; hours on 2 cores, --quick about half an hour), a save_pretrained "
+                                   "LoRA, 8 steps, two arms at a time; about 70 min on 2 cores, --quick about half an hour), a save_pretrained "
                                    "folder or a hub id (the embedded model's budget: a 135M model on CPU takes hours; --quick, --set lora_r=8)."),
     set_: list[str] = typer.Option([], "--set", "-s", help="Override a training field of every run: --set lora_r=8 (repeatable)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Runs trained at a time, each its own process (default 4: all four arms side by side, 2 for smollm2-toolworld; "
@@ -620,7 +634,7 @@ def demo(
         _fail(str(e))
     runs = {label: Path(c.run_dir) for label, c in cfgs.items()}
     wall = time.time() - t0
-    verdict = demo_verdict(runs, frozen=frozen)
+    verdict = demo_verdict(runs, frozen=frozen, model=model_spec)
 
     def write() -> Path:  # a failed write: one line naming the file
         with writing(out / "report.md", "the demo's report", after=f"the runs themselves are complete in {out}"):
