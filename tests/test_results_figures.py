@@ -414,15 +414,20 @@ S42_ROWS = {  # the row labels of study 42's arm table in docs/results.md -> scr
 }
 
 
-def _load_study42():
-    sys.path.insert(0, str(ROOT / "scripts"))  # study42_tables imports study41_tables beside it
+def _load_tables_script(name: str):
+    """``scripts/<name>.py`` as a module (study 42's and 47's table scripts import study41_tables beside them)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
     try:
-        spec = importlib.util.spec_from_file_location("study42_tables", ROOT / "scripts" / "study42_tables.py")
+        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
     finally:
         sys.path.remove(str(ROOT / "scripts"))
     return mod
+
+
+def _load_study42():
+    return _load_tables_script("study42_tables")
 
 
 def study42_table_problems(text: str, T) -> tuple[int, list[str]]:
@@ -474,13 +479,7 @@ def test_study42_bfcl_against_the_start_is_what_the_records_say():
 def test_study47_table_in_results_is_the_records():
     """Study 47's contrast row and per-seed differences in docs/results.md are what scripts/study47_tables.py computes
     from the committed records; a doctored cell is caught."""
-    sys.path.insert(0, str(ROOT / "scripts"))  # study47_tables imports study41_tables beside it
-    try:
-        spec = importlib.util.spec_from_file_location("study47_tables", ROOT / "scripts" / "study47_tables.py")
-        T47 = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(T47)
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    T47 = _load_tables_script("study47_tables")
     lines = T47.table({"turn_mean": str(T47.ARMS["turn_mean"])})
     row = next(x for x in lines if x.startswith("| turn_mean | 10 |"))
     seeds = next(x for x in lines if x.startswith("turn_mean - control")).split(": ", 1)[1]
