@@ -8,6 +8,8 @@ runs are its prefix and the recipe's figures extend slca's own evaluations. The 
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 from recipes.smollm2_toolworld import split_tasks
 from recipes.smollm2_toolworld.evaluate import BFCL_CATEGORIES, summarize
@@ -45,3 +47,13 @@ def test_summary_reads_bfcl_from_slca_eval_reports_and_names_where_each_came_fro
     assert "`slca eval` in `../study42/sft/bfcl` (`smollm2-toolworld:fp-after`)" in text
     _bfcl_report(results / "after" / "bfcl", 0.5, "smollm2-toolworld:fp-own")  # the recipe's folder comes first
     assert "| simple_python | 0.000 (50) | 0.500 (50) |" in summarize(results)
+
+
+def test_the_committed_stage1_summary_is_what_the_committed_records_make(tmp_path):
+    """docs/results/smollm2_toolworld/summary.md is written from the records beside it (and study 42's start): a
+    record added or changed without rerunning ``summary`` leaves the page stale, and this fails."""
+    docs = Path(__file__).resolve().parents[1] / "docs" / "results"
+    copy = tmp_path / "smollm2_toolworld"
+    shutil.copytree(docs / "smollm2_toolworld", copy, ignore=shutil.ignore_patterns(".slca-partial", "*.log"))
+    shutil.copytree(docs / "study42" / "sft" / "bfcl", tmp_path / "study42" / "sft" / "bfcl")
+    assert summarize(copy) == (docs / "smollm2_toolworld" / "summary.md").read_text()
