@@ -95,6 +95,8 @@ def test_run_eval_saves_the_report_and_records_its_settings(tiny_model_dir, tmp_
     c = saved["config"]
     assert (c["split"], c["max_new_tokens"], c["temperature"]) == ("test", 4, 0.0)
     assert isinstance(c["generated_tokens"], int) and 0 <= c["generated_tokens"] <= 2 * 4  # one turn of at most 4 tokens a task
+    assert all(isinstance(c[k], float) and c[k] >= 0 for k in ("seconds", "cpu_seconds"))  # its cost, beside what it measured
+    assert f"{c['cpu_seconds']:,.0f} CPU s" in (tmp_path / "out" / "toolworld.md").read_text()
     assert set(saved["metrics"]) >= {"name_f1", "arg_match", "process", "success"}
     assert all(0 <= v <= 1 for v in saved["metrics"].values())
 
@@ -130,6 +132,7 @@ def test_a_bfcl_evaluation_stopped_part_way_resumes_at_its_first_unfinished_cate
     assert saved["records"] == ref["records"] and saved["metrics"] == ref["metrics"]
     assert saved["config"]["generated_tokens"] == ref["config"]["generated_tokens"]
     assert any(n.startswith("resumed: simple_python read back from") for n in rep.notes)
+    assert "seconds and cpu_seconds count this run only, not the parts read back" in rep.notes
 
     # a kept category of other settings (here max_new_tokens) runs again; so does a file cut short
     driven.clear()

@@ -83,7 +83,10 @@ class SuiteReport:
         """A markdown summary: headline metrics, then one table row per group."""
         fp = self.config.get("model_fingerprint")
         model = f"`{self.model}`" + (f" (`{fp}`)" if fp else "")
-        lines = [f"# slca eval: {self.suite}", "", f"model: {model}, samples per record: {self.samples}", ""]
+        cost = ""
+        if "cpu_seconds" in self.config:
+            cost = f", {self.config['seconds']:,.0f} s wall, {self.config['cpu_seconds']:,.0f} CPU s"
+        lines = [f"# slca eval: {self.suite}", "", f"model: {model}, samples per record: {self.samples}{cost}", ""]
         lines += ["| metric | value |", "|---|---|"]
         lines += [f"| {k} | {_fmt(v)} |" for k, v in self.metrics.items()]
         if self.groups:

@@ -6,6 +6,7 @@ import functools
 import hashlib
 import importlib.metadata
 import pathlib
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -170,9 +171,14 @@ def run_eval(cfg: EvalConfig, out_dir: str | pathlib.Path | None = None) -> Suit
     fingerprint = model_fingerprint(cfg.model)
     partial = _partial(cfg, out_dir, fingerprint)
     agent = PolicyAgent(model, tok, cfg.format, cfg.gen)
+    t0, c0 = time.perf_counter(), time.process_time()
     report = run_suite(agent, partial=partial) if partial is not None else run_suite(agent)
     report.config.update({"generated_tokens": agent.generated_tokens, "max_new_tokens": cfg.gen.max_new_tokens, "temperature": cfg.gen.temperature,
-                          "model_fingerprint": fingerprint})  # the records name the weights they measured
+                          "model_fingerprint": fingerprint,  # the records name the weights they measured
+                          # the evaluation's cost in this process (model loading aside; CPU: every thread, user + system)
+                          "seconds": round(time.perf_counter() - t0, 1), "cpu_seconds": round(time.process_time() - c0, 1)})
+    if partial is not None and partial.resumed:
+        report.notes.append("seconds and cpu_seconds count this run only, not the parts read back")
     if cfg.suite == "toolworld":
         report.config["split"] = cfg.split
     if out_dir is not None:
