@@ -53,8 +53,9 @@ KEYS = {
 }
 
 
-def cpu_seconds(root: Path) -> dict[str, float]:
-    """Run folder name -> CPU seconds: each process's last sample in ``cpu_watch.log``, summed over a run's processes."""
+def cpu_samples(root: Path) -> dict[tuple[str, str], int]:
+    """``("<stage>/<run>", pid)`` -> that process's last CPU-seconds sample in ``cpu_watch.log`` (scripts/cpu_watch.sh),
+    e.g. ``("main/grpo-seed0", "24717")``: ``main/`` and ``rerun/`` keep apart."""
     log = root / "cpu_watch.log"
     last: dict[tuple[str, str], int] = {}
     if log.exists():
@@ -62,9 +63,16 @@ def cpu_seconds(root: Path) -> dict[str, float]:
             parts = line.split()
             if len(parts) == 4 and not line.startswith("#"):  # "#" lines name the machine's CPU
                 _, pid, run, cpu = parts
-                last[(Path(run).name, pid)] = max(int(cpu), last.get((Path(run).name, pid), 0))
+                key = (f"{Path(run).parent.name}/{Path(run).name}", pid)
+                last[key] = max(int(cpu), last.get(key, 0))
+    return last
+
+
+def cpu_seconds(root: Path) -> dict[str, float]:
+    """``"<stage>/<run>"`` -> CPU seconds, summed over the run's processes (a run resumed from a checkpoint by a new
+    process counts each process's part)."""
     out: dict[str, float] = defaultdict(float)
-    for (run, _), cpu in last.items():
+    for (run, _), cpu in cpu_samples(root).items():
         out[run] += cpu
     return dict(out)
 
@@ -88,7 +96,7 @@ def run_numbers(run: Path, root: Path, cpu: dict[str, float]) -> dict[str, float
     out = {"auc": curve_auc(rows, "eval/tool_tasks/success"), "split_auc": curve_auc(rows, "eval/parallel_split")}
     rerun = root / "rerun" / run.name
     out.update(bfcl_accuracy(rerun if not (run / "bfcl").exists() and (rerun / "bfcl").exists() else run))
-    out["cpu_s"] = cpu.get(run.name, math.nan)
+    out["cpu_s"] = cpu.get(f"{run.parent.name}/{run.name}", math.nan)
     for k in KEYS:
         if k not in out:
             out[k] = endpoint(rows, ev, k)
@@ -168,6 +176,9 @@ def main() -> None:
         if x in by and y in by:
             d, seeds = paired(by[x], by[y], "auc")
             print(f"| {x} - {y} | {len(seeds)} | {fmt(d, sign=True)} | {reading(d)} |")
+    reruns = sorted((run, pid, c) for (run, pid), c in cpu_samples(root).items() if run.startswith("rerun/"))
+    if reruns:  # each process apart: a start stopped before its first checkpoint did work the next one did again
+        print("\nCPU s of the reruns, per process: " + "; ".join(f"{run} pid {pid} {c}" for run, pid, c in reruns))
     print("\nsecondary contrasts:")
     for x, y in REGISTERED:
         if x in by and y in by:

@@ -476,6 +476,18 @@ def test_study42_bfcl_against_the_start_is_what_the_records_say():
     assert f"only {min(counts)} to {max(counts)} of the 250 records and changes no record's score" in page
 
 
+def test_study42_cpu_keeps_the_reruns_and_other_folders_apart_from_the_studys_runs(tmp_path):
+    """cpu_watch.log samples every training process on the machine: a rerun, or a test's run folder of the same name
+    (``cmp/slca-seed0``), is not the study's ``main/slca-seed0``; a run resumed by a new process counts both parts."""
+    T42 = _load_study42()
+    (tmp_path / "cpu_watch.log").write_text(
+        "# cpu: some CPU\n"
+        "1 10 /x/study42/main/slca-seed0 100\n1 10 /x/study42/main/slca-seed0 250\n"  # one process, its last sample
+        "2 11 /x/study42/main/slca-seed0 40\n"  # resumed by another process
+        "2 12 /x/study42/rerun/slca-seed0 999\n3 13 /tmp/pytest-1/cmp/slca-seed0 7\n")
+    assert T42.cpu_seconds(tmp_path) == {"main/slca-seed0": 290, "rerun/slca-seed0": 999, "cmp/slca-seed0": 7}
+
+
 def test_study47_table_in_results_is_the_records():
     """Study 47's contrast row and per-seed differences in docs/results.md are what scripts/study47_tables.py computes
     from the committed records; a doctored cell is caught."""
