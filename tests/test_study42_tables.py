@@ -43,7 +43,7 @@ def test_cpu_seconds_sum_each_processs_last_sample_over_a_runs_processes(tmp_pat
                                             "1 10 /x/main/slca-seed0 5\n2 10 /x/main/slca-seed0 9\n"  # a first process
                                             "3 11 /x/main/slca-seed0 4\n"  # the resumed one
                                             "3 12 /x/main/grpo-seed0 7\ntorn li\n")
-    assert t.cpu_seconds(tmp_path) == {"slca-seed0": 13.0, "grpo-seed0": 7.0}
+    assert t.cpu_seconds(tmp_path) == {"main/slca-seed0": 13.0, "main/grpo-seed0": 7.0}
     assert t.cpu_seconds(tmp_path / "none") == {}
 
 
