@@ -190,17 +190,17 @@ def summarize(results: str | Path) -> str:
                   f"- data: {build['data']['examples']} demonstrations of the toolworld train split (digest "
                   f"`{build['data']['digest'][:16]}`), {build['data']['train_heldout_overlap']} train_heldout requests among them",
                   f"- LoRA r {build['config']['lora_r']} on {', '.join(build['config']['lora_target_modules'])}: "
-                  f"{build['adapter']['parameters']:,} parameters, {build['adapter'].get('bytes', 0) / 2**20:.1f} MB",
+                  f"{build['adapter']['parameters']:,} parameters, {build['adapter'].get('bytes', 0) / 2**20:.1f} MiB",
                   f"- {t['steps']} steps, {t['tokens']:,} tokens: **{t['cpu_seconds']:,.0f} CPU s** ({t['seconds']:,.0f} s wall, "
                   f"{t['threads']} threads); loss {t['first_loss']:.3f} -> {t['last_loss']:.3f}", ""]
-    lines += ["## toolworld: tool-task success", "", "| split | tool tasks | before (smollm2) | after (smollm2-toolworld) | after: all tasks | after CPU s |",
-              "|---|---|---|---|---|---|"]
+    lines += ["## toolworld: tool-task success", "", "| split | tool tasks | before (smollm2) | after (smollm2-toolworld) | after: all tasks | before CPU s | after CPU s |",
+              "|---|---|---|---|---|---|---|"]
     for split in SPLITS:
         b, a = evals.get(f"before/toolworld-{split}"), evals.get(f"after/toolworld-{split}")
         n = (a or b or {}).get("tool_tasks")
         lines.append(f"| `{split}`{' (selection)' if split == 'train_heldout' else ''} | {_fmt(n)} | {_fmt((b or {}).get('tool_task_success'))} "
                      f"| {_fmt((a or {}).get('tool_task_success'))} | {_fmt(((a or {}).get('metrics') or {}).get('success'))} "
-                     f"| {_seconds((a or {}).get('cpu_seconds'))} |")
+                     f"| {_seconds((b or {}).get('cpu_seconds'))} | {_seconds((a or {}).get('cpu_seconds'))} |")
     lines += ["", "## BFCL: accuracy, first records of each category", "", "| category | before | after |", "|---|---|---|"]
     (b, b_from), (a, a_from) = _bfcl_record(root, "before", evals), _bfcl_record(root, "after", evals)
     for c in BFCL_CATEGORIES:
